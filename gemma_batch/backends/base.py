@@ -1,0 +1,85 @@
+"""The contract between the engine and a backend: one call per step.
+
+The engine decides *what* to compute (which tokens, which KV blocks); a backend decides *how*
+(on which device, with which kernels) and owns the memory behind the block ids.
+
+    backend.step(batch: StepBatch) -> StepResult
+
+KV layout: the model declares KV groups (`Gemma3Config.kv_groups()`: the global layers, the
+sliding-window layers). Each group has its own pool of `num_blocks` blocks of `block_size` token
+slots, and every layer of the group stores a token's K/V at the same slot
+`block_id * block_size + position % block_size`. Block table entry `j` of a sequence holds the
+block for positions `[j * block_size, (j + 1) * block_size)`; entries for blocks a sequence does
+not hold (sliding-window blocks that left the window, padding) are -1 and are never read.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model.checkpoint import Tensor
+from ..model.config import Gemma3Config
+
+
+@dataclass
+class StepBatch:
+    """One step over a flattened ("varlen") batch of S sequences and T tokens.
+
+    Prefill chunks and single decode tokens are mixed; sequence s owns the flat token range
+    `seq_starts[s]:seq_starts[s+1]`, whose positions are consecutive and end at
+    `context_lens[s] - 1`.
+    """
+
+    token_ids: np.ndarray  # [T] int32
+    positions: np.ndarray  # [T] int32, index of each token in its sequence (<bos> is 0)
+    seq_starts: np.ndarray  # [S+1] int32
+    context_lens: np.ndarray  # [S] int32, tokens in the sequence's cache after this step
+    block_tables: dict[str, np.ndarray]  # KV group -> [S, max_blocks] int32 block ids, -1 = none
+    slots: dict[str, np.ndarray]  # KV group -> [T] int32 slot where each new token's K/V goes
+    sample: np.ndarray  # [S] bool, whether the sequence's last token this step is sampled
+    return_logits: bool = False  # also return the logits of every token (tests, scoring)
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.context_lens)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+@dataclass
+class StepResult:
+    """What comes back from a step: only the sampled ids, unless logits were asked for."""
+
+    token_ids: np.ndarray  # [S] int32: the next token of each sampled sequence, -1 elsewhere
+    logits: np.ndarray | None = None  # [T, V] float32 when `StepBatch.return_logits`
+
+
+class Backend(ABC):
+    """A device that runs Gemma 3 steps. Life cycle: construct, load weights, allocate KV, step."""
+
+    name: str
+
+    def __init__(self, cfg: Gemma3Config) -> None:
+        self.cfg = cfg
+
+    @abstractmethod
+    def load_weights(self, tensors: Iterable[tuple[str, Tensor]]) -> None:
+        """Take every text tensor, one at a time, by canonical name (see `model.weights`)."""
+
+    @abstractmethod
+    def allocate_kv(self, num_blocks: Mapping[str, int], block_size: int) -> None:
+        """Allocate `num_blocks[group]` KV blocks of `block_size` token slots for each KV group."""
+
+    @abstractmethod
+    def kv_bytes_per_token(self, group: str) -> int:
+        """Bytes of K and V one token occupies across all layers of a KV group."""
+
+    @abstractmethod
+    def step(self, batch: StepBatch) -> StepResult:
+        """Run the model over the batch, write its K/V into the cache, sample the next tokens."""

@@ -1,0 +1,178 @@
+"""The numpy float32 backend: the reference every other backend is tested against.
+
+It favours clarity over speed, but never loops in Python over elements: per step it loops over
+layers, and inside attention over sequences; everything else is whole-array numpy.
+
+Shapes: T tokens in the step, S sequences, H hidden, nh/nkv heads of hd, I intermediate, V vocab.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model.checkpoint import Tensor, to_float32
+from ..model.config import Gemma3Config, RopeSpec
+from ..model.weights import tensor_shapes
+from .base import Backend, StepBatch, StepResult
+
+F32 = np.float32
+
+
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """Gemma's RMSNorm over the last axis, with the weight applied as (1 + w)."""
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + F32(eps)) * (F32(1.0) + w)
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU, tanh approximation (torch `gelu(approximate="tanh")`, HF `gelu_pytorch_tanh`)."""
+    return F32(0.5) * x * (F32(1.0) + np.tanh(F32(np.sqrt(2.0 / np.pi)) * (x + F32(0.044715) * x * x * x)))
+
+
+def rope_cos_sin(positions: np.ndarray, head_dim: int, spec: RopeSpec) -> tuple[np.ndarray, np.ndarray]:
+    """cos/sin tables [T, hd] for rotate-half RoPE; angles are the fp32 product p * inv_freq."""
+    exponent = np.arange(0, head_dim, 2, dtype=np.int64).astype(F32) / F32(head_dim)
+    inv_freq = (F32(1.0) / (F32(spec.theta) ** exponent)) / F32(spec.factor)  # [hd/2]
+    angles = positions.astype(F32)[:, None] * inv_freq[None, :]  # [T, hd/2]
+    angles = np.concatenate([angles, angles], axis=-1)  # [T, hd]
+    return np.cos(angles), np.sin(angles)
+
+
+def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """x [T, heads, hd] rotated by position: x*cos + rotate_half(x)*sin."""
+    half = x.shape[-1] // 2
+    rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos[:, None, :] + rotated * sin[:, None, :]
+
+
+@dataclass
+class _SeqAttention:
+    """Where one sequence's queries sit in the step and which cached keys they may see."""
+
+    tokens: slice  # the sequence's range in the flat batch
+    key_slots: np.ndarray  # [m] cache slots of the visible keys, in position order
+    mask: np.ndarray  # [n, m] bool, True where query i may attend to key j
+
+
+class CpuBackend(Backend):
+    """Gemma 3 in numpy float32 over a paged KV cache."""
+
+    name = "cpu"
+
+    def __init__(self, cfg: Gemma3Config) -> None:
+        super().__init__(cfg)
+        self.weights: dict[str, np.ndarray] = {}  # canonical name -> float32 array
+        self.layers: list[dict[str, np.ndarray]] = []  # per layer: suffix -> the same arrays
+        self.k_cache: dict[int, np.ndarray] = {}  # layer -> [num_blocks * block_size, nkv, hd]
+        self.v_cache: dict[int, np.ndarray] = {}
+        self.block_size = 0
+
+    def load_weights(self, tensors: Iterable[tuple[str, Tensor]]) -> None:
+        expected = tensor_shapes(self.cfg)
+        for name, tensor in tensors:
+            self.weights[name] = to_float32(tensor)
+        missing = sorted(set(expected) - set(self.weights))
+        if missing:
+            raise ValueError(f"backend received no tensor for {', '.join(missing[:5])} ({len(missing)} missing)")
+        self.layers = [
+            {k.split(".", 2)[2]: v for k, v in self.weights.items() if k.startswith(f"layers.{i}.")}
+            for i in range(self.cfg.num_layers)
+        ]
+
+    def allocate_kv(self, num_blocks: Mapping[str, int], block_size: int) -> None:
+        cfg = self.cfg
+        self.block_size = block_size
+        for group in cfg.kv_groups():
+            slots = num_blocks[group.name] * block_size
+            for layer in group.layers:
+                self.k_cache[layer] = np.zeros((slots, cfg.num_kv_heads, cfg.head_dim), F32)
+                self.v_cache[layer] = np.zeros((slots, cfg.num_kv_heads, cfg.head_dim), F32)
+
+    def kv_bytes_per_token(self, group: str) -> int:
+        layers = next(g.layers for g in self.cfg.kv_groups() if g.name == group)
+        return len(layers) * 2 * self.cfg.kv_width * 4
+
+    def step(self, batch: StepBatch) -> StepResult:
+        cfg, w = self.cfg, self.weights
+        x = w["embed_tokens.weight"][batch.token_ids] * F32(cfg.embed_scale)  # [T, H]
+        rope = {kind: rope_cos_sin(batch.positions, cfg.head_dim, spec) for kind, spec in cfg.rope.items()}
+        plans = {g.name: self._attention_plan(batch, g.name, g.window) for g in cfg.kv_groups()}
+        for layer, kind in enumerate(cfg.layer_types):
+            x = self._layer(layer, x, rope[kind], plans[kind], batch.slots[kind])
+
+        last = batch.seq_starts[1:] - 1  # [S] flat index of each sequence's last token
+        rows = np.arange(batch.num_tokens) if batch.return_logits else last[batch.sample]
+        logits = rms_norm(x[rows], w["norm.weight"], cfg.rms_norm_eps) @ self._lm_head().T  # [R, V]
+        next_ids = np.full(batch.num_seqs, -1, np.int32)
+        sampled_logits = logits[last[batch.sample]] if batch.return_logits else logits
+        next_ids[batch.sample] = np.argmax(sampled_logits, axis=-1)
+        return StepResult(next_ids, logits if batch.return_logits else None)
+
+    def _lm_head(self) -> np.ndarray:
+        return self.weights.get("lm_head.weight", self.weights["embed_tokens.weight"])  # [V, H]
+
+    def _layer(
+        self,
+        layer: int,
+        x: np.ndarray,  # [T, H] residual stream
+        rope: tuple[np.ndarray, np.ndarray],
+        plan: list[_SeqAttention],
+        slots: np.ndarray,  # [T]
+    ) -> np.ndarray:
+        cfg = self.cfg
+        w = self.layers[layer]
+        eps, T = cfg.rms_norm_eps, x.shape[0]
+
+        a = rms_norm(x, w["input_layernorm.weight"], eps)
+        q = (a @ w["self_attn.q_proj.weight"].T).reshape(T, cfg.num_heads, cfg.head_dim)
+        k = (a @ w["self_attn.k_proj.weight"].T).reshape(T, cfg.num_kv_heads, cfg.head_dim)
+        v = (a @ w["self_attn.v_proj.weight"].T).reshape(T, cfg.num_kv_heads, cfg.head_dim)
+        q = apply_rope(rms_norm(q, w["self_attn.q_norm.weight"], eps), *rope)  # QK-norm, then RoPE
+        k = apply_rope(rms_norm(k, w["self_attn.k_norm.weight"], eps), *rope)
+        self.k_cache[layer][slots] = k  # the cache holds K after norm and RoPE, V raw
+        self.v_cache[layer][slots] = v
+
+        o = np.empty((T, cfg.num_heads, cfg.head_dim), F32)
+        for seq in plan:
+            o[seq.tokens] = self._attend(q[seq.tokens], layer, seq)
+        attn = o.reshape(T, cfg.q_width) @ w["self_attn.o_proj.weight"].T  # [T, H]
+        x = x + rms_norm(attn, w["post_attention_layernorm.weight"], eps)
+
+        b = rms_norm(x, w["pre_feedforward_layernorm.weight"], eps)
+        gate = gelu_tanh(b @ w["mlp.gate_proj.weight"].T)  # [T, I]
+        mlp = (gate * (b @ w["mlp.up_proj.weight"].T)) @ w["mlp.down_proj.weight"].T  # [T, H]
+        return x + rms_norm(mlp, w["post_feedforward_layernorm.weight"], eps)
+
+    def _attend(self, q: np.ndarray, layer: int, seq: _SeqAttention) -> np.ndarray:
+        """Softmax attention of one sequence's queries q [n, nh, hd] over its cached keys."""
+        cfg = self.cfg
+        n, group = q.shape[0], cfg.num_heads // cfg.num_kv_heads
+        k = self.k_cache[layer][seq.key_slots]  # [m, nkv, hd]
+        v = self.v_cache[layer][seq.key_slots]
+        q = q.reshape(n, cfg.num_kv_heads, group, cfg.head_dim)  # query head j uses kv head j // group
+        scores = np.einsum("nkgd,mkd->kgnm", q, k) * F32(cfg.attn_scale)  # [nkv, group, n, m]
+        scores = np.where(seq.mask, scores, F32(-np.inf))
+        probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        probs /= probs.sum(axis=-1, keepdims=True)
+        return np.einsum("kgnm,mkd->nkgd", probs, v).reshape(n, cfg.num_heads, cfg.head_dim)
+
+    def _attention_plan(self, batch: StepBatch, group: str, window: int | None) -> list[_SeqAttention]:
+        """Per sequence: the cache slots of the keys its queries can see, and the causal/window mask."""
+        bs, table, plan = self.block_size, batch.block_tables[group], []
+        for s in range(batch.num_seqs):
+            start, end = int(batch.seq_starts[s]), int(batch.seq_starts[s + 1])
+            q_pos = batch.positions[start:end]
+            first = 0 if window is None else max(0, int(q_pos[0]) - window + 1)
+            k_pos = np.arange(first, int(batch.context_lens[s]))
+            blocks = table[s, k_pos // bs]
+            if (blocks < 0).any():
+                missing = int(k_pos[np.argmax(blocks < 0)])
+                raise ValueError(f"sequence {s}: no {group} KV block holds position {missing}")
+            mask = k_pos[None, :] <= q_pos[:, None]  # causal
+            if window is not None:
+                mask &= q_pos[:, None] - k_pos[None, :] < window  # W keys including the query itself
+            plan.append(_SeqAttention(slice(start, end), blocks * bs + k_pos % bs, mask))
+        return plan
+

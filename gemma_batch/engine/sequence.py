@@ -1,0 +1,55 @@
+"""One sequence moving through the engine: its tokens, how many are cached, and its KV blocks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Sequence:
+    """A prompt and its growing completion.
+
+    `num_cached_tokens` counts the tokens whose K/V are in the cache; the tokens after them are
+    still to be fed to the model (the rest of the prompt, or the last sampled token).
+    `block_tables` holds, per KV group, the block id for each `block_size` span of positions,
+    or -1 for a span whose block was released (it left the sliding window).
+    """
+
+    seq_id: int
+    token_ids: list[int]
+    num_prompt_tokens: int
+    max_new_tokens: int
+    stop_token_ids: frozenset[int] = frozenset()
+    num_cached_tokens: int = 0
+    block_tables: dict[str, list[int]] = field(default_factory=dict)
+    finished: bool = False
+
+    @classmethod
+    def from_prompt(
+        cls, seq_id: int, prompt_ids: list[int], max_new_tokens: int, stop_token_ids: frozenset[int] = frozenset()
+    ) -> Sequence:
+        if not prompt_ids:
+            raise ValueError(f"sequence {seq_id}: empty prompt")
+        return cls(seq_id, list(prompt_ids), len(prompt_ids), max_new_tokens, stop_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_completion_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def completion_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens:]
+
+    @property
+    def num_uncached_tokens(self) -> int:
+        return len(self.token_ids) - self.num_cached_tokens
+
+    def append(self, token_id: int) -> None:
+        """Add a sampled token; finish on a stop token or when the completion is long enough."""
+        self.token_ids.append(token_id)
+        if token_id in self.stop_token_ids or self.num_completion_tokens >= self.max_new_tokens:
+            self.finished = True

@@ -1,0 +1,46 @@
+"""Turn the sequences scheduled for a step into the flat `StepBatch` a backend runs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..backends.base import StepBatch
+from .sequence import Sequence
+
+
+def build_step(
+    scheduled: list[tuple[Sequence, int]], group_names: list[str], block_size: int, return_logits: bool = False
+) -> StepBatch:
+    """Build one step from `(sequence, number of its uncached tokens to run)` pairs.
+
+    The sequences' block tables must already cover every position the step writes or reads.
+    A sequence is sampled when the step reaches the end of its known tokens.
+    """
+    tokens, positions, starts, context_lens, sample = [], [], [0], [], []
+    for seq, n in scheduled:
+        begin = seq.num_cached_tokens
+        tokens.extend(seq.token_ids[begin : begin + n])
+        positions.extend(range(begin, begin + n))
+        starts.append(starts[-1] + n)
+        context_lens.append(begin + n)
+        sample.append(begin + n == seq.num_tokens)
+    pos = np.asarray(positions, np.int32)
+    tables, slots = {}, {}
+    for name in group_names:
+        width = max(len(seq.block_tables[name]) for seq, _ in scheduled)
+        table = np.full((len(scheduled), width), -1, np.int32)  # [S, max_blocks]
+        for s, (seq, _) in enumerate(scheduled):
+            table[s, : len(seq.block_tables[name])] = seq.block_tables[name]
+        row = np.repeat(np.arange(len(scheduled)), np.diff(starts))  # [T] sequence of each token
+        tables[name] = table
+        slots[name] = (table[row, pos // block_size] * block_size + pos % block_size).astype(np.int32)
+    return StepBatch(
+        token_ids=np.asarray(tokens, np.int32),
+        positions=pos,
+        seq_starts=np.asarray(starts, np.int32),
+        context_lens=np.asarray(context_lens, np.int32),
+        block_tables=tables,
+        slots=slots,
+        sample=np.asarray(sample, bool),
+        return_logits=return_logits,
+    )
