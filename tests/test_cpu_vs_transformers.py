@@ -8,6 +8,7 @@ modelling mistake (window off by one, wrong RoPE, (1+w), scale) moves logits by 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import numpy as np
@@ -36,7 +37,18 @@ def checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny")
     causal = make_causal_lm(root / "causal")
     multimodal = make_conditional_generation(root / "multimodal", causal, max_shard_size="40KB")
-    return {"causal": (root / "causal", causal), "multimodal": (root / "multimodal", multimodal)}
+    # The hub stores bfloat16: the reference is the float32 model holding the bf16-rounded weights
+    # (rounding the parameters only: `.to(bfloat16)` would also round the RoPE inv_freq buffers).
+    copy.deepcopy(causal).to(torch.bfloat16).save_pretrained(root / "bf16")
+    rounded = copy.deepcopy(causal)
+    with torch.no_grad():
+        for p in rounded.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
+    return {
+        "causal": (root / "causal", causal),
+        "multimodal": (root / "multimodal", multimodal),
+        "bf16": (root / "bf16", rounded),
+    }
 
 
 def cpu_backend(model_dir, **config_changes) -> CpuBackend:
@@ -68,7 +80,7 @@ def hf_logits(model, ids: list[int]) -> np.ndarray:
         return model(input_ids=torch.tensor([ids])).logits[0].float().numpy()
 
 
-@pytest.mark.parametrize("layout", ["causal", "multimodal"])
+@pytest.mark.parametrize("layout", ["causal", "multimodal", "bf16"])
 def test_logits_match_transformers_for_a_chunked_mixed_batch(checkpoints, layout):
     model_dir, hf = checkpoints[layout]
     completions, logits = run_batched(cpu_backend(model_dir), step_token_budget=7)

@@ -1,0 +1,55 @@
+"""The Python entry point: load a Gemma 3 directory onto a backend and complete prompts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..backends import create_backend
+from ..model.chat import chat_token_ids
+from ..model.checkpoint import Checkpoint
+from ..model.config import Gemma3Config
+from ..model.tokenizer import Tokenizer
+from .generate import generate_greedy
+
+Messages = list[dict[str, str]]
+
+
+class LLM:
+    """A loaded model: config, tokenizer and a backend holding the weights.
+
+    >>> llm = LLM("sample_data/demo-model")
+    >>> llm.generate(["The sea"], max_tokens=8)
+    """
+
+    def __init__(self, model_dir: str | Path, backend: str = "cpu") -> None:
+        self.model_dir = Path(model_dir)
+        self.config = Gemma3Config.from_dir(self.model_dir)
+        self.tokenizer = Tokenizer.from_dir(self.model_dir)
+        checkpoint = Checkpoint.open(self.model_dir, self.config)  # validates before reading data
+        self.backend = create_backend(backend, self.config)
+        self.backend.load_weights(checkpoint.tensors())
+
+    def encode(self, prompt: str | Messages) -> list[int]:
+        """Token ids of a plain prompt (with <bos>) or of a chat (template with generation prompt)."""
+        if isinstance(prompt, str):
+            return self.tokenizer.encode(prompt, add_bos=True)
+        return chat_token_ids(self.tokenizer, prompt, add_generation_prompt=True)
+
+    def stop_token_ids(self, chat: bool) -> frozenset[int]:
+        """The config's eos ids and <eos>; <end_of_turn> too for chat prompts."""
+        stop = {*self.config.eos_token_ids, Tokenizer.EOS_ID}
+        return frozenset(stop | {Tokenizer.END_OF_TURN_ID} if chat else stop)
+
+    def generate(self, prompts: list[str | Messages], max_tokens: int = 64) -> list[str]:
+        """Greedy completions, computed as one batch, without their stop token."""
+        texts = []
+        # Plain and chat prompts stop differently, so each kind runs as its own batch.
+        for chat in (False, True):
+            picked = [i for i, p in enumerate(prompts) if isinstance(p, str) != chat]
+            if not picked:
+                continue
+            stop = self.stop_token_ids(chat)
+            ids = [self.encode(prompts[i]) for i in picked]
+            for i, completion in zip(picked, generate_greedy(self.backend, ids, max_tokens, stop)):
+                texts.append((i, self.tokenizer.decode([t for t in completion if t not in stop])))
+        return [text for _, text in sorted(texts)]

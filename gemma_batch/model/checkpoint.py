@@ -1,0 +1,273 @@
+"""Stream the text weights of a Hugging Face Gemma 3 safetensors checkpoint, one tensor at a time.
+
+Files: `model.safetensors`, or shards listed by `model.safetensors.index.json` (`weight_map`:
+tensor name -> shard file). As in transformers, the single file wins when both exist. Pickle
+checkpoints (`pytorch_model*.bin`, `*.pt`) are refused, never unpickled.
+
+Names (gemma3_spec.md §4) are mapped to the canonical names of `weights.tensor_shapes`:
+
+* `Gemma3ForCausalLM`: `model.<name>`, head `lm_head.weight`;
+* `Gemma3ForConditionalGeneration`: `language_model.model.<name>` (or v5's in-memory
+  `model.language_model.<name>`), head `language_model.lm_head.weight` or `lm_head.weight`;
+  vision tensors (`vision_tower.*`, `multi_modal_projector.*`) are skipped; their data is never read.
+
+`Checkpoint.open` reads and checks every header (names, dtypes, shapes, offsets, file sizes)
+before any tensor data is read, so a bad checkpoint fails fast and nothing is half-loaded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from .config import Gemma3Config
+from .safetensors_file import NUMPY_DTYPES, SafetensorsError, TensorEntry, read_header, read_tensor
+from .weights import tensor_shapes
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+HEAD = "lm_head.weight"
+SUPPORTED_DTYPES = tuple(NUMPY_DTYPES)  # BF16, F16, F32
+_PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.ckpt")
+_VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
+# layout -> (prefixes of the decoder tensors, file names of the LM head)
+_LAYOUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "causal_lm": (("model.",), (HEAD,)),
+    "conditional_generation": (
+        ("language_model.model.", "model.language_model."),
+        ("language_model.lm_head.weight", HEAD),
+    ),
+}
+
+
+class CheckpointError(ValueError):
+    """The checkpoint is missing, corrupt, or does not match the config; the message names the file."""
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One tensor as stored: BF16 -> `data` holds the raw bits as uint16 (numpy has no bfloat16),
+    F16 -> float16, F32 -> float32. `data` has the tensor's shape (e.g. [V, H] for the embedding)."""
+
+    dtype: str  # "BF16" | "F16" | "F32"
+    data: np.ndarray
+
+
+def to_float32(t: Tensor) -> np.ndarray:
+    """The tensor's values as float32, exactly (every BF16 and F16 value is a float32 value).
+
+    BF16 is the upper half of a float32, so its bits shifted left by 16 *are* that float32. An F32
+    tensor is returned as is (no copy); the others get a new array.
+    """
+    if t.dtype == "BF16":
+        bits = t.data.astype(np.uint32)  # the one new [*shape] buffer; shifted in place
+        bits <<= 16
+        return bits.view(np.float32)
+    if t.dtype in ("F16", "F32"):
+        return np.asarray(t.data, dtype=np.float32)
+    raise CheckpointError(f"to_float32: unsupported dtype {t.dtype!r}; supported: {', '.join(SUPPORTED_DTYPES)}")
+
+
+@dataclass(frozen=True)
+class _Source:
+    """Where one canonical tensor lies: the file and the entry in its header."""
+
+    path: Path
+    entry: TensorEntry
+
+
+class Checkpoint:
+    """The validated text tensors of a checkpoint. Holds headers only, never tensor data.
+
+    `names` is the load order: shard files in name order, each read front to back (by offset),
+    so the files are read sequentially. `has_untied_head` is true when the files carry an LM
+    head; with `tie_word_embeddings` true in the config the head is then loaded anyway ("if one
+    is present, use it", as transformers does when it differs from the embedding).
+    """
+
+    def __init__(self, sources: dict[str, _Source], has_untied_head: bool) -> None:
+        self._sources = sources
+        self.has_untied_head = has_untied_head
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._sources)
+
+    @property
+    def files(self) -> list[Path]:
+        return list(dict.fromkeys(s.path for s in self._sources.values()))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all text tensors as stored (vision tensors excluded)."""
+        return sum(s.entry.nbytes for s in self._sources.values())
+
+    def dtype(self, name: str) -> str:
+        return self._sources[name].entry.dtype
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._sources[name].entry.shape
+
+    @classmethod
+    def open(cls, model_dir: str | Path, cfg: Gemma3Config) -> Checkpoint:
+        """Find the checkpoint files in `model_dir`, read every header and check it against
+        `tensor_shapes(cfg)`. Reads no tensor data. Raises CheckpointError."""
+        model_dir = Path(model_dir)
+        if not model_dir.is_dir():
+            raise CheckpointError(f"model directory {model_dir} does not exist or is not a directory")
+        single, index = model_dir / SINGLE_FILE, model_dir / INDEX_FILE
+        if single.is_file():  # transformers also prefers the single file when both exist
+            return cls._match({single: _header(single)}, cfg, str(single))
+        if not index.is_file():
+            raise CheckpointError(_no_safetensors_message(model_dir))
+        shard_names = _read_index(index)
+        headers = {}
+        for shard in sorted(shard_names):
+            path = model_dir / shard
+            if not path.is_file():
+                raise CheckpointError(f"{index}: shard {shard} (holding {shard_names[shard][0]!r}, ...) is missing")
+            headers[path] = _header(path)
+        _check_index_matches_shards(index, shard_names, headers)
+        return cls._match(headers, cfg, str(index))
+
+    @classmethod
+    def _match(cls, headers: dict[Path, list[TensorEntry]], cfg: Gemma3Config, where: str) -> Checkpoint:
+        """Map file names to canonical names and check dtypes and shapes against the config."""
+        if cfg.layout not in _LAYOUTS:
+            raise CheckpointError(f"unknown config layout {cfg.layout!r}; expected one of {', '.join(_LAYOUTS)}")
+        prefixes, head_names = _LAYOUTS[cfg.layout]
+        expected = tensor_shapes(cfg)
+        expected.setdefault(HEAD, (cfg.vocab_size, cfg.hidden_size))  # "if one is present, use it"
+        sources: dict[str, _Source] = {}
+        for path, entries in headers.items():
+            for e in entries:
+                if e.name.startswith(_VISION_PREFIXES):
+                    continue
+                name = _canonical(e.name, prefixes, head_names)
+                if name is None or name not in expected:
+                    raise CheckpointError(
+                        f"{path}: unexpected tensor {e.name!r}: neither a text tensor of this config "
+                        f"(names {', '.join(p + '*' for p in prefixes)}, {' or '.join(head_names)}; "
+                        f"{cfg.num_layers} layers) nor a vision tensor"
+                    )
+                if name in sources:
+                    other = sources[name]
+                    raise CheckpointError(
+                        f"{path}: tensor {e.name!r} duplicates {other.entry.name!r} in {other.path} "
+                        f"(both are {name!r})"
+                    )
+                if e.dtype not in SUPPORTED_DTYPES:
+                    raise CheckpointError(
+                        f"{path}: tensor {e.name!r} has unsupported dtype {e.dtype}; "
+                        f"supported: {', '.join(SUPPORTED_DTYPES)}"
+                    )
+                if e.shape != expected[name]:
+                    raise CheckpointError(
+                        f"{path}: tensor {e.name!r} has shape {list(e.shape)}, expected {list(expected[name])}"
+                    )
+                sources[name] = _Source(path, e)
+        has_head = HEAD in sources
+        if cfg.tie_word_embeddings:
+            del expected[HEAD]
+        missing = [n for n in expected if n not in sources]
+        if missing:
+            shown = ", ".join(repr(head_names[0] if n == HEAD else prefixes[0] + n) for n in missing[:5])
+            more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            raise CheckpointError(f"{where}: {len(missing)} text tensor(s) missing: {shown}{more}")
+        return cls(sources, has_untied_head=has_head)
+
+    def tensors(self) -> Iterator[tuple[str, Tensor]]:
+        """Yield `(canonical name, Tensor)` in `names` order, reading one tensor per step.
+
+        The generator keeps no reference to a tensor once it is yielded; drop it (after copying
+        what you need) before asking for the next one to hold at most one raw tensor.
+        """
+        by_file: dict[Path, list[tuple[str, TensorEntry]]] = {}
+        for name, src in self._sources.items():
+            by_file.setdefault(src.path, []).append((name, src.entry))
+        for path, items in by_file.items():
+            with open(path, "rb", buffering=0) as f:
+                for name, entry in items:
+                    yield name, _read(f, entry)  # not bound to a local: the frame keeps no reference
+
+
+def _read(f: BinaryIO, entry: TensorEntry) -> Tensor:
+    try:
+        return Tensor(entry.dtype, read_tensor(f, entry))
+    except SafetensorsError as e:
+        raise CheckpointError(str(e)) from None
+
+
+def _header(path: Path) -> list[TensorEntry]:
+    try:
+        return read_header(path)
+    except SafetensorsError as e:
+        raise CheckpointError(str(e)) from None
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read ({e.strerror or e})") from None
+
+
+def _canonical(file_name: str, prefixes: tuple[str, ...], head_names: tuple[str, ...]) -> str | None:
+    if file_name in head_names:
+        return HEAD
+    for p in prefixes:
+        if file_name.startswith(p) and file_name[len(p) :] != HEAD:  # `model.lm_head.weight` is no head
+            return file_name[len(p) :]
+    return None
+
+
+def _read_index(index: Path) -> dict[str, list[str]]:
+    """Parse `model.safetensors.index.json`; return shard file -> tensor names it should hold."""
+    try:
+        raw: Any = json.loads(index.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise CheckpointError(f"{index}: malformed index, not valid JSON ({e})") from None
+    weight_map = raw.get("weight_map") if isinstance(raw, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"{index}: malformed index, expected an object with a non-empty 'weight_map'")
+    shards: dict[str, list[str]] = {}
+    for name, shard in weight_map.items():
+        if not isinstance(shard, str) or not shard or "/" in shard or "\\" in shard or shard in (".", ".."):
+            raise CheckpointError(
+                f"{index}: malformed index, weight_map[{name!r}] is {shard!r}; expected a file name in the same folder"
+            )
+        shards.setdefault(shard, []).append(name)
+    return shards
+
+
+def _check_index_matches_shards(
+    index: Path, shard_names: dict[str, list[str]], headers: dict[Path, list[TensorEntry]]
+) -> None:
+    """Every tensor the index lists is in its shard, and every shard holds only what the index lists."""
+    for path, entries in headers.items():
+        listed = set(shard_names[path.name])
+        present = {e.name for e in entries}
+        absent = [n for n in shard_names[path.name] if n not in present]
+        if absent:
+            raise CheckpointError(
+                f"{path}: tensor {absent[0]!r} is listed in {index.name} for this shard but absent from it"
+                + (f" ({len(absent)} such tensors)" if len(absent) > 1 else "")
+            )
+        extra = sorted(present - listed)
+        if extra:
+            raise CheckpointError(
+                f"{path}: holds tensor {extra[0]!r}, which {index.name} does not list for this shard"
+                + (f" ({len(extra)} such tensors)" if len(extra) > 1 else "")
+            )
+
+
+def _no_safetensors_message(model_dir: Path) -> str:
+    pickles = sorted(p.name for pattern in _PICKLE_PATTERNS for p in model_dir.glob(pattern))
+    if pickles:
+        return (
+            f"{model_dir}: no {SINGLE_FILE} or {INDEX_FILE}; found only pickle checkpoint(s) "
+            f"{', '.join(pickles[:3])}{' ...' if len(pickles) > 3 else ''}. These are not loaded, since unpickling "
+            "can run arbitrary code: convert the checkpoint to safetensors (e.g. in a trusted environment, "
+            "transformers' from_pretrained then save_pretrained writes model.safetensors)"
+        )
+    return f"{model_dir}: no {SINGLE_FILE} and no {INDEX_FILE} found"

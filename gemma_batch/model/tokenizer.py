@@ -1,0 +1,219 @@
+"""The Gemma 3 tokenizer: SentencePiece BPE with byte fallback, read from `tokenizer.model`.
+
+The ids match what transformers 5.x gives for the same `tokenizer.model` (it converts the file
+to a `tokenizers` BPE: `GemmaTokenizer`, merges ranked by piece id). Its pipeline, reproduced here:
+
+1. **Added tokens first.** Every control piece (`<pad>`, `<eos>`, `<bos>`), the `<unk>` piece and
+   every user-defined piece (`<mask>`, `[multimodal]`, `<unusedN>`, `<start_of_turn>`,
+   `<end_of_turn>`, ...) is cut out of the raw text, leftmost-longest, and becomes its single id.
+   So "<bos>" typed in a prompt is id 2, exactly as in transformers (SentencePiece alone would
+   spell control pieces out character by character).
+2. **BPE on the text between them.** Spaces become "▁", nothing else is normalized: no NFKC, no
+   dummy-prefix space, no whitespace collapsing, no pre-tokenizer split. Characters outside the
+   vocab fall back to one `<0xXX>` piece per UTF-8 byte. SentencePiece's BPE (highest-scoring
+   merge first, then leftmost) gives the same pieces as the converted merge table, so it does the
+   work; the file's normalizer settings are overridden to the ones above before loading.
+3. **`<bos>` in front** when `add_bos` (transformers' `add_special_tokens=True`).
+
+Decoding is a plain concatenation of each piece's bytes ("▁" -> " ", `<0xXX>` -> that byte), the
+whole byte string then read as UTF-8 (transformers' `Replace`, `ByteFallback`, `Fuse` decoders).
+Named special tokens (pad, eos, bos, unk, mask) are skipped, as `skip_special_tokens=True` does.
+A byte that belongs to no valid UTF-8 character becomes one U+FFFD (transformers replaces a whole
+run of byte pieces when any of it is invalid; the two agree on every valid run).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from types import MappingProxyType
+
+import sentencepiece as spm
+from google.protobuf.message import DecodeError
+from sentencepiece import sentencepiece_model_pb2 as sp_pb2
+
+PAD_ID = 0
+EOS_ID = 1
+BOS_ID = 2
+UNK_ID = 3
+START_OF_TURN_ID = 105
+END_OF_TURN_ID = 106
+
+# The pieces this engine relies on, at Gemma 3's ids. The file must hold each at its id.
+GEMMA3_SPECIAL_PIECES = MappingProxyType({
+    "<pad>": PAD_ID,
+    "<eos>": EOS_ID,
+    "<bos>": BOS_ID,
+    "<unk>": UNK_ID,
+    "<start_of_turn>": START_OF_TURN_ID,
+    "<end_of_turn>": END_OF_TURN_ID,
+})
+# transformers' GemmaTokenizer names these five as its special tokens; decode skips them.
+_NAMED_SPECIAL_PIECES = ("<pad>", "<eos>", "<bos>", "<unk>", "<mask>")
+
+_PieceType = sp_pb2.ModelProto.SentencePiece.Type
+# Piece types that transformers turns into added tokens, matched whole in the raw text.
+_ADDED_TYPES = (_PieceType.CONTROL, _PieceType.UNKNOWN, _PieceType.USER_DEFINED)
+_BPE = sp_pb2.TrainerSpec.ModelType.BPE
+
+# Lone surrogates U+DC80..U+DCFF are what "surrogateescape" makes of undecodable bytes.
+REPLACE_ESCAPED_BYTES = MappingProxyType({0xDC80 + b: "\ufffd" for b in range(128)})
+
+
+def literal_alternation(words: Iterable[str]) -> str:
+    """A regex matching any of `words`, leftmost-longest, built as a trie.
+
+    A plain `a|ab|abc` alternation tries every word at every position; the trie form tries one
+    branch per character, which matters for vocabularies with thousands of user-defined pieces.
+    """
+    trie: dict = {}
+    for word in words:
+        node = trie
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def pattern(node: dict) -> str:
+        ends_here = "" in node
+        branches = [re.escape(ch) + pattern(child) for ch, child in sorted(node.items()) if ch]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        if ends_here:  # greedy optional: the longer word wins, the shorter one is the fallback
+            return "(?:" + body + ")?"
+        return body
+
+    return pattern(trie)
+
+
+class Tokenizer:
+    """Gemma 3 text tokenizer (encode / decode); build with `Tokenizer.from_dir`."""
+
+    PAD_ID = PAD_ID
+    EOS_ID = EOS_ID
+    BOS_ID = BOS_ID
+    UNK_ID = UNK_ID
+    START_OF_TURN_ID = START_OF_TURN_ID
+    END_OF_TURN_ID = END_OF_TURN_ID
+
+    def __init__(self, proto: sp_pb2.ModelProto, source: str) -> None:
+        """Wrap a parsed `ModelProto`; `source` names the file in error messages."""
+        self.source = source
+        pieces = proto.pieces
+        if proto.trainer_spec.model_type != _BPE or not proto.trainer_spec.byte_fallback:
+            raise ValueError(f"{source} is not a Gemma 3 tokenizer: it must be a BPE model with byte_fallback")
+        for piece, want in GEMMA3_SPECIAL_PIECES.items():
+            found = pieces[want].piece if want < len(pieces) else None
+            if found != piece:
+                raise ValueError(
+                    f"{source} is not a Gemma 3 tokenizer: piece {piece!r} expected at id {want}, "
+                    f"found {found!r} ({len(pieces)} pieces in the file)"
+                )
+        self._pieces: list[str] = [p.piece for p in pieces]
+        self._piece_ids: dict[str, int] = {}
+        for i, p in enumerate(pieces):
+            self._piece_ids.setdefault(p.piece, i)
+        added = {p.piece: i for i, p in enumerate(pieces) if p.type in _ADDED_TYPES}
+        self._added_ids = added
+        self._added_re = re.compile(literal_alternation(added) or "(?!)")  # "(?!)" never matches
+        self._skip_ids = frozenset(self._piece_ids[p] for p in _NAMED_SPECIAL_PIECES if p in self._piece_ids)
+        # Per-id bytes for decoding (id -> UTF-8 bytes, "▁" already turned into a space).
+        self._bytes: list[bytes] = [
+            bytes([int(p.piece[3:5], 16)]) if p.type == _PieceType.BYTE else p.piece.replace("▁", " ").encode()
+            for p in pieces
+        ]
+        # transformers' converted tokenizer normalizes only " " -> "▁"; make SentencePiece do the same.
+        spec = sp_pb2.ModelProto()
+        spec.CopyFrom(proto)
+        norm = spec.normalizer_spec
+        norm.name = "identity"
+        norm.precompiled_charsmap = b""
+        norm.add_dummy_prefix = False
+        norm.remove_extra_whitespaces = False
+        norm.escape_whitespaces = True
+        spec.trainer_spec.treat_whitespace_as_suffix = False
+        self._sp = spm.SentencePieceProcessor(model_proto=spec.SerializeToString())
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Tokenizer:
+        """Load a SentencePiece `tokenizer.model` file.
+
+        Raises:
+            FileNotFoundError: the file does not exist.
+            ValueError: the file is not a readable SentencePiece model, or not Gemma 3's layout.
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path.name} not found in {path.parent}")
+        data = path.read_bytes()
+        proto = sp_pb2.ModelProto()
+        try:
+            proto.ParseFromString(data)
+        except DecodeError as e:
+            raise ValueError(f"{path} is not a SentencePiece model (protobuf parse failed: {e})") from e
+        if not proto.pieces:
+            raise ValueError(f"{path} is not a SentencePiece model: it holds no pieces ({len(data)} bytes)")
+        try:
+            return cls(proto, str(path))
+        except RuntimeError as e:  # SentencePiece rejected the model
+            raise ValueError(f"{path} could not be loaded by SentencePiece: {e}") from e
+
+    @classmethod
+    def from_dir(cls, model_dir: str | Path) -> Tokenizer:
+        """Load `tokenizer.model` from a Hugging Face model folder (see `from_file`)."""
+        model_dir = Path(model_dir)
+        path = model_dir / "tokenizer.model"
+        if not path.is_file():
+            raise FileNotFoundError(f"tokenizer.model not found in {model_dir}")
+        return cls.from_file(path)
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of pieces in the file (ids 0..vocab_size-1)."""
+        return len(self._pieces)
+
+    @property
+    def stop_ids(self) -> frozenset[int]:
+        """Ids an instruction-tuned Gemma 3 stops on: `<eos>` and `<end_of_turn>`."""
+        return frozenset((EOS_ID, END_OF_TURN_ID))
+
+    def id_to_piece(self, token_id: int) -> str:
+        """The piece string of `token_id` (e.g. "▁the", "<0x0A>", "<bos>")."""
+        return self._pieces[token_id]
+
+    def piece_to_id(self, piece: str) -> int | None:
+        """The id of `piece`, or None if the vocabulary lacks it."""
+        return self._piece_ids.get(piece)
+
+    def is_skipped(self, token_id: int) -> bool:
+        """Whether decode drops `token_id` (pad, eos, bos, unk, mask)."""
+        return token_id in self._skip_ids
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The UTF-8 bytes `token_id` contributes to decoded text (b"" for skipped ids)."""
+        return b"" if token_id in self._skip_ids else self._bytes[token_id]
+
+    def encode(self, text: str, add_bos: bool = True) -> list[int]:
+        """Token ids of `text`, equal to transformers' `tokenizer(text).input_ids` (with
+        `add_special_tokens=add_bos`). Special-token strings in the text become their ids."""
+        ids = [BOS_ID] if add_bos else []
+        pos = 0
+        for m in self._added_re.finditer(text):
+            if m.start() > pos:
+                ids += self._sp.encode(text[pos : m.start()])
+            ids.append(self._added_ids[m.group()])
+            pos = m.end()
+        if pos < len(text):
+            ids += self._sp.encode(text[pos:])
+        return ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of `ids`, skipping pad/eos/bos/unk/mask, like transformers'
+        `decode(ids, skip_special_tokens=True)`. Undecodable bytes become U+FFFD, one per byte."""
+        n = len(self._bytes)
+        bad = [i for i in ids if not 0 <= i < n]
+        if bad:
+            raise ValueError(f"token id {bad[0]} out of range for {self.source} (vocab size {n})")
+        data = b"".join(self.token_bytes(i) for i in ids)
+        return data.decode("utf-8", "surrogateescape").translate(REPLACE_ESCAPED_BYTES)

@@ -1,0 +1,62 @@
+"""The command line and the Python API end to end on the bundled demo model."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from gemma_batch import LLM
+from gemma_batch.cli import DEMO_MODEL
+from gemma_batch.engine.generate import generate_greedy
+
+GEMMA_BATCH = [sys.executable, "-m", "gemma_batch"]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*GEMMA_BATCH, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_generate_on_the_demo_model_prints_one_completion_per_prompt():
+    done = run_cli("generate", "The sea", "Once upon a time", "--max-tokens", "8")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("'The sea' -> ") and lines[1].startswith("'Once upon a time' -> ")
+
+
+def test_cli_output_equals_the_python_api_and_greedy_driver():
+    llm = LLM(DEMO_MODEL)
+    prompts = ["The sea", "Once upon a time"]
+    texts = llm.generate(prompts, max_tokens=8)
+    done = run_cli("generate", *prompts, "--max-tokens", "8")
+    assert done.stdout.splitlines() == [f"{p!r} -> {t!r}" for p, t in zip(prompts, texts)]
+    # Each prompt alone gives the same greedy ids as the batch: batching does not change results.
+    stop = frozenset(llm.config.eos_token_ids)
+    together = generate_greedy(llm.backend, [llm.encode(p) for p in prompts], 8, stop)
+    alone = [generate_greedy(llm.backend, [llm.encode(p)], 8, stop)[0] for p in prompts]
+    assert together == alone
+
+
+def test_chat_prompts_use_the_template():
+    llm = LLM(DEMO_MODEL)
+    ids = llm.encode([{"role": "user", "content": "Hi"}])
+    # <bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n (exact ids: test_tokenizer.py)
+    assert ids[:2] == [2, 105] and ids.count(105) == 2 and ids.count(106) == 1
+    done = run_cli("generate", "--chat", "Hi", "--max-tokens", "4")
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_missing_model_directory_fails_with_its_name(tmp_path):
+    done = run_cli("generate", "x", "--model", str(tmp_path / "nope"))
+    assert done.returncode == 1
+    assert "config.json not found in" in done.stderr and "nope" in done.stderr
+
+
+def test_a_model_without_tokenizer_fails_with_the_file_named(tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(DEMO_MODEL, model)
+    os.remove(model / "tokenizer.model")
+    done = run_cli("generate", "x", "--model", str(model))
+    assert done.returncode == 1 and "tokenizer.model" in done.stderr and str(model) in done.stderr
