@@ -19,6 +19,7 @@ import safetensors.numpy
 import safetensors.torch
 import torch
 
+from gemma_batch.backends.cpu import CpuBackend
 from gemma_batch.model import checkpoint as checkpoint_module
 from gemma_batch.model.checkpoint import Checkpoint, CheckpointError, Tensor, to_float32
 from gemma_batch.model.config import Gemma3Config
@@ -466,3 +467,24 @@ def test_streaming_holds_one_raw_tensor_at_a_time(tmp_path):
     assert held_beyond_kept < 128 << 10, (held_beyond_kept, largest)
     # One raw tensor lives beside its float32 copy; holding all raw tensors would add ~17 MB.
     assert peak < kept_bytes + 2 * largest + (256 << 10), (peak, kept_bytes, largest)
+
+
+def test_cpu_backend_load_peaks_near_the_float32_weights(tmp_path):
+    """The CPU backend holds float32: loading a BF16 checkpoint peaks at that plus about one tensor."""
+    cfg = tiny_cfg(vocab_size=1024, hidden_size=256, intermediate_size=1024, num_hidden_layers=8,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=64)  # fmt: skip
+    tensors = {"model." + n: torch.randn(s).to(torch.bfloat16) for n, s in tensor_shapes(cfg).items()}
+    safetensors.torch.save_file(tensors, str(tmp_path / "model.safetensors"))
+    del tensors
+    ck = Checkpoint.open(tmp_path, cfg)
+    largest = max(np.prod(ck.shape(n)) * 2 for n in ck.names)
+    backend = CpuBackend(cfg)
+    tracemalloc.start()
+    try:
+        backend.load_weights(ck.tensors())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    held = sum(a.nbytes for a in backend.weights.values())
+    assert held == 2 * ck.nbytes
+    assert peak < held + 3 * largest + (256 << 10), (peak, held, largest)

@@ -77,9 +77,5 @@ class Backend(ABC):
         """Allocate `num_blocks[group]` KV blocks of `block_size` token slots for each KV group."""
 
     @abstractmethod
-    def kv_bytes_per_token(self, group: str) -> int:
-        """Bytes of K and V one token occupies across all layers of a KV group."""
-
-    @abstractmethod
     def step(self, batch: StepBatch) -> StepResult:
         """Run the model over the batch, write its K/V into the cache, sample the next tokens."""

@@ -90,10 +90,6 @@ class CpuBackend(Backend):
                 self.k_cache[layer] = np.zeros((slots, cfg.num_kv_heads, cfg.head_dim), F32)
                 self.v_cache[layer] = np.zeros((slots, cfg.num_kv_heads, cfg.head_dim), F32)
 
-    def kv_bytes_per_token(self, group: str) -> int:
-        layers = next(g.layers for g in self.cfg.kv_groups() if g.name == group)
-        return len(layers) * 2 * self.cfg.kv_width * 4
-
     def step(self, batch: StepBatch) -> StepResult:
         cfg, w = self.cfg, self.weights
         x = w["embed_tokens.weight"][batch.token_ids] * F32(cfg.embed_scale)  # [T, H]
