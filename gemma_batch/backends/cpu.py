@@ -98,12 +98,11 @@ class CpuBackend(Backend):
         for layer, kind in enumerate(cfg.layer_types):
             x = self._layer(layer, x, rope[kind], plans[kind], batch.slots[kind])
 
-        last = batch.seq_starts[1:] - 1  # [S] flat index of each sequence's last token
-        rows = np.arange(batch.num_tokens) if batch.return_logits else last[batch.sample]
+        sampled = (batch.seq_starts[1:] - 1)[batch.sample]  # flat index of each sampled last token
+        rows = np.arange(batch.num_tokens) if batch.return_logits else sampled
         logits = rms_norm(x[rows], w["norm.weight"], cfg.rms_norm_eps) @ self._lm_head().T  # [R, V]
         next_ids = np.full(batch.num_seqs, -1, np.int32)
-        sampled_logits = logits[last[batch.sample]] if batch.return_logits else logits
-        next_ids[batch.sample] = np.argmax(sampled_logits, axis=-1)
+        next_ids[batch.sample] = np.argmax(logits[sampled] if batch.return_logits else logits, axis=-1)
         return StepResult(next_ids, logits if batch.return_logits else None)
 
     def _lm_head(self) -> np.ndarray:
@@ -171,4 +170,3 @@ class CpuBackend(Backend):
                 mask &= q_pos[:, None] - k_pos[None, :] < window  # W keys including the query itself
             plan.append(_SeqAttention(slice(start, end), blocks * bs + k_pos % bs, mask))
         return plan
-

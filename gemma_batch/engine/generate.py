@@ -19,7 +19,7 @@ def generate_greedy(
     backend: Backend,
     prompts: list[list[int]],
     max_new_tokens: int,
-    stop_token_ids: frozenset[int] = frozenset(),
+    stop_token_ids: frozenset[int] | list[frozenset[int]] = frozenset(),
     block_size: int = 16,
     num_blocks: dict[str, int] | None = None,
     step_token_budget: int = 512,
@@ -27,7 +27,7 @@ def generate_greedy(
 ) -> list[list[int]]:
     """Greedy completions (token ids, stop token included) for `prompts`, computed as one batch.
 
-    `num_blocks` defaults to enough for every sequence at full length; `on_step` sees each step's
+    `stop_token_ids` is one set for every prompt or a set per prompt. `num_blocks` defaults to enough for every sequence at full length; `on_step` sees each step's
     prompt indices (one per sequence in the batch), batch and result (tests collect logits).
     """
     cfg = backend.cfg
@@ -38,7 +38,8 @@ def generate_greedy(
         num_blocks = {g.name: per_seq * len(prompts) for g in groups}
     backend.allocate_kv(num_blocks, block_size)
     kv = KVCacheManager(groups, num_blocks, block_size)
-    seqs = [Sequence.from_prompt(i, p, max_new_tokens, stop_token_ids) for i, p in enumerate(prompts)]
+    stops = [stop_token_ids] * len(prompts) if isinstance(stop_token_ids, frozenset) else stop_token_ids
+    seqs = [Sequence.from_prompt(i, p, max_new_tokens, stop) for i, (p, stop) in enumerate(zip(prompts, stops))]
 
     while running := [s for s in seqs if not s.finished]:
         scheduled, budget = [], step_token_budget

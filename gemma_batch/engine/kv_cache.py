@@ -46,14 +46,17 @@ class KVCacheManager:
         """Earliest position a query at `first_query` (or later) can attend to in this group."""
         return 0 if group.window is None else max(0, first_query - group.window + 1)
 
+    def _spans(self, seq: Sequence, group: KVGroup, context_len: int) -> range:
+        """Block-table entries the next step of `seq` writes or reads, up to `context_len`."""
+        first = self._first_needed_position(group, seq.num_cached_tokens) // self.block_size
+        return range(first, (context_len - 1) // self.block_size + 1)
+
     def blocks_needed(self, seq: Sequence, context_len: int) -> dict[str, int]:
         """New blocks per group for `seq` to hold positions up to `context_len - 1`."""
         needed = {}
         for g in self.groups:
             table = seq.block_tables.get(g.name, [])
-            first = self._first_needed_position(g, seq.num_cached_tokens) // self.block_size
-            last = (context_len - 1) // self.block_size
-            needed[g.name] = sum(1 for j in range(first, last + 1) if j >= len(table) or table[j] < 0)
+            needed[g.name] = sum(1 for j in self._spans(seq, g, context_len) if j >= len(table) or table[j] < 0)
         return needed
 
     def can_allocate(self, seq: Sequence, context_len: int) -> bool:
@@ -66,10 +69,9 @@ class KVCacheManager:
             raise RuntimeError(f"sequence {seq.seq_id}: not enough free KV blocks for {context_len} tokens")
         for g in self.groups:
             table = seq.block_tables.setdefault(g.name, [])
-            first = self._first_needed_position(g, seq.num_cached_tokens) // self.block_size
-            last = (context_len - 1) // self.block_size
-            table.extend([-1] * (last + 1 - len(table)))
-            for j in range(first, last + 1):
+            spans = self._spans(seq, g, context_len)
+            table.extend([-1] * (spans.stop - len(table)))
+            for j in spans:
                 if table[j] < 0:
                     table[j] = self.pools[g.name].allocate()
 

@@ -42,14 +42,6 @@ class LLM:
 
     def generate(self, prompts: list[str | Messages], max_tokens: int = 64) -> list[str]:
         """Greedy completions, computed as one batch, without their stop token."""
-        texts = []
-        # Plain and chat prompts stop differently, so each kind runs as its own batch.
-        for chat in (False, True):
-            picked = [i for i, p in enumerate(prompts) if isinstance(p, str) != chat]
-            if not picked:
-                continue
-            stop = self.stop_token_ids(chat)
-            ids = [self.encode(prompts[i]) for i in picked]
-            for i, completion in zip(picked, generate_greedy(self.backend, ids, max_tokens, stop)):
-                texts.append((i, self.tokenizer.decode([t for t in completion if t not in stop])))
-        return [text for _, text in sorted(texts)]
+        stops = [self.stop_token_ids(chat=not isinstance(p, str)) for p in prompts]
+        completions = generate_greedy(self.backend, [self.encode(p) for p in prompts], max_tokens, stops)
+        return [self.tokenizer.decode([t for t in c if t not in stop]) for c, stop in zip(completions, stops)]

@@ -25,13 +25,13 @@ def build_step(
         context_lens.append(begin + n)
         sample.append(begin + n == seq.num_tokens)
     pos = np.asarray(positions, np.int32)
+    row = np.repeat(np.arange(len(scheduled)), np.diff(starts))  # [T] sequence of each token
     tables, slots = {}, {}
     for name in group_names:
         width = max(len(seq.block_tables[name]) for seq, _ in scheduled)
         table = np.full((len(scheduled), width), -1, np.int32)  # [S, max_blocks]
         for s, (seq, _) in enumerate(scheduled):
             table[s, : len(seq.block_tables[name])] = seq.block_tables[name]
-        row = np.repeat(np.arange(len(scheduled)), np.diff(starts))  # [T] sequence of each token
         tables[name] = table
         slots[name] = (table[row, pos // block_size] * block_size + pos % block_size).astype(np.int32)
     return StepBatch(
