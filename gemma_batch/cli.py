@@ -1,4 +1,9 @@
-"""The `gemma-batch` command line: parses options and calls the engine, nothing else."""
+"""The `gemma-batch` command line: parses options and calls the engine or the job, nothing else.
+
+Exit codes of `run`: 0 success, 2 usage error (bad flag, TOML or value; a job in progress with
+other settings), 1 job failure (unreadable input or model, no memory, a locked output; and row
+errors when --fail-on-row-error is given).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,15 @@ from pathlib import Path
 
 import typer
 
+from .data.rows import DatasetError
+from .engine.kv_plan import KVBudgetError
 from .engine.llm import LLM
+from .job.lock import JobLocked
+from .job.runner import JobFailed, run_job
+from .job.spec import DEMO_MODEL, UsageError, load_toml, make_spec
+from .job.store import JobMismatch
 
-DEMO_MODEL = Path(__file__).resolve().parent.parent / "sample_data" / "demo-model"
-
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Batch text generation with Gemma 3 models.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False, help="Batch text generation with Gemma 3 models.")
 
 
 @app.callback()
@@ -35,3 +44,60 @@ def generate(
     inputs = [[{"role": "user", "content": p}] for p in prompts] if chat else list(prompts)
     for prompt, completion in zip(prompts, llm.generate(inputs, max_tokens=max_tokens)):
         typer.echo(f"{prompt!r} -> {completion!r}")
+
+
+def _opt(help: str, *names: str) -> typer.models.OptionInfo:
+    return typer.Option(None, *names, help=help, show_default=False)
+
+
+@app.command()
+def run(
+    source: Path = typer.Argument(..., help="Prompt dataset (.jsonl, .parquet, OpenAI batch .jsonl) or a job spec (.toml)."),
+    output: Path = _opt("Output file. [default: INPUT's name + .completions.parquet (.results.jsonl for openai), beside it]"),
+    model: Path = _opt("A Hugging Face Gemma 3 directory. [default: the bundled demo model]"),
+    backend: str = _opt("Device backend: auto or cpu; auto says what it picked. [default: auto]"),
+    prompt_column: str = _opt("Column holding the prompt text. [default: prompt]"),
+    id_column: str = _opt("Column holding a unique row id. [default: id if present, else the row number]"),
+    keep_columns: list[str] = _opt("Input column to copy into the output (repeatable)."),
+    chat: bool = typer.Option(None, "--chat/--no-chat", show_default=False, help="--chat wraps plain prompts as a user turn; --no-chat refuses `messages` rows. [default: chat template for `messages` rows only]"),
+    output_format: str = _opt("parquet, or openai (OpenAI Batch result lines). [default: parquet]"),
+    max_tokens: int = _opt("Most new tokens per row. [default: 256]"),
+    temperature: float = _opt("Sampling temperature; 0 is greedy. [default: 0]"),
+    top_k: int = _opt("Sample among the k most likely tokens; 0 is off. [default: 0]"),
+    top_p: float = _opt("Nucleus sampling mass; 1 is off. [default: 1]"),
+    min_p: float = _opt("Drop tokens below min_p x the top probability; 0 is off. [default: 0]"),
+    seed: int = _opt("Job seed; a row's randomness depends only on (seed, row id, step). [default: 0]"),
+    stop: list[str] = _opt("Stop string, not included in the output (repeatable)."),
+    max_batch: int = _opt("Most sequences running at once. [default: 32]"),
+    max_model_len: int = _opt("Bound on prompt + completion tokens. [default: the model's context]"),
+    kv_memory: str = _opt("KV cache memory: a size (4GiB, 512MB) or a share of free memory (50%). [default: 50%]"),
+    block_size: int = _opt("Tokens per KV block. [default: 16]"),
+    max_step_tokens: int = _opt("Token budget of one step (prefill is chunked to it). [default: 512]"),
+    force: bool = typer.Option(False, "--force", help="Start over when the output belongs to a job with other settings."),
+    fail_on_row_error: bool = typer.Option(False, "--fail-on-row-error", help="Exit 1 when any row failed (the output is still written)."),
+) -> None:
+    """Complete every row of a prompt dataset into a Parquet dataset, resumably.
+
+    Run the same command again after a crash or kill to resume: finished rows are kept.
+    """
+    flags = {"force": force, "fail_on_row_error": fail_on_row_error}
+    given = {k: v for k, v in locals().items() if k not in ("source", "flags", *flags) and v not in (None, [])}
+    given |= {k: True for k, v in flags.items() if v}
+    try:
+        settings = load_toml(source) if source.suffix == ".toml" else {"input": source}
+        spec = make_spec({**settings, **given}, where=str(source) if source.suffix == ".toml" else "command line")
+        if not spec.input.exists():
+            raise UsageError(f"input {spec.input} does not exist")
+        stats = run_job(spec)
+    except (UsageError, JobMismatch) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    except (JobFailed, JobLocked, DatasetError, KVBudgetError, OSError, ValueError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        typer.echo("interrupted: finished rows are saved; run the same command again to resume", err=True)
+        raise typer.Exit(130) from None
+    if spec.fail_on_row_error and stats.get("rows_failed", 0):
+        typer.echo(f"error: {stats['rows_failed']} row(s) failed (--fail-on-row-error)", err=True)
+        raise typer.Exit(1)

@@ -26,6 +26,23 @@ from ..model.config import Gemma3Config
 
 
 @dataclass
+class SamplingBatch:
+    """Per-sequence sampling parameters of a step (see `backends.sampler` for the exact rule).
+
+    Randomness is counter-based: the uniform number for a sequence's draw is a pure function of
+    its `keys` row (derived from the job seed and the row id) and `counters` (the index of the
+    token being sampled), so it never depends on the batch.
+    """
+
+    temperature: np.ndarray  # [S] float32, 0 = greedy
+    top_k: np.ndarray  # [S] int32, 0 = off
+    top_p: np.ndarray  # [S] float32, 1 = off
+    min_p: np.ndarray  # [S] float32, 0 = off
+    keys: np.ndarray  # [S, 2] uint32 Philox key of each sequence
+    counters: np.ndarray  # [S] uint32, index of the completion token being drawn
+
+
+@dataclass
 class StepBatch:
     """One step over a flattened ("varlen") batch of S sequences and T tokens.
 
@@ -41,6 +58,7 @@ class StepBatch:
     block_tables: dict[str, np.ndarray]  # KV group -> [S, max_blocks] int32 block ids, -1 = none
     slots: dict[str, np.ndarray]  # KV group -> [T] int32 slot where each new token's K/V goes
     sample: np.ndarray  # [S] bool, whether the sequence's last token this step is sampled
+    sampling: SamplingBatch | None = None  # None: greedy for every sequence
     return_logits: bool = False  # also return the logits of every token (tests, scoring)
 
     @property
@@ -73,9 +91,21 @@ class Backend(ABC):
         """Take every text tensor, one at a time, by canonical name (see `model.weights`)."""
 
     @abstractmethod
+    def available_memory(self) -> int:
+        """Bytes the device could still give to the KV cache (free memory, before any budget)."""
+
+    @abstractmethod
+    def kv_bytes_per_token(self, group: str) -> int:
+        """Bytes one token slot of KV group `group` takes, summed over the group's layers."""
+
+    @abstractmethod
     def allocate_kv(self, num_blocks: Mapping[str, int], block_size: int) -> None:
         """Allocate `num_blocks[group]` KV blocks of `block_size` token slots for each KV group."""
 
     @abstractmethod
     def step(self, batch: StepBatch) -> StepResult:
-        """Run the model over the batch, write its K/V into the cache, sample the next tokens."""
+        """Run the model over the batch, write its K/V into the cache, sample the next tokens.
+
+        Batch invariance: every value computed for a token (its K/V, logits, sampled id) must be
+        bit-identical whatever else is in the batch, however its sequence's prompt was chunked.
+        """

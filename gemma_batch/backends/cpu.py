@@ -1,13 +1,20 @@
 """The numpy float32 backend: the reference every other backend is tested against.
 
-It favours clarity over speed, but never loops in Python over elements: per step it loops over
-layers, and inside attention over sequences; everything else is whole-array numpy.
+It favours clarity over speed. Per step it loops in Python over layers, and inside attention over
+query tokens; everything else is whole-array numpy.
+
+Batch invariance (see `Backend.step`) is by construction, because BLAS does not promise it:
+OpenBLAS sums a 1-row product (gemv) in another order than a many-row one, and may switch kernels
+with the matrix size. So every weight product runs in fixed tiles of `ROW_TILE` rows (the last
+zero-padded), and each query attends alone over exactly the keys it sees; a token's arithmetic
+then has the same shapes, hence the same rounding, in any batch and any prefill chunking.
 
 Shapes: T tokens in the step, S sequences, H hidden, nh/nkv heads of hd, I intermediate, V vocab.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -17,8 +24,21 @@ from ..model.checkpoint import Tensor, to_float32
 from ..model.config import Gemma3Config, RopeSpec
 from ..model.weights import tensor_shapes
 from .base import Backend, StepBatch, StepResult
+from .sampler import sample_tokens
 
 F32 = np.float32
+ROW_TILE = 16  # rows per weight product: a fixed shape keeps BLAS on one code path
+
+
+def matmul_rows(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """x [T, K] @ w.T for w [N, K], in tiles of ROW_TILE rows so each row's result is batch-invariant."""
+    T = x.shape[0]
+    padded = np.zeros((-(-T // ROW_TILE) * ROW_TILE, x.shape[1]), F32)
+    padded[:T] = x
+    out = np.empty((padded.shape[0], w.shape[0]), F32)
+    for i in range(0, padded.shape[0], ROW_TILE):
+        out[i : i + ROW_TILE] = padded[i : i + ROW_TILE] @ w.T
+    return out[:T]
 
 
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
@@ -52,8 +72,8 @@ class _SeqAttention:
     """Where one sequence's queries sit in the step and which cached keys they may see."""
 
     tokens: slice  # the sequence's range in the flat batch
-    key_slots: np.ndarray  # [m] cache slots of the visible keys, in position order
-    mask: np.ndarray  # [n, m] bool, True where query i may attend to key j
+    key_slots: np.ndarray  # [m] cache slots of the keys any of its queries sees, in position order
+    key_ranges: list[tuple[int, int]]  # per query: [lo, hi) into key_slots, the keys it sees
 
 
 class CpuBackend(Backend):
@@ -81,6 +101,19 @@ class CpuBackend(Backend):
             for i in range(self.cfg.num_layers)
         ]
 
+    def available_memory(self) -> int:
+        """MemAvailable from /proc/meminfo (free pages plus reclaimable cache)."""
+        try:
+            with open("/proc/meminfo") as f:
+                fields = dict(line.split(":", 1) for line in f)
+            return int(fields["MemAvailable"].split()[0]) * 1024
+        except (OSError, KeyError, ValueError):
+            return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+    def kv_bytes_per_token(self, group: str) -> int:
+        layers = next(g.layers for g in self.cfg.kv_groups() if g.name == group)
+        return len(layers) * 2 * self.cfg.num_kv_heads * self.cfg.head_dim * 4  # K and V, float32
+
     def allocate_kv(self, num_blocks: Mapping[str, int], block_size: int) -> None:
         cfg = self.cfg
         self.block_size = block_size
@@ -100,9 +133,10 @@ class CpuBackend(Backend):
 
         sampled = (batch.seq_starts[1:] - 1)[batch.sample]  # flat index of each sampled last token
         rows = np.arange(batch.num_tokens) if batch.return_logits else sampled
-        logits = rms_norm(x[rows], w["norm.weight"], cfg.rms_norm_eps) @ self._lm_head().T  # [R, V]
+        logits = matmul_rows(rms_norm(x[rows], w["norm.weight"], cfg.rms_norm_eps), self._lm_head())  # [R, V]
         next_ids = np.full(batch.num_seqs, -1, np.int32)
-        next_ids[batch.sample] = np.argmax(logits[sampled] if batch.return_logits else logits, axis=-1)
+        sampled_logits = logits[sampled] if batch.return_logits else logits
+        next_ids[batch.sample] = sample_tokens(sampled_logits, batch.sampling, np.flatnonzero(batch.sample))
         return StepResult(next_ids, logits if batch.return_logits else None)
 
     def _lm_head(self) -> np.ndarray:
@@ -121,9 +155,9 @@ class CpuBackend(Backend):
         eps, T = cfg.rms_norm_eps, x.shape[0]
 
         a = rms_norm(x, w["input_layernorm.weight"], eps)
-        q = (a @ w["self_attn.q_proj.weight"].T).reshape(T, cfg.num_heads, cfg.head_dim)
-        k = (a @ w["self_attn.k_proj.weight"].T).reshape(T, cfg.num_kv_heads, cfg.head_dim)
-        v = (a @ w["self_attn.v_proj.weight"].T).reshape(T, cfg.num_kv_heads, cfg.head_dim)
+        q = matmul_rows(a, w["self_attn.q_proj.weight"]).reshape(T, cfg.num_heads, cfg.head_dim)
+        k = matmul_rows(a, w["self_attn.k_proj.weight"]).reshape(T, cfg.num_kv_heads, cfg.head_dim)
+        v = matmul_rows(a, w["self_attn.v_proj.weight"]).reshape(T, cfg.num_kv_heads, cfg.head_dim)
         q = apply_rope(rms_norm(q, w["self_attn.q_norm.weight"], eps), *rope)  # QK-norm, then RoPE
         k = apply_rope(rms_norm(k, w["self_attn.k_norm.weight"], eps), *rope)
         self.k_cache[layer][slots] = k  # the cache holds K after norm and RoPE, V raw
@@ -132,29 +166,31 @@ class CpuBackend(Backend):
         o = np.empty((T, cfg.num_heads, cfg.head_dim), F32)
         for seq in plan:
             o[seq.tokens] = self._attend(q[seq.tokens], layer, seq)
-        attn = o.reshape(T, cfg.q_width) @ w["self_attn.o_proj.weight"].T  # [T, H]
+        attn = matmul_rows(o.reshape(T, cfg.q_width), w["self_attn.o_proj.weight"])  # [T, H]
         x = x + rms_norm(attn, w["post_attention_layernorm.weight"], eps)
 
         b = rms_norm(x, w["pre_feedforward_layernorm.weight"], eps)
-        gate = gelu_tanh(b @ w["mlp.gate_proj.weight"].T)  # [T, I]
-        mlp = (gate * (b @ w["mlp.up_proj.weight"].T)) @ w["mlp.down_proj.weight"].T  # [T, H]
+        gate = gelu_tanh(matmul_rows(b, w["mlp.gate_proj.weight"]))  # [T, I]
+        mlp = matmul_rows(gate * matmul_rows(b, w["mlp.up_proj.weight"]), w["mlp.down_proj.weight"])  # [T, H]
         return x + rms_norm(mlp, w["post_feedforward_layernorm.weight"], eps)
 
     def _attend(self, q: np.ndarray, layer: int, seq: _SeqAttention) -> np.ndarray:
-        """Softmax attention of one sequence's queries q [n, nh, hd] over its cached keys."""
+        """Softmax attention of one sequence's queries q [n, nh, hd], each over its own keys."""
         cfg = self.cfg
-        n, group = q.shape[0], cfg.num_heads // cfg.num_kv_heads
-        k = self.k_cache[layer][seq.key_slots]  # [m, nkv, hd]
-        v = self.v_cache[layer][seq.key_slots]
-        q = q.reshape(n, cfg.num_kv_heads, group, cfg.head_dim)  # query head j uses kv head j // group
-        scores = np.einsum("nkgd,mkd->kgnm", q, k) * F32(cfg.attn_scale)  # [nkv, group, n, m]
-        scores = np.where(seq.mask, scores, F32(-np.inf))
-        probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
-        probs /= probs.sum(axis=-1, keepdims=True)
-        return np.einsum("kgnm,mkd->nkgd", probs, v).reshape(n, cfg.num_heads, cfg.head_dim)
+        group = cfg.num_heads // cfg.num_kv_heads
+        k = self.k_cache[layer][seq.key_slots].transpose(1, 0, 2)  # [nkv, m, hd]
+        v = self.v_cache[layer][seq.key_slots].transpose(1, 0, 2)
+        q = q.reshape(len(q), cfg.num_kv_heads, group, cfg.head_dim)  # query head j uses kv head j // group
+        out = np.empty_like(q)
+        for i, (lo, hi) in enumerate(seq.key_ranges):
+            scores = (q[i] @ k[:, lo:hi].transpose(0, 2, 1)) * F32(cfg.attn_scale)  # [nkv, group, L]
+            probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            probs /= probs.sum(axis=-1, keepdims=True)
+            out[i] = probs @ v[:, lo:hi]  # [nkv, group, hd]
+        return out.reshape(len(q), cfg.num_heads, cfg.head_dim)
 
     def _attention_plan(self, batch: StepBatch, group: str, window: int | None) -> list[_SeqAttention]:
-        """Per sequence: the cache slots of the keys its queries can see, and the causal/window mask."""
+        """Per sequence: the cache slots of the keys its queries can see, and each query's key range."""
         bs, table, plan = self.block_size, batch.block_tables[group], []
         for s in range(batch.num_seqs):
             start, end = int(batch.seq_starts[s]), int(batch.seq_starts[s + 1])
@@ -165,8 +201,8 @@ class CpuBackend(Backend):
             if (blocks < 0).any():
                 missing = int(k_pos[np.argmax(blocks < 0)])
                 raise ValueError(f"sequence {s}: no {group} KV block holds position {missing}")
-            mask = k_pos[None, :] <= q_pos[:, None]  # causal
-            if window is not None:
-                mask &= q_pos[:, None] - k_pos[None, :] < window  # W keys including the query itself
-            plan.append(_SeqAttention(slice(start, end), blocks * bs + k_pos % bs, mask))
+            hi = q_pos - first + 1  # causal: keys up to the query itself
+            lo = np.zeros_like(hi) if window is None else np.maximum(0, hi - window)  # W keys, query included
+            ranges = list(zip(lo.tolist(), hi.tolist()))
+            plan.append(_SeqAttention(slice(start, end), blocks * bs + k_pos % bs, ranges))
         return plan

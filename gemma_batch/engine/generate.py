@@ -1,18 +1,14 @@
-"""Greedy generation for a fixed set of prompts that run together (chunked prefill, then decode).
+"""Greedy generation of a fixed list of prompts on a backend: the engine without a job around it.
 
-This is the simplest driver of the step contract: every sequence is admitted at once, each step
-gives each unfinished sequence either its next prefill chunk (within a per-step token budget) or
-its one decode token. The batch job's scheduler builds on the same pieces.
+Tests and the Python API use it; the batch job drives `Engine` itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from ..backends.base import Backend, StepBatch, StepResult
-from .kv_cache import KVCacheManager
-from .sequence import Sequence
-from .step_builder import build_step
+from ..backends.base import Backend
+from .engine import Engine, Request, StepHook
+from .kv_plan import KVPlan
+from .sampling_params import SamplingParams
 
 
 def generate_greedy(
@@ -23,43 +19,27 @@ def generate_greedy(
     block_size: int = 16,
     num_blocks: dict[str, int] | None = None,
     step_token_budget: int = 512,
-    on_step: Callable[[list[int], StepBatch, StepResult], None] | None = None,
+    on_step: StepHook | None = None,
+    max_batch: int | None = None,
 ) -> list[list[int]]:
-    """Greedy completions (token ids, stop token included) for `prompts`, computed as one batch.
+    """Greedy completions (token ids, stop token included) for `prompts`, run through the engine.
 
-    `stop_token_ids` is one set for every prompt or a set per prompt. `num_blocks` defaults to enough for every sequence at full length; `on_step` sees each step's
-    prompt indices (one per sequence in the batch), batch and result (tests collect logits).
+    `stop_token_ids` is one set for every prompt or a set per prompt. `num_blocks` defaults to
+    enough for every sequence at full length; `max_batch` to all prompts at once. `on_step` sees
+    each step's prompt indices, batch and result (tests collect logits).
     """
-    cfg = backend.cfg
-    groups = cfg.kv_groups()
+    longest = max(len(p) for p in prompts) + max_new_tokens
     if num_blocks is None:
-        longest = max(len(p) for p in prompts) + max_new_tokens
         per_seq = -(-longest // block_size)
-        num_blocks = {g.name: per_seq * len(prompts) for g in groups}
-    backend.allocate_kv(num_blocks, block_size)
-    kv = KVCacheManager(groups, num_blocks, block_size)
+        num_blocks = {g.name: per_seq * len(prompts) for g in backend.cfg.kv_groups()}
+    plan = KVPlan(block_size, dict(num_blocks), longest, 0, 0, 1)
+    batch = max_batch or len(prompts)
+    engine = Engine(backend, plan, None, batch, max(step_token_budget, batch), on_step)
     stops = [stop_token_ids] * len(prompts) if isinstance(stop_token_ids, frozenset) else stop_token_ids
-    seqs = [Sequence.from_prompt(i, p, max_new_tokens, stop) for i, (p, stop) in enumerate(zip(prompts, stops))]
-
-    while running := [s for s in seqs if not s.finished]:
-        scheduled, budget = [], step_token_budget
-        for seq in sorted(running, key=lambda s: s.num_uncached_tokens > 1):  # decode tokens first
-            n = min(seq.num_uncached_tokens, budget)
-            if n == 0:
-                break
-            kv.allocate(seq, seq.num_cached_tokens + n)
-            scheduled.append((seq, n))
-            budget -= n
-        batch = build_step(scheduled, [g.name for g in groups], block_size, return_logits=on_step is not None)
-        result = backend.step(batch)
-        if on_step is not None:
-            on_step([seq.seq_id for seq, _ in scheduled], batch, result)
-        for s, (seq, n) in enumerate(scheduled):
-            seq.num_cached_tokens += n
-            kv.release_out_of_window(seq)
-            if batch.sample[s]:
-                seq.append(int(result.token_ids[s]))
-            if seq.finished:
-                kv.free(seq)
-    return [s.completion_ids for s in seqs]
-
+    params = SamplingParams(max_tokens=max_new_tokens)
+    for i, (prompt, stop) in enumerate(zip(prompts, stops)):
+        engine.add(Request(i, prompt, params, stop))
+    completions: dict[int, list[int]] = {}
+    while engine.num_unfinished:
+        completions.update((c.request_id, c.token_ids) for c in engine.step())
+    return [completions[i] for i in range(len(prompts))]

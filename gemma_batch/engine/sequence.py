@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass
+@dataclass(eq=False)  # identity: two sequences are never "equal"
 class Sequence:
     """A prompt and its growing completion.
 

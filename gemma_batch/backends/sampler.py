@@ -1,0 +1,91 @@
+"""Token sampling from logits, the numpy reference every backend's on-device sampler follows.
+
+One draw for sequence s, from its row of logits x (float32):
+
+1. temperature 0: the arg-max (lowest id on ties). Otherwise x = x / temperature.
+2. Candidates in a fixed order: logit descending, then token id ascending.
+3. top-k keeps the first k candidates; top-p keeps the shortest prefix whose probability mass
+   reaches p; min-p drops candidates whose probability is below min_p times the largest.
+   Probabilities are softmax over the candidates left by the previous filter (HF's warper order:
+   temperature, top-k, top-p, min-p).
+4. u = uniform(keys[s], counters[s]) picks the first candidate whose cumulative probability
+   exceeds u times the total.
+
+u comes from Philox-4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3",
+SC'11), a counter-based generator that is easy to reproduce in a shader: the counter is
+(counter, 0, 0, 0), the key the sequence's two words, and u is the top 24 bits of the first
+output word over 2**24. A draw therefore depends only on the row's key and token index.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import SamplingBatch
+
+_M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
+_W0, _W1 = np.uint32(0x9E3779B9), np.uint32(0xBB67AE85)
+_LOW32 = np.uint64(0xFFFFFFFF)
+
+
+def philox4x32(counter: np.ndarray, key: np.ndarray, rounds: int = 10) -> np.ndarray:
+    """Philox-4x32 of counters [N, 4] uint32 under keys [N, 2] uint32 -> [N, 4] uint32."""
+    c = [counter[:, i].astype(np.uint64) for i in range(4)]
+    k0, k1 = key[:, 0].astype(np.uint32), key[:, 1].astype(np.uint32)
+    for r in range(rounds):
+        if r:
+            k0, k1 = k0 + _W0, k1 + _W1  # uint32 wrap-around
+        p0, p1 = _M0 * c[0], _M1 * c[2]  # 32 x 32 -> 64-bit products
+        hi0, lo0, hi1, lo1 = p0 >> np.uint64(32), p0 & _LOW32, p1 >> np.uint64(32), p1 & _LOW32
+        c = [hi1 ^ c[1] ^ k0.astype(np.uint64), lo1, hi0 ^ c[3] ^ k1.astype(np.uint64), lo0]
+    return np.stack(c, axis=1).astype(np.uint32)
+
+
+def uniform(keys: np.ndarray, counters: np.ndarray) -> np.ndarray:
+    """One float64 in [0, 1) per sequence, with 24 random bits, from keys [S, 2] and counters [S]."""
+    counter = np.zeros((len(counters), 4), np.uint32)
+    counter[:, 0] = counters
+    word = philox4x32(counter, keys)[:, 0]
+    return (word >> np.uint32(8)).astype(np.float64) / float(1 << 24)
+
+
+def candidates(x: np.ndarray, temperature: float, top_k: int, top_p: float, min_p: float) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens a draw can pick from logits x [V] (float32), and their unnormalised weights."""
+    x = x / np.float32(temperature)
+    if top_k > 0 and top_k < len(x):
+        ids = np.argpartition(-x, top_k - 1)[:top_k]
+    else:
+        ids = np.arange(len(x))
+    if top_k > 0 or top_p < 1.0 or min_p > 0.0:
+        ids = ids[np.lexsort((ids, -x[ids]))]  # logit descending, then id ascending
+    probs = np.exp((x[ids] - x[ids].max()).astype(np.float64))
+    if top_p < 1.0:
+        mass = np.cumsum(probs)
+        keep = int(np.searchsorted(mass, top_p * mass[-1], side="left")) + 1  # first prefix reaching p
+        ids, probs = ids[:keep], probs[:keep]
+    if min_p > 0.0:
+        keep = probs >= min_p * probs.max()
+        ids, probs = ids[keep], probs[keep]
+    return ids, probs
+
+
+def draw(ids: np.ndarray, probs: np.ndarray, u: float) -> int:
+    """The first candidate whose cumulative weight exceeds u times the total."""
+    mass = np.cumsum(probs)
+    return int(ids[min(int(np.searchsorted(mass, u * mass[-1], side="right")), len(ids) - 1)])
+
+
+def sample_tokens(logits: np.ndarray, sampling: SamplingBatch | None, rows: np.ndarray) -> np.ndarray:
+    """Token ids [len(rows)] drawn from logits [len(rows), V] for the sequences `rows` of the step."""
+    greedy = np.argmax(logits, axis=-1).astype(np.int32)
+    if sampling is None:
+        return greedy
+    u = uniform(sampling.keys[rows], sampling.counters[rows])
+    for i, s in enumerate(rows):
+        if sampling.temperature[s] > 0:
+            ids, probs = candidates(
+                logits[i], float(sampling.temperature[s]), int(sampling.top_k[s]),
+                float(sampling.top_p[s]), float(sampling.min_p[s]),
+            )
+            greedy[i] = draw(ids, probs, float(u[i]))
+    return greedy

@@ -1,0 +1,106 @@
+"""JSON Lines input (plain rows and OpenAI Batch requests), read line by line in binary mode.
+
+One line is one row; blank (whitespace-only) lines are skipped and are not rows. A UTF-8 byte order
+mark at the start of the file is ignored. Memory is bounded by the longest line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from hashlib import blake2b
+from pathlib import Path
+from typing import IO, Any
+
+from .openai_batch import OPENAI_KEYS, openai_row
+from .row_checks import RowError, RowSpec, error_row, make_row
+from .rows import DatasetError, InputRow
+from .seen_ids import SeenIds
+
+BOM = b"\xef\xbb\xbf"
+_JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+
+
+def data_lines(f: IO[bytes], digest: Any = None) -> Iterator[tuple[int, bytes]]:
+    """(1-based line number, bytes) of each non-blank line; every line's bytes go to `digest`."""
+    for lineno, line in enumerate(f, 1):
+        if digest is not None:
+            digest.update(line)
+        if lineno == 1 and line.startswith(BOM):
+            line = line[len(BOM) :]
+        if line.strip():
+            yield lineno, line
+
+
+def parse_line(line: bytes) -> dict[str, Any]:
+    """A line's JSON object; RowError if it is not UTF-8, not JSON, or not an object."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RowError(f"not valid UTF-8 (byte 0x{line[e.start]:02x} at offset {e.start})") from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise RowError(f"not valid JSON: {e.msg} (column {e.colno})") from None
+    except RecursionError:
+        raise RowError("not valid JSON: nested too deeply") from None
+    if not isinstance(value, dict):
+        raise RowError(f"not a JSON object (got {_JSON_TYPES.get(type(value), 'null')})")
+    return value
+
+
+def _is_json(line: bytes) -> bool:
+    try:
+        json.loads(line.decode("utf-8"))
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class JsonlScan:
+    """What one pass over a JSONL file found."""
+
+    num_rows: int
+    fingerprint: str  # hex blake2b-128 of the file's bytes
+    openai: bool  # the first row is an OpenAI Batch request
+    has_id: bool  # the first row that is a JSON object has an "id" key
+
+
+def scan_jsonl(path: Path) -> JsonlScan:
+    """Count rows, hash the file and detect the flavour; DatasetError if the file has no rows or
+    its last line is cut off (no trailing newline and not valid JSON)."""
+    digest = blake2b(digest_size=16)
+    num_rows, openai, has_id = 0, False, None
+    last_lineno, last_line = 0, b""
+    with path.open("rb") as f:
+        for last_lineno, last_line in data_lines(f, digest):
+            num_rows += 1
+            if has_id is None:
+                try:
+                    record = parse_line(last_line)
+                except RowError:
+                    continue
+                has_id = "id" in record
+                openai = num_rows == 1 and OPENAI_KEYS <= record.keys()
+    if num_rows == 0:
+        raise DatasetError(f"{path} has no rows (only blank lines)")
+    if not last_line.endswith(b"\n") and not _is_json(last_line):
+        raise DatasetError(f"{path} ends in the middle of a row (line {last_lineno}): truncated?")
+    return JsonlScan(num_rows, digest.hexdigest(), openai, bool(has_id))
+
+
+def jsonl_rows(path: Path, spec: RowSpec, openai: bool) -> Iterator[InputRow]:
+    """Every row of a JSONL file in order, plain rows or (`openai`) OpenAI Batch requests."""
+    seen = SeenIds()
+    to_row = openai_row if openai else make_row
+    with path.open("rb") as f:
+        for index, (lineno, line) in enumerate(data_lines(f)):
+            where = f"row {index} (line {lineno})"
+            try:
+                record = parse_line(line)
+            except RowError as e:
+                yield error_row(index, where, str(e), str(index), spec.keep({}))
+                continue
+            yield to_row(index, where, record, spec, seen)

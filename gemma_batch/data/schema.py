@@ -1,0 +1,36 @@
+"""The columns of the completion dataset (`gemma-batch run`'s output)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pyarrow as pa
+
+FINISH_REASONS = ("stop", "length", "error")
+
+# Fixed columns, in output order. Sampling columns hold the effective values the row ran with
+# (job flags with the row's overrides applied); they are null on rows that failed before running.
+BASE_FIELDS = (
+    pa.field("row", pa.int64(), nullable=False),  # 0-based index of the row in the input
+    pa.field("id", pa.string(), nullable=False),
+    pa.field("completion", pa.string()),  # null on error rows
+    pa.field("finish_reason", pa.string(), nullable=False),  # one of FINISH_REASONS
+    pa.field("prompt_tokens", pa.int64()),
+    pa.field("completion_tokens", pa.int64()),
+    pa.field("max_tokens", pa.int64()),
+    pa.field("temperature", pa.float64()),
+    pa.field("top_k", pa.int64()),
+    pa.field("top_p", pa.float64()),
+    pa.field("min_p", pa.float64()),
+    pa.field("seed", pa.int64()),
+    pa.field("stop", pa.list_(pa.string())),
+    pa.field("error", pa.string()),  # why the row failed; null on success
+)
+
+
+def output_schema(keep_types: Mapping[str, pa.DataType]) -> pa.Schema:
+    """The output schema: the fixed columns, then the kept input columns with their types."""
+    clash = sorted(set(keep_types) & {f.name for f in BASE_FIELDS})
+    if clash:
+        raise ValueError(f"--keep-columns {', '.join(clash)}: name(s) clash with output columns")
+    return pa.schema([*BASE_FIELDS, *(pa.field(name, t) for name, t in keep_types.items())])

@@ -1,0 +1,183 @@
+"""The step loop: requests in, completions out, one backend step at a time.
+
+    engine = Engine(backend, plan, tokenizer)
+    engine.add(Request(...))
+    while engine.num_unfinished:
+        for completion in engine.step(): ...
+
+Each step the scheduler picks sequences and token counts, the step builder flattens them, the
+backend runs and samples, and each sampled token is appended, detokenized and checked against
+the request's stop token ids, stop strings and length limit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..backends.base import Backend, SamplingBatch, StepBatch, StepResult
+from ..model.detokenizer import IncrementalDetokenizer
+from ..model.tokenizer import Tokenizer
+from .kv_cache import KVCacheManager
+from .kv_plan import KVPlan
+from .sampling_params import SamplingParams
+from .scheduler import Scheduler
+from .sequence import Sequence
+from .stats import EngineStats
+from .step_builder import build_step
+
+StepHook = Callable[[list[int], StepBatch, StepResult], None]
+
+
+@dataclass
+class Request:
+    """One prompt to complete. `request_id` is unique among the engine's requests."""
+
+    request_id: int
+    prompt_ids: list[int]
+    params: SamplingParams = SamplingParams()
+    stop_token_ids: frozenset[int] = frozenset()
+    rng_key: tuple[int, int] = (0, 0)
+    max_new_tokens: int | None = None  # None: params.max_tokens (callers clamp to the context)
+
+
+@dataclass
+class Completion:
+    request_id: int
+    token_ids: list[int]  # every generated token, the stop token included
+    text: str  # the completion, without a stop token or stop string
+    finish_reason: str  # "stop" or "length"
+    num_prompt_tokens: int
+
+
+@dataclass
+class _Live:
+    """Engine-side state of a running request: its text so far and when it was admitted."""
+
+    request: Request
+    detok: IncrementalDetokenizer | None
+    text: str = ""
+    admitted_at: float | None = None
+    stopped_by_string: bool = field(default=False)
+
+
+class Engine:
+    def __init__(
+        self,
+        backend: Backend,
+        plan: KVPlan,
+        tokenizer: Tokenizer | None = None,
+        max_batch: int = 32,
+        step_token_budget: int = 512,
+        on_step: StepHook | None = None,
+    ) -> None:
+        """`tokenizer` is needed for text and stop strings; without it completions carry ids only.
+        `on_step` sees each step's request ids, batch and result (and asks for all logits)."""
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.groups = backend.cfg.kv_groups()
+        self.block_size = plan.block_size
+        self.kv = KVCacheManager(self.groups, plan.num_blocks, plan.block_size)
+        self.scheduler = Scheduler(self.kv, max_batch, step_token_budget)
+        self.stats = EngineStats()
+        self.on_step = on_step
+        self._live: dict[int, _Live] = {}
+        backend.allocate_kv(plan.num_blocks, plan.block_size)
+
+    @property
+    def num_unfinished(self) -> int:
+        return self.scheduler.num_unfinished
+
+    def add(self, request: Request) -> None:
+        if request.request_id in self._live:
+            raise ValueError(f"request {request.request_id} is already in the engine")
+        max_new = request.params.max_tokens if request.max_new_tokens is None else request.max_new_tokens
+        seq = Sequence.from_prompt(request.request_id, request.prompt_ids, max_new, request.stop_token_ids)
+        needs_text = self.tokenizer is not None
+        if request.params.stop and not needs_text:
+            raise ValueError("stop strings need an engine with a tokenizer")
+        self._live[seq.seq_id] = _Live(request, IncrementalDetokenizer(self.tokenizer) if needs_text else None)
+        self.scheduler.add(seq)
+
+    def step(self) -> list[Completion]:
+        """Run one step; return the requests it finished."""
+        started = time.perf_counter()
+        scheduled = self.scheduler.schedule()
+        if not scheduled:
+            raise RuntimeError(f"scheduler made no progress with {self.num_unfinished} unfinished requests")
+        for seq, _ in scheduled:
+            live = self._live[seq.seq_id]
+            live.admitted_at = live.admitted_at or started
+        batch = build_step(
+            scheduled, [g.name for g in self.groups], self.block_size, return_logits=self.on_step is not None
+        )
+        batch.sampling = self._sampling(scheduled)
+        result = self.backend.step(batch)
+        if self.on_step is not None:
+            self.on_step([seq.seq_id for seq, _ in scheduled], batch, result)
+
+        done = []
+        for s, (seq, n) in enumerate(scheduled):
+            decode = n == 1 and seq.num_completion_tokens > 0 and seq.num_cached_tokens == seq.num_tokens - 1
+            self.stats.prefill_tokens += 0 if decode else n
+            seq.num_cached_tokens += n
+            self.kv.release_out_of_window(seq)
+            if batch.sample[s]:
+                if seq.num_completion_tokens == 0:
+                    self.stats.record_ttft(time.perf_counter() - self._live[seq.seq_id].admitted_at)
+                self._append(seq, int(result.token_ids[s]))
+                self.stats.generated_tokens += 1
+            if seq.finished:
+                done.append(self._finish(seq))
+        self._record(scheduled, batch, started)
+        return done
+
+    def _sampling(self, scheduled: list[tuple[Sequence, int]]) -> SamplingBatch:
+        params = [self._live[seq.seq_id].request for seq, _ in scheduled]
+        return SamplingBatch(
+            temperature=np.array([r.params.temperature for r in params], np.float32),
+            top_k=np.array([r.params.top_k for r in params], np.int32),
+            top_p=np.array([r.params.top_p for r in params], np.float32),
+            min_p=np.array([r.params.min_p for r in params], np.float32),
+            keys=np.array([r.rng_key for r in params], np.uint32).reshape(-1, 2),
+            counters=np.array([seq.num_completion_tokens for seq, _ in scheduled], np.uint32),
+        )
+
+    def _append(self, seq: Sequence, token: int) -> None:
+        """Add a sampled token; end the sequence at a stop string (cut from the text)."""
+        seq.append(token)
+        live = self._live[seq.seq_id]
+        if live.detok is None or token in seq.stop_token_ids:
+            return
+        before = len(live.text)
+        live.text += live.detok.add(token)
+        stops = live.request.params.stop
+        if stops and len(live.text) > before:
+            longest = max(len(s) for s in stops)
+            start = max(0, before - longest + 1)  # a stop string may straddle earlier text
+            hits = [i for s in stops if (i := live.text.find(s, start)) >= 0]
+            if hits:
+                live.text = live.text[: min(hits)]
+                live.stopped_by_string = True
+                seq.finished = True
+
+    def _finish(self, seq: Sequence) -> Completion:
+        self.scheduler.finish(seq)
+        live = self._live.pop(seq.seq_id)
+        if live.detok is not None and not live.stopped_by_string:
+            live.text += live.detok.flush()
+        stopped = live.stopped_by_string or seq.token_ids[-1] in seq.stop_token_ids
+        return Completion(
+            seq.seq_id, seq.completion_ids, live.text, "stop" if stopped else "length", seq.num_prompt_tokens
+        )
+
+    def _record(self, scheduled: list[tuple[Sequence, int]], batch: StepBatch, started: float) -> None:
+        stats = self.stats
+        stats.steps += 1
+        stats.batch_size_sum += len(scheduled)
+        stats.step_seconds += time.perf_counter() - started
+        stats.preemptions = self.scheduler.preemptions
+        stats.record_blocks({name: pool.num_blocks - pool.num_free for name, pool in self.kv.pools.items()})

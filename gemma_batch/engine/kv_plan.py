@@ -1,0 +1,102 @@
+"""Sizing the paged KV cache: how many blocks each KV group gets from a memory budget.
+
+A sequence of L tokens needs ceil(L / block_size) blocks of every global group, but at most
+`window_blocks` of a sliding group: the window plus the largest prefill chunk, as blocks are
+released once they leave the window. The plan first reserves sliding blocks for `max_batch`
+sequences, then gives the rest to the global groups (where long contexts live), never more
+than `max_batch` full-length sequences could use. It guarantees that one sequence of
+`max_model_len` tokens fits on its own, which is what lets the scheduler always make progress;
+when the budget cannot hold one, `max_model_len` is lowered to what fits and a notice says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..model.config import KVGroup
+
+
+class KVBudgetError(ValueError):
+    """The KV budget cannot hold even a short sequence."""
+
+
+@dataclass(frozen=True)
+class KVPlan:
+    block_size: int
+    num_blocks: dict[str, int]  # per KV group
+    max_model_len: int  # prompt + completion bound, possibly lowered to fit the budget
+    budget_bytes: int
+    used_bytes: int
+    full_length_seqs: int  # sequences of max_model_len that fit at once
+    notice: str | None = None  # set when max_model_len was lowered
+
+    def describe(self, groups: tuple[KVGroup, ...]) -> str:
+        """One line for the job's start: what fits in the cache."""
+        parts = [f"{self.num_blocks[g.name]} {g.name} blocks" for g in groups]
+        return (
+            f"KV cache: {self.used_bytes / 2**20:.1f} MiB in {', '.join(parts)} of {self.block_size} tokens; "
+            f"fits {self.full_length_seqs} sequence(s) of {self.max_model_len} tokens at once "
+            f"(shorter sequences share it, up to --max-batch)"
+        )
+
+
+def blocks_per_sequence(group: KVGroup, length: int, block_size: int, max_chunk: int) -> int:
+    """Most blocks of `group` a sequence of `length` tokens holds at once."""
+    full = -(-length // block_size)
+    if group.window is None:
+        return full
+    return min(full, -(-(group.window - 1 + max_chunk) // block_size) + 1)
+
+
+def plan_kv(
+    groups: tuple[KVGroup, ...],
+    bytes_per_token: Mapping[str, int],
+    budget_bytes: int,
+    block_size: int,
+    max_model_len: int,
+    max_batch: int,
+    max_chunk: int,
+) -> KVPlan:
+    """Blocks per group for `budget_bytes`; lowers `max_model_len` if one sequence does not fit."""
+    block_bytes = {g.name: bytes_per_token[g.name] * block_size for g in groups}
+
+    def seq_bytes(length: int) -> int:
+        return sum(blocks_per_sequence(g, length, block_size, max_chunk) * block_bytes[g.name] for g in groups)
+
+    requested, notice = max_model_len, None
+    if seq_bytes(max_model_len) > budget_bytes:
+        lo, hi = 0, max_model_len  # largest length that fits: lo fits (or is 0), hi does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if seq_bytes(mid) <= budget_bytes else (lo, mid)
+        if lo < block_size:
+            raise KVBudgetError(
+                f"the KV budget of {budget_bytes / 2**20:.1f} MiB cannot hold one sequence of {block_size} tokens "
+                f"({seq_bytes(block_size) / 2**20:.2f} MiB); raise --kv-memory"
+            )
+        max_model_len = lo
+        notice = (
+            f"max model length lowered from {requested} to {max_model_len} tokens: the KV budget of "
+            f"{budget_bytes / 2**20:.1f} MiB holds one sequence of at most that length; raise --kv-memory "
+            f"(or lower --max-model-len) to change it"
+        )
+
+    per_seq = {g.name: blocks_per_sequence(g, max_model_len, block_size, max_chunk) for g in groups}
+    sliding = [g for g in groups if g.window is not None]
+    global_ = [g for g in groups if g.window is None]
+    global_seq_bytes = sum(per_seq[g.name] * block_bytes[g.name] for g in global_)
+    sliding_seq_bytes = sum(per_seq[g.name] * block_bytes[g.name] for g in sliding)
+    # Sliding blocks for as many of max_batch sequences as leave room for one full-length global set.
+    sliding_seqs = max_batch if not sliding_seq_bytes else min(
+        max_batch, (budget_bytes - global_seq_bytes) // sliding_seq_bytes
+    )
+    left = budget_bytes - sliding_seqs * sliding_seq_bytes
+    global_seqs = max_batch if not global_seq_bytes else min(max_batch, left / global_seq_bytes)
+    num_blocks = {g.name: sliding_seqs * per_seq[g.name] for g in sliding}
+    num_blocks |= {g.name: int(global_seqs * per_seq[g.name]) for g in global_}
+    used = sum(n * block_bytes[name] for name, n in num_blocks.items())
+    full_length_seqs = min(
+        (num_blocks[g.name] // per_seq[g.name] for g in groups if per_seq[g.name]), default=max_batch
+    )
+    return KVPlan(block_size, num_blocks, max_model_len, budget_bytes, used, full_length_seqs, notice)

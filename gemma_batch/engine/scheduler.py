@@ -1,0 +1,96 @@
+"""Continuous batching: which sequences run in the next step, and how many of their tokens.
+
+Each step, in this order:
+
+1. Running sequences that decode get their one token (oldest admission first).
+2. Running sequences still in prefill get their next chunk, within the step's token budget.
+3. Waiting sequences join while there is room: fewer than `max_batch` running, budget left,
+   and blocks for their first chunk with one spare block per running sequence kept free
+   (so that admitting does not immediately force a preemption).
+
+When a scheduled sequence needs a block and none is free, the most recently admitted running
+sequence is preempted: its blocks are freed, its cache forgotten, and it goes back to the front
+of the queue to be recomputed (prompt and the tokens it had generated) when blocks free up.
+The oldest sequence is never preempted while another is running, and the KV plan guarantees it
+fits alone, so every sequence finishes: no deadlock, no starvation.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from .kv_cache import KVCacheManager
+from .sequence import Sequence
+
+
+class Scheduler:
+    def __init__(self, kv: KVCacheManager, max_batch: int, step_token_budget: int) -> None:
+        if step_token_budget < max_batch:
+            raise ValueError(f"step token budget {step_token_budget} < max batch {max_batch}: decodes would starve")
+        self.kv = kv
+        self.max_batch = max_batch
+        self.step_token_budget = step_token_budget
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []  # in admission order
+        self.preemptions = 0
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def schedule(self) -> list[tuple[Sequence, int]]:
+        """The step's (sequence, number of tokens) pairs; their blocks are allocated."""
+        scheduled: dict[int, tuple[Sequence, int]] = {}
+        budget = self.step_token_budget
+        decoding = [s for s in self.running if s.num_uncached_tokens == 1]
+        prefilling = [s for s in self.running if s.num_uncached_tokens > 1]
+        preempted = False
+        for seq in decoding + prefilling:
+            if seq not in self.running:  # preempted earlier in this step
+                continue
+            n = min(seq.num_uncached_tokens, budget)
+            if n == 0:
+                break
+            while not self.kv.can_allocate(seq, seq.num_cached_tokens + n):
+                victim = self.running[-1]
+                preempted = True
+                if victim.seq_id in scheduled:
+                    budget += scheduled.pop(victim.seq_id)[1]
+                self._preempt(victim)
+                if victim is seq:
+                    break
+            else:
+                self.kv.allocate(seq, seq.num_cached_tokens + n)
+                scheduled[seq.seq_id] = (seq, n)
+                budget -= n
+        while not preempted and self.waiting and len(self.running) < self.max_batch and budget > 0:
+            seq = self.waiting[0]
+            n = min(seq.num_uncached_tokens, budget)
+            if not self._fits_with_headroom(seq, n):
+                break
+            self.waiting.popleft()
+            self.running.append(seq)
+            self.kv.allocate(seq, n)
+            scheduled[seq.seq_id] = (seq, n)
+            budget -= n
+        return list(scheduled.values())
+
+    def finish(self, seq: Sequence) -> None:
+        """A sequence ended: it leaves the batch and its blocks go back to the pools."""
+        self.running.remove(seq)
+        self.kv.free(seq)
+
+    def _fits_with_headroom(self, seq: Sequence, n: int) -> bool:
+        needed = self.kv.blocks_needed(seq, seq.num_cached_tokens + n)
+        spare = len(self.running)
+        return all(self.kv.pools[name].num_free >= k + spare for name, k in needed.items())
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.kv.free(seq)
+        seq.num_cached_tokens = 0
+        self.waiting.appendleft(seq)
+        self.preemptions += 1

@@ -1,0 +1,56 @@
+"""What makes two runs produce the same rows: recorded with a job, compared when it resumes.
+
+It covers the model (config, tokenizer and every checkpoint file's header and size: hashing
+tens of GB of weights on every cron run would cost minutes, and a changed tensor changes a
+header's offsets or the file size, or was written by hand), the input file's content, the backend,
+and every setting that changes a row's output. It leaves out what cannot change a row (batch
+size, KV memory, block size, step budget): the engine is batch-invariant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .spec import JobSpec
+
+
+def model_fingerprint(model_dir: Path, checkpoint_files: Iterable[Path]) -> str:
+    """blake2b of config.json, tokenizer.model and each checkpoint file's header and size."""
+    h = hashlib.blake2b(digest_size=16)
+    for name in ("config.json", "tokenizer.model"):
+        path = model_dir / name
+        h.update(name.encode() + b"\0" + (path.read_bytes() if path.exists() else b"-"))
+    for path in sorted(checkpoint_files):
+        with path.open("rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            h.update(path.name.encode() + b"\0" + f.read(min(size, 1 << 26)))
+        h.update(str(path.stat().st_size).encode())
+    return h.hexdigest()
+
+
+def job_fingerprint(spec: JobSpec, input_fingerprint: str, model: str, backend: str, max_model_len: int) -> dict[str, Any]:
+    """The settings a resumed run must share with the run that started the job."""
+    return {
+        "version": 1,
+        "input": input_fingerprint,
+        "model": model,
+        "backend": backend,
+        "params": {
+            "prompt_column": spec.prompt_column,
+            "id_column": spec.id_column,
+            "keep_columns": list(spec.keep_columns),
+            "chat": spec.chat,
+            "output_format": spec.output_format,
+            "max_tokens": spec.max_tokens,
+            "temperature": spec.temperature,
+            "top_k": spec.top_k,
+            "top_p": spec.top_p,
+            "min_p": spec.min_p,
+            "seed": spec.seed,
+            "stop": list(spec.stop),
+            "max_model_len": max_model_len,
+        },
+    }

@@ -1,0 +1,93 @@
+"""Between dataset rows and engine requests: tokenizing a row, and shaping its output row."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..data.rows import InputRow
+from ..engine.engine import Completion, Request
+from ..engine.sampling_params import SamplingParams
+from ..model.chat import chat_token_ids
+from ..model.tokenizer import Tokenizer
+
+
+class RowRequests:
+    """Turns valid rows into requests; anything that stops a row becomes its error text."""
+
+    def __init__(
+        self, tokenizer: Tokenizer, eos_ids: frozenset[int], params: SamplingParams, max_model_len: int
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.stop_ids = frozenset({*eos_ids, Tokenizer.EOS_ID})
+        self.params = params
+        self.max_model_len = max_model_len
+
+    def request(self, row: InputRow) -> Request | str:
+        """The row's request, or why it cannot run."""
+        if row.error is not None:
+            return row.error
+        try:
+            params = self.params.with_overrides(row.params)
+        except (TypeError, ValueError) as e:
+            return f"row {row.index}: {e}"
+        if row.messages is not None:
+            try:
+                ids = chat_token_ids(self.tokenizer, row.messages, add_generation_prompt=True)
+            except ValueError as e:
+                return f"row {row.index}: messages: {e}"
+            stop = self.stop_ids | {Tokenizer.END_OF_TURN_ID}
+        else:
+            ids, stop = self.tokenizer.encode(row.prompt or "", add_bos=True), self.stop_ids
+        room = self.max_model_len - len(ids)
+        if room < 1:
+            return (
+                f"row {row.index}: prompt is {len(ids)} tokens; the context is {self.max_model_len} tokens "
+                f"(--max-model-len), which leaves no room for a completion"
+            )
+        max_new = min(params.max_tokens, room)
+        return Request(row.index, ids, params, stop, params.rng_key(row.id), max_new)
+
+
+def output_row(row: InputRow, request: Request, completion: Completion) -> dict[str, Any]:
+    """A finished row of the output (see `data.schema`)."""
+    p = request.params
+    return {
+        "row": row.index,
+        "id": row.id,
+        "completion": completion.text,
+        "finish_reason": completion.finish_reason,
+        "prompt_tokens": completion.num_prompt_tokens,
+        "completion_tokens": len(completion.token_ids),
+        "max_tokens": request.max_new_tokens,
+        "temperature": p.temperature,
+        "top_k": p.top_k,
+        "top_p": p.top_p,
+        "min_p": p.min_p,
+        "seed": p.seed,
+        "stop": list(p.stop),
+        "error": None,
+        **row.keep,
+        "_kind": row.kind,
+    }
+
+
+def error_row(row: InputRow, error: str) -> dict[str, Any]:
+    """A row that could not run: its id, its reason, null completion and parameters."""
+    return {
+        "row": row.index,
+        "id": row.id,
+        "completion": None,
+        "finish_reason": "error",
+        "prompt_tokens": None,
+        "completion_tokens": None,
+        "max_tokens": None,
+        "temperature": None,
+        "top_k": None,
+        "top_p": None,
+        "min_p": None,
+        "seed": None,
+        "stop": None,
+        "error": error,
+        **row.keep,
+        "_kind": row.kind,
+    }

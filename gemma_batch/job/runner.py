@@ -1,0 +1,172 @@
+"""`gemma-batch run`: a prompt dataset in, a completion dataset out, resumable at any moment.
+
+Order of work, so that file-level problems stop the job before anything is written:
+open and check the dataset, load and check the model, plan the KV cache, take the output lock,
+open the result store (fresh, resume, or already complete); then stream rows through the engine,
+committing each finished row as it completes, and write the final file atomically.
+
+Rows are admitted in input order, at most `LOOKAHEAD` rows past the oldest unfinished one, so
+memory stays bounded however long the dataset and however uneven the completions.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+import pyarrow.parquet as pq
+
+from ..backends import create_backend, resolve_backend
+from ..data.readers import open_dataset
+from ..data.rows import InputRow
+from ..data.schema import output_schema
+from ..engine.engine import Engine, Request
+from ..engine.kv_plan import plan_kv
+from ..model.checkpoint import Checkpoint
+from ..model.config import Gemma3Config
+from ..model.tokenizer import Tokenizer
+from .fingerprint import job_fingerprint, model_fingerprint
+from .lock import OutputLock
+from .progress import Progress
+from .row_requests import RowRequests, error_row, output_row
+from .spec import JobSpec, UsageError, parse_size
+from .store import ResultStore
+
+LOOKAHEAD = 4096  # rows admitted past the oldest unfinished row
+
+
+class JobFailed(Exception):
+    """The job cannot run or finish (exit code 1); nothing half-written is left as the output."""
+
+
+def run_job(spec: JobSpec, log: TextIO | None = None, out: TextIO | None = None) -> dict:
+    """Run a job to its final file; return its statistics. Raises JobFailed / UsageError."""
+    log, out = log or sys.stderr, out or sys.stdout
+    dataset = open_dataset(spec.input, spec.prompt_column, spec.id_column, spec.keep_columns, spec.chat)
+    backend_name, why = resolve_backend(spec.backend)
+    print(f"backend: {backend_name} ({why})", file=log)
+    cfg = Gemma3Config.from_dir(spec.model)
+    tokenizer = Tokenizer.from_dir(spec.model)
+    checkpoint = Checkpoint.open(spec.model, cfg)  # every header checked before any data is read
+    backend = create_backend(backend_name, cfg)
+
+    max_model_len = min(spec.max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
+    budget = parse_size(spec.kv_memory, backend.available_memory())
+    groups = cfg.kv_groups()
+    plan = plan_kv(
+        groups, {g.name: backend.kv_bytes_per_token(g.name) for g in groups}, budget,
+        spec.block_size, max_model_len, spec.max_batch, spec.max_step_tokens,
+    )
+    if plan.notice:
+        print(f"notice: {plan.notice}", file=log)
+    print(plan.describe(groups), file=log)
+
+    fingerprint = job_fingerprint(
+        spec, dataset.fingerprint, model_fingerprint(spec.model, checkpoint.files), backend_name, plan.max_model_len
+    )
+    schema = output_schema(dataset.keep_types)
+    output = spec.output_path
+    with OutputLock(output):
+        store = ResultStore(output, schema, fingerprint, output_format=spec.output_format, force=spec.force)
+        store.open()
+        if store.state == "complete":
+            print(f"{output} is already complete for this job; nothing to do (--force to run it again)", file=log)
+            return {"rows_total": dataset.num_rows, "rows_done_this_run": 0}
+        if store.state == "resume":
+            print(f"resuming: {store.num_done} of {dataset.num_rows} rows already done", file=log)
+        load_started = time.perf_counter()
+        backend.load_weights(checkpoint.tensors())
+        print(f"model: {spec.model} loaded in {time.perf_counter() - load_started:.1f} s", file=log)
+        engine = Engine(backend, plan, tokenizer, spec.max_batch, spec.max_step_tokens)
+        requests = RowRequests(tokenizer, frozenset(cfg.eos_token_ids), spec.sampling, plan.max_model_len)
+        progress = Progress(dataset.num_rows, store.num_done, log)
+        started, done_before = time.perf_counter(), store.num_done
+        done, failed = _stream(dataset.rows(), store, engine, requests, progress, spec.max_batch)
+        wall = time.perf_counter() - started
+        progress.close()
+        store.finalize(dataset.num_rows)
+        stats = {
+            "rows_failed": count_error_rows(output, spec.output_format),
+            **engine.stats.summary(wall),
+            "rows_total": dataset.num_rows,
+            "rows_done_this_run": done,
+            "rows_resumed": done_before,
+            "rows_failed_this_run": failed,
+            "backend": backend_name,
+            "model": str(spec.model),
+            "input": str(spec.input),
+            "output": str(output),
+        }
+        stats_path = store.write_stats(stats)
+    _summary(stats, output, stats_path, out)
+    return stats
+
+
+def _stream(
+    rows: Iterator[InputRow], store: ResultStore, engine: Engine, requests: RowRequests, progress: Progress, max_batch: int
+) -> tuple[int, int]:
+    """Feed rows to the engine and commit each finished row; returns (rows committed, error rows)."""
+    in_flight: dict[int, tuple[InputRow, Request]] = {}
+    order: deque[int] = deque()  # indices admitted to the engine, in input order
+    held: InputRow | None = None  # next row, waiting for the lookahead window to move
+    done = failed = 0
+    exhausted = False
+    while True:
+        while not exhausted and engine.num_unfinished < 2 * max_batch:
+            while order and order[0] not in in_flight:
+                order.popleft()
+            row = held if held is not None else next(rows, None)
+            held = None
+            if row is None:
+                exhausted = True
+                break
+            if order and row.index - order[0] >= LOOKAHEAD:
+                held = row
+                break
+            if store.is_done(row.index):
+                continue
+            request = requests.request(row)
+            if isinstance(request, str):
+                store.commit(error_row(row, request))
+                progress.update(1)
+                done, failed = done + 1, failed + 1
+                continue
+            engine.add(request)
+            in_flight[row.index] = (row, request)
+            order.append(row.index)
+        if not engine.num_unfinished:
+            return done, failed
+        for completion in engine.step():
+            row, request = in_flight.pop(completion.request_id)
+            store.commit(output_row(row, request, completion))
+            progress.update(1, len(completion.token_ids))
+            done += 1
+
+
+def count_error_rows(output: Path, output_format: str) -> int:
+    """Error rows in a finished output file (this run's and any earlier run's)."""
+    if output_format == "parquet":
+        errors = pq.read_table(output, columns=["error"]).column("error")
+        return len(errors) - errors.null_count
+    with output.open("rb") as f:
+        return sum(1 for line in f if json.loads(line).get("error") is not None)
+
+
+def _summary(stats: dict, output, stats_path, out: TextIO) -> None:
+    print(
+        f"wrote {output} ({stats['rows_total']} rows, {stats['rows_failed']} failed; "
+        f"{stats['rows_done_this_run']} done this run)\n"
+        f"  {stats['wall_seconds']:.1f} s, prefill {stats['prefill_tokens_per_s']:.1f} tok/s, "
+        f"decode {stats['decode_tokens_per_s']:.1f} tok/s, TTFT mean {1000 * stats['ttft_mean_s']:.0f} ms, "
+        f"mean batch {stats['mean_batch_size']:.1f}, preemptions {stats['preemptions']}\n"
+        f"  statistics: {stats_path}",
+        file=out,
+    )
+
+
+__all__ = ["JobFailed", "UsageError", "run_job"]

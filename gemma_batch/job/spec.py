@@ -1,0 +1,149 @@
+"""A job's full description: every `gemma-batch run` flag, from the command line or a TOML file.
+
+A TOML job spec (`jobs/*.toml`) holds the same settings as the flags, named like them (dashes or
+underscores), plus `input`; relative paths in it are relative to the TOML file, so a cron line
+works from any directory. Flags given on the command line override the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from ..engine.sampling_params import SamplingParams
+
+DEMO_MODEL = Path(__file__).resolve().parent.parent.parent / "sample_data" / "demo-model"
+PATH_FIELDS = ("input", "output", "model")
+
+
+class UsageError(ValueError):
+    """A bad flag, TOML key or value: the job does not start (exit code 2)."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    input: Path
+    output: Path | None = None  # None: derived from the input's name
+    model: Path = DEMO_MODEL
+    backend: str = "auto"
+    prompt_column: str = "prompt"
+    id_column: str | None = None  # None: "id" when present, else the row number
+    keep_columns: tuple[str, ...] = ()
+    chat: bool | None = None  # None: chat template for `messages` rows only
+    output_format: Literal["parquet", "openai"] = "parquet"
+    max_tokens: int = 256
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    seed: int = 0
+    stop: tuple[str, ...] = ()
+    max_batch: int = 32
+    max_model_len: int | None = None  # None: the model's context
+    kv_memory: str = "50%"  # bytes ("4GiB", "512MB") or a share of the backend's free memory ("50%")
+    block_size: int = 16
+    max_step_tokens: int = 512
+    force: bool = False
+    fail_on_row_error: bool = False
+
+    @property
+    def output_path(self) -> Path:
+        if self.output is not None:
+            return self.output
+        suffix = ".results.jsonl" if self.output_format == "openai" else ".completions.parquet"
+        return self.input.with_name(self.input.name.split(".")[0] + suffix)
+
+    @property
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(
+            self.max_tokens, self.temperature, self.top_k, self.top_p, self.min_p, self.seed, self.stop
+        )
+
+
+def parse_size(text: str, available: int) -> int:
+    """Bytes from "4GiB", "512MB", "1.5G" (binary), "123456" or "40%" (of `available`)."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(%|[kKmMgGtT]i?[bB]?|[bB])?\s*", text)
+    if not m:
+        raise UsageError(f"--kv-memory {text!r}: expected a size like 4GiB, 512MB or 50%")
+    value, unit = float(m.group(1)), m.group(2) or ""
+    if unit == "%":
+        if not 0 < value <= 100:
+            raise UsageError(f"--kv-memory {text!r}: a share must be in (0, 100]%")
+        return int(available * value / 100)
+    power = "bkmgt".index(unit[0].lower()) if unit else 0
+    base = 1000 if unit.lower().endswith("b") and "i" not in unit and power else 1024
+    return int(value * base**power)
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int,), "float": (int, float), "str": (str,), "bool": (bool,),
+}
+
+
+def _check_type(key: str, value: Any, where: str) -> None:
+    """Refuse a value of the wrong type (a TOML string for a number, a bool for an int...)."""
+    if key in ("keep_columns", "stop") and not all(isinstance(v, str) for v in value):
+        raise UsageError(f"{where}: {key.replace('_', '-')} must be strings, got {value!r}")
+    annotation = str(JobSpec.__dataclass_fields__[key].type)
+    kind = next((k for k in ("bool", "float", "int", "str") if annotation.startswith(k)), None)
+    ok = kind is None or isinstance(value, _TYPES[kind]) and (kind == "bool" or not isinstance(value, bool))
+    if not ok:
+        raise UsageError(f"{where}: {key.replace('_', '-')} must be {kind}, got {value!r}")
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    """The settings of a TOML job spec, keys normalised to field names, paths made absolute."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise UsageError(f"cannot read job spec {path}: {e.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UsageError(f"job spec {path} is not valid TOML: {e}") from None
+    settings = {key.replace("-", "_"): value for key, value in data.items()}
+    for key in PATH_FIELDS:
+        if isinstance(settings.get(key), str):
+            settings[key] = path.parent / Path(settings[key]).expanduser()
+    if "input" not in settings:
+        raise UsageError(f"job spec {path} has no 'input' (the prompt dataset)")
+    return settings
+
+
+def make_spec(settings: Mapping[str, Any], where: str = "command line") -> JobSpec:
+    """A checked JobSpec from field values (None = not given, use the default)."""
+    fields = {f.name: f for f in dataclasses.fields(JobSpec)}
+    unknown = sorted(set(settings) - set(fields))
+    if unknown:
+        raise UsageError(f"{where}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(fields)}")
+    values = {k: v for k, v in settings.items() if v is not None}
+    for key in ("keep_columns", "stop"):
+        if isinstance(values.get(key), str):
+            values[key] = (values[key],)
+        if key in values:
+            values[key] = tuple(values[key])
+    for key in PATH_FIELDS:
+        if key in values:
+            values[key] = Path(values[key])
+    for key, value in values.items():
+        _check_type(key, value, where)
+    try:
+        spec = JobSpec(**values)
+        spec.sampling  # validates the sampling values
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"{where}: {e}") from None
+    checks = [
+        (spec.backend in ("auto", "cpu"), f"backend {spec.backend!r}: expected auto or cpu"),
+        (spec.output_format in ("parquet", "openai"), f"output format {spec.output_format!r}: expected parquet or openai"),
+        (spec.max_batch >= 1, "max-batch must be >= 1"),
+        (spec.block_size >= 1, "block-size must be >= 1"),
+        (spec.max_step_tokens >= spec.max_batch, "max-step-tokens must be >= max-batch"),
+        (spec.max_model_len is None or spec.max_model_len >= 2, "max-model-len must be >= 2"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise UsageError(f"{where}: {message}")
+    return spec

@@ -1,0 +1,319 @@
+"""The crash-safe store of a job's finished rows.
+
+Rows finish out of order and the job may be killed (SIGKILL) at any instant; a rerun skips every
+committed row and ends with the same final file as an uninterrupted run. On disk, beside the
+output, "<output>.partial/" holds:
+
+- job.json: {"fingerprint": ..., "output_format": ...} of the job that owns the folder. The
+  folder is built under a temporary name and renamed into place, so it never lacks job.json.
+- part-<start>-<end>.parquet (12-digit, zero-padded): rows [start, end) in order. Parts tile
+  [0, frontier) with no gap; names sort in row order and carry their range, so open() recovers
+  the frontier from a directory listing. Each part is written atomically (tmp, fsync, rename).
+- pending.jsonl: the journal, rows committed but not yet in a part, in commit order, one JSON
+  line each (`codec.RowCodec`). A row is appended with one os.write, so it survives SIGKILL as
+  soon as commit returns (fsync at most once a second, and at every compaction). A last line
+  torn by a kill (no newline) is cut off on open.
+
+Compaction: once >= `compact_every` rows form a contiguous run from the frontier (and at
+finalize), they become the next part, then the journal is rewritten without them (tmp, fsync,
+rename). If a kill lands between the two, the journal still holds rows below the new frontier:
+they are ignored on load, so no row is ever counted twice. Memory holds only the journal lines of
+rows beyond the frontier: with the runner's bounded window, a few thousand lines at most.
+
+finalize() streams the parts into "<output>.tmp-<pid>" (fsync, rename, fsync dir), then removes
+the partial folder (renamed away first, so it vanishes atomically). The final file records the
+fingerprint, so that open() can tell a complete job: Parquet output in its schema metadata
+(key b"gemma_batch"); OpenAI output in the sidecar "<output>.job.json", written before the output
+is renamed into place (while the partial folder, which open() checks first, still exists).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from gemma_batch.data import writers
+from gemma_batch.job.codec import RowCodec
+
+KIND_KEY = "_kind"  # extra row key (not a schema column) with the request kind, "chat" or "text"
+_JOB = "job.json"
+_JOURNAL = "pending.jsonl"
+_PART = re.compile(r"part-(\d{12})-(\d{12})\.parquet")
+_SYNC_INTERVAL_S = 1.0
+
+
+class JobMismatch(Exception):
+    """The output (or its partial folder) belongs to a job with a different fingerprint."""
+
+
+class StoreCorrupt(Exception):
+    """The partial folder is damaged in a way no crash can cause (e.g. a missing part)."""
+
+
+def _differences(stored: Any, current: Any, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two JSON values ("model", "params.temperature")."""
+    if isinstance(stored, dict) and isinstance(current, dict):
+        keys: list[str] = []
+        for key in sorted(set(stored) | set(current)):
+            name = f"{prefix}.{key}" if prefix else key
+            if key in stored and key in current:
+                keys += _differences(stored[key], current[key], name)
+            else:
+                keys.append(name)
+        return keys
+    return [] if stored == current else [prefix or "fingerprint"]
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def _line_index(line: bytes) -> int | None:
+    """The row index of a complete, parseable journal line, else None."""
+    if not line.endswith(b"\n"):
+        return None
+    try:
+        index = json.loads(line).get("row")
+    except (ValueError, AttributeError):
+        return None
+    return index if type(index) is int and index >= 0 else None
+
+
+class ResultStore:
+    """Finished rows of one job, kept in "<output>.partial/" beside the output until the final
+    file is written. The caller holds the output's `OutputLock` from open() to finalize().
+
+    For output_format "openai", each committed row also carries KIND_KEY ("chat" or "text"),
+    which selects the response body; it is ignored for "parquet". `openai_model` is the "model"
+    of the response bodies, and fingerprint["created"] (if present) their "created".
+    The fingerprint must be JSON and must determine the output schema.
+    """
+
+    state: Literal["fresh", "resume", "complete"]
+
+    def __init__(
+        self,
+        output: Path,
+        schema: pa.Schema,
+        fingerprint: dict,
+        *,
+        output_format: Literal["parquet", "openai"] = "parquet",
+        force: bool = False,
+        openai_model: str = "gemma",
+        compact_every: int = 4096,
+    ) -> None:
+        if output_format not in ("parquet", "openai"):
+            raise ValueError(f"unknown output format {output_format!r}")
+        self.output = Path(output)
+        self.partial_dir = self.output.with_name(self.output.name + ".partial")
+        self.stats_path = self.output.with_suffix(".stats.parquet")
+        self._sidecar = self.output.with_name(self.output.name + ".job.json")
+        self._schema = schema
+        self._part_schema = schema
+        if output_format == "openai":
+            self._part_schema = schema.append(pa.field(KIND_KEY, pa.string(), nullable=False))
+        self._codec = RowCodec(self._part_schema)
+        self._fingerprint = json.loads(json.dumps(fingerprint))  # as read back from disk
+        self._format = output_format
+        self._force = force
+        self._openai_model = openai_model
+        self._compact_every = compact_every
+        self._frontier = 0  # rows [0, frontier) are in parts
+        self._contig = 0  # first uncommitted row (rows [frontier, contig) are pending)
+        self._pending: dict[int, bytes] = {}  # index -> journal line, for rows >= frontier
+        self._parts: list[Path] = []
+        self._fd: int | None = None
+        self._synced_at = 0.0
+
+    @property
+    def num_done(self) -> int:
+        """Number of committed rows."""
+        return self._frontier + len(self._pending)
+
+    def is_done(self, index: int) -> bool:
+        """Whether row `index` is committed."""
+        return index < self._frontier or index in self._pending
+
+    def open(self) -> None:
+        """Inspect the disk and set `state`: "resume" (partial folder of this job: its rows are
+        loaded), "complete" (final output of this job, no partial folder: nothing to do), or
+        "fresh" (a new partial folder). A partial folder or output of another job raises
+        JobMismatch. With force, a partial folder of another job is wiped now, and any existing
+        output (even this job's, to run it again) is replaced at finalize; this job's own
+        partial folder is still resumed (it holds the rows a rerun would produce)."""
+        for path in (self.output, self.partial_dir, self._sidecar, self.stats_path):
+            writers.remove_stale_tmps(path)
+        job = {"fingerprint": self._fingerprint, "output_format": self._format}
+        if self.partial_dir.is_dir():
+            stored = _read_json(self.partial_dir / _JOB)
+            if stored == job:
+                self._load()
+                self.state = "resume"
+                return
+            if not isinstance(stored, dict):
+                stored = {}
+            self._mismatch(self.partial_dir, stored.get("fingerprint"), stored.get("output_format"))
+            writers.remove_tree(self.partial_dir)
+        if self.output.exists():
+            if self._format == "parquet":
+                stored_fp = writers.read_parquet_fingerprint(self.output)
+            else:
+                stored_fp = _read_json(self._sidecar)
+            if stored_fp == self._fingerprint and not self._force:
+                self.state = "complete"
+                return
+            self._mismatch(self.output, stored_fp, self._format)
+        self._create(job)
+        self.state = "fresh"
+
+    def _mismatch(self, where: Path, fingerprint: Any, output_format: Any) -> None:
+        """Raise JobMismatch (unless force) for `where`, holding another job's files."""
+        if self._force:
+            return
+        if not isinstance(fingerprint, dict):
+            raise JobMismatch(f"{where} holds no readable job fingerprint (not written by this "
+                              "job); rerun with --force to discard it and start over")
+        keys = _differences(fingerprint, self._fingerprint)
+        if output_format != self._format:
+            keys.append("output_format")
+        raise JobMismatch(f"{where} holds a different job (differing: {', '.join(keys)}); "
+                          "rerun with --force to discard it and start over")
+
+    def _create(self, job: dict) -> None:
+        building = writers.tmp_path(self.partial_dir)
+        building.mkdir()
+        with writers.atomic_file(building / _JOB) as f:
+            f.write(json.dumps(job).encode())
+        os.replace(building, self.partial_dir)
+        writers.fsync_dir(self.partial_dir.parent)
+        self._open_journal()
+
+    def _load(self) -> None:
+        for stale in self.partial_dir.glob("*.tmp-*"):
+            stale.unlink()
+        for path in sorted(self.partial_dir.glob("part-*.parquet")):
+            match = _PART.fullmatch(path.name)
+            start, end = (int(g) for g in match.groups()) if match else (-1, -1)
+            if start != self._frontier or end <= start:
+                raise StoreCorrupt(f"{path}: does not continue the rows [0, {self._frontier}) "
+                                   "of the earlier parts; rerun with --force to start over")
+            self._parts.append(path)
+            self._frontier = end
+        journal = self.partial_dir / _JOURNAL
+        good = 0
+        with open(journal, "rb") as f:
+            for line in f:
+                index = _line_index(line)
+                if index is None:  # torn by a kill: cut here
+                    break
+                good += len(line)
+                if index >= self._frontier and index not in self._pending:
+                    self._pending[index] = line
+        if good < journal.stat().st_size:
+            os.truncate(journal, good)
+        self._contig = self._frontier
+        self._advance()
+        self._open_journal()
+
+    def _open_journal(self) -> None:
+        journal = self.partial_dir / _JOURNAL
+        self._fd = os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._synced_at = time.monotonic()
+
+    def _advance(self) -> None:
+        while self._contig in self._pending:
+            self._contig += 1
+
+    def _require_open(self) -> int:
+        if self._fd is None:
+            raise RuntimeError("the result store is not open for writing (call open() first)")
+        return self._fd
+
+    def commit(self, row: Mapping[str, Any]) -> None:
+        """Record one output row (keys: the schema's field names, plus KIND_KEY for "openai").
+        Survives SIGKILL once this returns. ValueError if the row is already committed or does
+        not fit the schema (TypeError for a value of the wrong type)."""
+        fd = self._require_open()
+        index = row.get("row")
+        if type(index) is not int or index < 0:
+            raise ValueError(f"row index must be an int >= 0, got {index!r}")
+        if self.is_done(index):
+            raise ValueError(f"row {index} is already committed")
+        if self._format == "openai":
+            if row.get(KIND_KEY) not in ("chat", "text"):
+                raise ValueError(f"row {index}: {KIND_KEY} must be 'chat' or 'text'")
+        elif KIND_KEY in row:
+            row = {k: v for k, v in row.items() if k != KIND_KEY}
+        line = self._codec.encode(row)
+        view = memoryview(line)
+        while view:
+            view = view[os.write(fd, view):]
+        self._pending[index] = line
+        self._advance()
+        if self._contig - self._frontier >= self._compact_every:
+            self._compact()
+        elif time.monotonic() - self._synced_at >= _SYNC_INTERVAL_S:
+            os.fsync(fd)
+            self._synced_at = time.monotonic()
+
+    def _compact(self) -> None:
+        """Move rows [frontier, contig) from the journal into a new part."""
+        start, end = self._frontier, self._contig
+        table = self._codec.decode([self._pending[i] for i in range(start, end)])
+        part = self.partial_dir / f"part-{start:012d}-{end:012d}.parquet"
+        writers.write_part(table, part)
+        for i in range(start, end):
+            del self._pending[i]
+        self._frontier = end
+        self._parts.append(part)
+        os.close(self._require_open())
+        self._fd = None
+        with writers.atomic_file(self.partial_dir / _JOURNAL) as f:
+            f.writelines(self._pending[i] for i in sorted(self._pending))
+        self._open_journal()
+
+    def finalize(self, num_rows: int) -> Path:
+        """Write the final output (rows 0..num_rows-1 in input order, all committed, none beyond)
+        atomically, remove the partial folder, and return the output path."""
+        self._require_open()
+        if self._contig < num_rows:
+            raise ValueError(f"cannot finalize: row {self._contig} is not committed")
+        if self.num_done > num_rows:
+            raise ValueError(f"cannot finalize: rows beyond {num_rows - 1} are committed")
+        if self._contig > self._frontier:
+            self._compact()
+        self.close()
+        if self._format == "parquet":
+            with writers.atomic_file(self.output) as f:
+                writers.write_final_parquet(f, self._parts, self._schema, self._fingerprint)
+        else:
+            with writers.atomic_file(self._sidecar) as f:
+                f.write(json.dumps(self._fingerprint).encode())
+            with writers.atomic_file(self.output) as f:
+                writers.write_final_openai(f, self._parts, self._part_schema, self._fingerprint,
+                                           model=self._openai_model, kind_column=KIND_KEY)
+        writers.remove_tree(self.partial_dir)
+        self.state = "complete"
+        return self.output
+
+    def close(self) -> None:
+        """Close the journal without finalizing (committed rows stay on disk for a resume)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def write_stats(self, stats: Mapping[str, int | float | str]) -> Path:
+        """Write `stats` as the one-row Parquet file "<output stem>.stats.parquet" beside the
+        output, atomically; return its path."""
+        writers.write_stats(self.stats_path, stats)
+        return self.stats_path

@@ -1,0 +1,270 @@
+"""`gemma-batch run` end to end on the demo model: outputs, formats, bad input, specs, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from gemma_batch.job.lock import OutputLock
+from gemma_batch.job.spec import DEMO_MODEL
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES = REPO / "sample_data"
+
+
+def gemma_batch(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "gemma_batch", *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=cwd
+    )
+
+
+def write_jsonl(path: Path, rows: list) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def read_rows(path: Path) -> list[dict]:
+    return pq.read_table(path).to_pylist()
+
+
+@pytest.fixture()
+def sample_jsonl(tmp_path) -> Path:
+    return Path(shutil.copy(SAMPLES / "prompts.jsonl", tmp_path / "prompts.jsonl"))
+
+
+def test_the_readme_command_runs_the_sample_dataset_with_no_other_flag(sample_jsonl):
+    done = gemma_batch("run", sample_jsonl)
+    assert done.returncode == 0, done.stderr
+    out = sample_jsonl.with_name("prompts.completions.parquet")
+    rows = read_rows(out)
+    source = [json.loads(line) for line in sample_jsonl.read_text().splitlines()]
+    assert [r["id"] for r in rows] == [s["id"] for s in source] and [r["row"] for r in rows] == list(range(len(rows)))
+    assert all(r["error"] is None and r["finish_reason"] in ("stop", "length") for r in rows)
+    assert all(r["completion_tokens"] <= 256 and r["max_tokens"] == 256 and r["temperature"] == 0.0 for r in rows)
+    stats = read_rows(sample_jsonl.with_name("prompts.completions.stats.parquet"))[0]
+    assert stats["rows_total"] == len(rows) and stats["generated_tokens"] == sum(r["completion_tokens"] for r in rows)
+    assert "backend: cpu (auto" in done.stderr  # auto says what it picked
+    assert f"/{len(rows)} rows (100.0%)" in done.stderr  # plain progress lines off a terminal
+    assert "decode" in done.stdout and "tok/s" in done.stdout
+    assert not sample_jsonl.with_name("prompts.completions.parquet.partial").exists()
+
+    again = gemma_batch("run", sample_jsonl)  # a finished job is a no-op
+    assert again.returncode == 0 and "already complete" in again.stderr
+    assert read_rows(out) == rows
+
+
+def test_help_documents_every_flag():
+    done = gemma_batch("run", "--help")
+    from gemma_batch.job.spec import JobSpec
+
+    flags = [f"--{name.replace('_', '-')}" for name in JobSpec.__dataclass_fields__ if name != "input"]
+    assert done.returncode == 0
+    assert [f for f in flags if f not in done.stdout] == []
+
+
+def test_parquet_input_keeps_columns_and_applies_row_overrides(tmp_path):
+    src = Path(shutil.copy(SAMPLES / "prompts.parquet", tmp_path / "p.parquet"))
+    done = gemma_batch("run", src, "--keep-columns", "topic", "--max-tokens", "40", "--output", tmp_path / "o.parquet")
+    assert done.returncode == 0, done.stderr
+    table = pq.read_table(tmp_path / "o.parquet")
+    source = pq.read_table(src).to_pylist()
+    assert table.column_names[-1] == "topic" and table.column("topic").to_pylist() == [s["topic"] for s in source]
+    for row, s in zip(table.to_pylist(), source):
+        assert row["max_tokens"] == (s["max_tokens"] or 40) and row["completion_tokens"] <= row["max_tokens"]
+
+
+def test_stop_strings_cut_the_completion_before_them(tmp_path):
+    src = write_jsonl(tmp_path / "s.jsonl", [{"id": "a", "prompt": "The sea was calm that morning, and"}])
+    plain = read_rows(tmp_path / "s.completions.parquet") if gemma_batch("run", src, "--max-tokens", "40").returncode == 0 else None
+    text = plain[0]["completion"]
+    stop = text[len(text) // 2 : len(text) // 2 + 3]
+    done = gemma_batch("run", src, "--max-tokens", "40", "--stop", stop, "--output", tmp_path / "stopped.parquet")
+    assert done.returncode == 0, done.stderr
+    row = read_rows(tmp_path / "stopped.parquet")[0]
+    assert row["completion"] == text[: text.index(stop)] and row["finish_reason"] == "stop" and row["stop"] == [stop]
+
+
+def test_bad_rows_become_error_rows_and_the_job_goes_on(tmp_path):
+    long_prompt = "word " * 300
+    src = write_jsonl(tmp_path / "bad.jsonl", [
+        {"id": "ok", "prompt": "The sea"},
+        {"id": "null", "prompt": None},
+        {"id": "num", "prompt": 42},
+        {"id": "empty", "prompt": "  "},
+        "{not json",
+        {"id": "ok", "prompt": "duplicate id"},
+        {"id": "hot", "prompt": "x", "temperature": "hot"},
+        {"id": "long", "prompt": long_prompt},
+        {"id": "chat", "messages": [{"role": "user"}]},
+        {"id": "ok2", "prompt": "Once upon a time"},
+    ])
+    done = gemma_batch("run", src, "--max-tokens", "8", "--max-model-len", "128")
+    assert done.returncode == 0, done.stderr
+    rows = read_rows(tmp_path / "bad.completions.parquet")
+    assert [r["finish_reason"] == "error" for r in rows] == [False, True, True, True, True, True, True, True, True, False]
+    errors = [r["error"] or "" for r in rows]
+    for i, fragment in [(1, "null"), (2, "string"), (3, "whitespace"), (4, "JSON"), (5, "duplicate id 'ok'"),
+                        (6, "temperature"), (7, "context is 128 tokens"), (8, "content")]:
+        assert fragment in errors[i] and f"row {i}" in errors[i], errors[i]
+    assert rows[0]["completion"] is not None and rows[9]["completion"] is not None
+
+    strict = gemma_batch("run", src, "--max-tokens", "8", "--max-model-len", "128", "--fail-on-row-error",
+                         "--output", tmp_path / "strict.parquet")
+    assert strict.returncode == 1 and "8 row(s) failed" in strict.stderr
+    assert len(read_rows(tmp_path / "strict.parquet")) == 10  # the output is still written
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    [(b"", "no rows"), (b"\n\n", "no rows"), (b'{"prompt": "a"}\n{"prompt": "tru', "truncated")],
+)
+def test_file_level_problems_stop_the_job_before_anything_is_written(tmp_path, content, message):
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(content)
+    done = gemma_batch("run", src)
+    assert done.returncode == 1 and message in done.stderr and str(src) in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+def test_usage_errors_exit_2(tmp_path, sample_jsonl):
+    assert gemma_batch("run", tmp_path / "missing.jsonl").returncode == 2
+    assert gemma_batch("run", sample_jsonl, "--top-p", "0").returncode == 2
+    assert gemma_batch("run", sample_jsonl, "--backend", "tpu").returncode == 2
+    assert gemma_batch("run", sample_jsonl, "--kv-memory", "lots").returncode == 2
+
+
+def test_a_corrupt_model_fails_fast_naming_the_file(tmp_path, sample_jsonl):
+    model = Path(shutil.copytree(DEMO_MODEL, tmp_path / "model"))
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    done = gemma_batch("run", sample_jsonl, "--model", model)
+    assert done.returncode == 1 and "model.safetensors" in done.stderr
+    assert not sample_jsonl.with_name("prompts.completions.parquet").exists()
+
+
+def test_resuming_with_other_settings_is_refused_unless_forced(tmp_path, sample_jsonl):
+    assert gemma_batch("run", sample_jsonl, "--max-tokens", "4").returncode == 0
+    changed = gemma_batch("run", sample_jsonl, "--max-tokens", "5")
+    assert changed.returncode == 2 and "max_tokens" in changed.stderr and "--force" in changed.stderr
+    forced = gemma_batch("run", sample_jsonl, "--max-tokens", "5", "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert {r["max_tokens"] for r in read_rows(sample_jsonl.with_name("prompts.completions.parquet"))} == {5}
+
+
+def test_a_locked_output_is_refused(sample_jsonl):
+    with OutputLock(sample_jsonl.with_name("prompts.completions.parquet")):
+        done = gemma_batch("run", sample_jsonl)
+    assert done.returncode == 1 and "another gemma-batch run" in done.stderr
+
+
+def test_a_toml_job_resolves_paths_beside_it_and_flags_override_it(tmp_path, sample_jsonl):
+    spec = tmp_path / "jobs" / "job.toml"
+    spec.parent.mkdir()
+    spec.write_text('input = "../prompts.jsonl"\noutput = "../out.parquet"\nmax-tokens = 6\nkeep_columns = ["topic"]\n')
+    done = gemma_batch("run", spec, "--max-tokens", "3", cwd=REPO / "tests")
+    assert done.returncode == 0, done.stderr
+    rows = read_rows(tmp_path / "out.parquet")
+    assert {r["max_tokens"] for r in rows} == {3} and rows[0]["topic"] == "story"
+    spec.write_text('input = "../prompts.jsonl"\nmax_tokenz = 6\n')
+    bad = gemma_batch("run", spec)
+    assert bad.returncode == 2 and "max_tokenz" in bad.stderr
+
+
+def test_the_bundled_job_spec_is_valid():
+    from gemma_batch.job.spec import load_toml, make_spec
+
+    spec = make_spec(load_toml(REPO / "jobs" / "label-sentiment.toml"))
+    assert spec.input.exists() and spec.keep_columns == ("topic",)
+
+
+def test_openai_batch_round_trip(tmp_path):
+    src = Path(shutil.copy(SAMPLES / "openai_batch.jsonl", tmp_path / "batch.jsonl"))
+    done = gemma_batch("run", src, "--output-format", "openai")
+    assert done.returncode == 0, done.stderr
+    requests = [json.loads(line) for line in src.read_text().splitlines()]
+    results = [json.loads(line) for line in (tmp_path / "batch.results.jsonl").read_text().splitlines()]
+    assert [r["custom_id"] for r in results] == [q["custom_id"] for q in requests]
+    parquet = gemma_batch("run", src, "--output", tmp_path / "same.parquet")
+    assert parquet.returncode == 0, parquet.stderr
+    for request, result, row in zip(requests, results, read_rows(tmp_path / "same.parquet")):
+        assert result["error"] is None and result["response"]["status_code"] == 200
+        body = result["response"]["body"]
+        assert body["usage"]["completion_tokens"] == row["completion_tokens"] <= request["body"]["max_tokens"]
+        if request["url"] == "/v1/chat/completions":
+            assert body["object"] == "chat.completion" and body["choices"][0]["message"]["content"] == row["completion"]
+        else:
+            assert body["object"] == "text_completion" and body["choices"][0]["text"] == row["completion"]
+            assert row["temperature"] == request["body"]["temperature"]
+    again = gemma_batch("run", src, "--output-format", "openai")
+    assert again.returncode == 0 and "already complete" in again.stderr
+
+
+def test_sampled_rows_are_the_same_alone_batched_and_shuffled(tmp_path):
+    prompts = [{"id": f"r{i}", "prompt": f"Story number {i}: once upon a time" + " and then" * (i % 7)} for i in range(20)]
+    flags = ("--temperature", "0.9", "--top-p", "0.95", "--seed", "7", "--max-tokens", "24")
+    a = write_jsonl(tmp_path / "a.jsonl", prompts)
+    b = write_jsonl(tmp_path / "b.jsonl", [prompts[i] for i in (7, 3, 19, 0, 11, 5, 2, 18, 1, 9, 4, 6, 8, 10, 12, 13, 14, 15, 16, 17)])
+    assert gemma_batch("run", a, *flags, "--max-batch", "1").returncode == 0
+    assert gemma_batch("run", b, *flags, "--max-batch", "32", "--max-step-tokens", "40").returncode == 0
+    alone = {r["id"]: r["completion"] for r in read_rows(tmp_path / "a.completions.parquet")}
+    shuffled = {r["id"]: r["completion"] for r in read_rows(tmp_path / "b.completions.parquet")}
+    assert alone == shuffled
+    assert len(set(alone.values())) > 1
+
+
+def test_a_small_kv_budget_lowers_the_context_with_a_notice_and_still_finishes(tmp_path, sample_jsonl):
+    roomy = gemma_batch("run", sample_jsonl, "--max-tokens", "40", "--output", tmp_path / "roomy.parquet")
+    tight = gemma_batch("run", sample_jsonl, "--max-tokens", "40", "--kv-memory", "100KiB",
+                        "--max-model-len", "96", "--output", tmp_path / "tight.parquet")
+    assert roomy.returncode == 0 and tight.returncode == 0, tight.stderr
+    assert "notice: max model length lowered from 96 to 64 tokens" in tight.stderr and "--kv-memory" in tight.stderr
+    stats = read_rows(tmp_path / "tight.stats.parquet")[0]
+    assert stats["preemptions"] > 0
+    by_id = {r["id"]: r for r in read_rows(tmp_path / "roomy.parquet")}
+    rows = read_rows(tmp_path / "tight.parquet")
+    assert all(r["prompt_tokens"] + r["completion_tokens"] <= 64 for r in rows)
+    same_length = [r for r in rows if r["completion_tokens"] == by_id[r["id"]]["completion_tokens"]]
+    assert len(same_length) >= len(rows) // 2  # rows the lower context did not cut are unchanged
+    assert all(r["completion"] == by_id[r["id"]]["completion"] for r in same_length)
+
+
+def test_a_job_killed_at_random_moments_resumes_to_the_same_file(tmp_path):
+    import random
+    import signal
+    import time
+
+    prompts = [{"id": f"k{i}", "prompt": f"Row {i}: the weather today" + " is" * (i % 11)} for i in range(120)]
+    src = write_jsonl(tmp_path / "kill.jsonl", prompts)
+    flags = ("--temperature", "0.8", "--top-k", "50", "--max-tokens", "40", "--max-batch", "8")
+    reference = gemma_batch("run", src, *flags, "--output", tmp_path / "reference.parquet")
+    assert reference.returncode == 0, reference.stderr
+
+    target = tmp_path / "killed.parquet"
+    rng = random.Random(3)
+    resumed_midway = 0
+    for _ in range(5):
+        proc = subprocess.Popen([sys.executable, "-m", "gemma_batch", "run", str(src), *flags, "--output", str(target)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        partial = target.with_name(target.name + ".partial")
+        deadline = time.monotonic() + 60
+        while not partial.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)  # kill only once the job has started writing, at a random moment after
+        time.sleep(rng.uniform(0.0, 0.8))
+        proc.send_signal(signal.SIGKILL)
+        _, err = proc.communicate()
+        resumed_midway += any(f"of {len(prompts)} rows already done" in line and not line.startswith("resuming: 0 ")
+                              for line in err.splitlines())
+        if target.exists():
+            break
+    final = gemma_batch("run", src, *flags, "--output", target)
+    assert final.returncode == 0, final.stderr
+    assert resumed_midway > 0  # some kill landed after rows were committed
+    assert target.read_bytes() == (tmp_path / "reference.parquet").read_bytes()
