@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import io
 import os
 import tracemalloc
 from pathlib import Path
@@ -117,12 +118,20 @@ def test_missing_directory_and_empty_files(tmp_path: Path) -> None:
     assert "has no rows" in dataset_error(zero)
 
 
-def test_unreadable_file(tmp_path: Path) -> None:
+def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write_jsonl(tmp_path, [{"prompt": "a"}])
     path.chmod(0)
     try:
-        if os.access(path, os.R_OK):
-            pytest.skip("running as root: chmod 000 does not make the file unreadable")
+        if os.access(path, os.R_OK):  # root reads through chmod 000: make the open itself fail
+            real_open = io.open
+
+            def refuse(file, *args, **kwargs):
+                if Path(file) == path:
+                    raise PermissionError(13, "Permission denied", str(file))
+                return real_open(file, *args, **kwargs)
+
+            monkeypatch.setattr("builtins.open", refuse)
+            monkeypatch.setattr(io, "open", refuse)
         assert "permission denied" in dataset_error(path)
     finally:
         path.chmod(0o644)

@@ -195,6 +195,24 @@ def test_crash_between_part_and_journal_rewrite(
     assert out.read_bytes() == reference
 
 
+def test_crash_after_final_rename(tmp_path: Path, reference: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "out.parquet"
+
+    def killed(path: Path) -> None:
+        raise KeyboardInterrupt  # stands for a kill before the partial folder is removed
+
+    real_remove_tree = writers.remove_tree
+    monkeypatch.setattr(store_module.writers, "remove_tree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_store(out, range(100), 100)
+    monkeypatch.setattr(store_module.writers, "remove_tree", real_remove_tree)
+    out.write_bytes(b"stale")  # whatever the output holds, the partial folder decides
+    store = run_store(out, [], 100, finalize=False)
+    assert store.state == "resume" and store.num_done == 100
+    store.finalize(100)
+    assert out.read_bytes() == reference and not store.partial_dir.exists()
+
+
 def test_compaction_across_parts_and_resume(tmp_path: Path, reference: bytes) -> None:
     out = tmp_path / "out.parquet"
     order = windowed(list(range(100)), random.Random(3))

@@ -34,9 +34,12 @@ class KVPlan:
     def describe(self, groups: tuple[KVGroup, ...]) -> str:
         """One line for the job's start: what fits in the cache."""
         parts = [f"{self.num_blocks[g.name]} {g.name} blocks" for g in groups]
+        tokens = min(self.num_blocks[g.name] * self.block_size for g in groups if g.window is None) if any(
+            g.window is None for g in groups) else None
+        held = f"holds {tokens} tokens of context, " if tokens is not None else ""
         return (
             f"KV cache: {self.used_bytes / 2**20:.1f} MiB in {', '.join(parts)} of {self.block_size} tokens; "
-            f"fits {self.full_length_seqs} sequence(s) of {self.max_model_len} tokens at once "
+            f"{held}fits {self.full_length_seqs} sequence(s) of {self.max_model_len} tokens at once "
             f"(shorter sequences share it, up to --max-batch)"
         )
 

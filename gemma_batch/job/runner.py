@@ -72,7 +72,9 @@ def run_job(spec: JobSpec, log: TextIO | None = None, out: TextIO | None = None)
     schema = output_schema(dataset.keep_types)
     output = spec.output_path
     with OutputLock(output):
-        store = ResultStore(output, schema, fingerprint, output_format=spec.output_format, force=spec.force)
+        store = ResultStore(
+            output, schema, fingerprint, output_format=spec.output_format, force=spec.force, openai_model=spec.model.name
+        )
         store.open()
         if store.state == "complete":
             print(f"{output} is already complete for this job; nothing to do (--force to run it again)", file=log)
