@@ -16,7 +16,7 @@ from .engine.kv_plan import KVBudgetError
 from .engine.llm import LLM
 from .job.lock import JobLocked
 from .job.runner import JobFailed, run_job
-from .job.spec import DEMO_MODEL, UsageError, load_toml, make_spec
+from .job.spec import DEMO_MODEL, UsageError, check_paths, load_toml, make_spec
 from .job.store import JobMismatch
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False, help="Batch text generation with Gemma 3 models.")
@@ -86,8 +86,7 @@ def run(
     try:
         settings = load_toml(source) if source.suffix == ".toml" else {"input": source}
         spec = make_spec({**settings, **given}, where=str(source) if source.suffix == ".toml" else "command line")
-        if not spec.input.exists():
-            raise UsageError(f"input {spec.input} does not exist")
+        check_paths(spec)
         stats = run_job(spec)
     except (UsageError, JobMismatch) as e:
         typer.echo(f"error: {e}", err=True)

@@ -139,6 +139,10 @@ def test_usage_errors_exit_2(tmp_path, sample_jsonl):
     assert gemma_batch("run", sample_jsonl, "--top-p", "0").returncode == 2
     assert gemma_batch("run", sample_jsonl, "--backend", "tpu").returncode == 2
     assert gemma_batch("run", sample_jsonl, "--kv-memory", "lots").returncode == 2
+    assert gemma_batch("run", sample_jsonl, "--output", tmp_path / "no" / "such" / "dir.parquet").returncode == 2
+    same = gemma_batch("run", sample_jsonl, "--output", sample_jsonl)
+    assert same.returncode == 2 and "is the input file" in same.stderr
+    assert sample_jsonl.read_bytes() == (SAMPLES / "prompts.jsonl").read_bytes()
 
 
 def test_a_corrupt_model_fails_fast_naming_the_file(tmp_path, sample_jsonl):

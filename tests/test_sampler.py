@@ -106,3 +106,28 @@ def test_row_keys_depend_on_seed_and_row_id_only():
 def test_sampling_params_refuse_out_of_range_values(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
         SamplingParams(**bad)
+
+
+def sorted_reference(x: np.ndarray, temperature: float, top_p: float, min_p: float) -> tuple[list, np.ndarray]:
+    """The rule done the slow way: sort the whole vocabulary, cut the nucleus, then min-p."""
+    x = x / np.float32(temperature)
+    order = np.lexsort((np.arange(len(x)), -x))
+    w = np.exp((x - x.max()).astype(np.float64))
+    n = int(np.searchsorted(np.cumsum(w[order]), top_p * w.sum(), side="left")) + 1
+    keep = order[:n]
+    keep = keep[w[keep] >= min_p * w[keep].max()]
+    return keep.tolist(), w[keep]
+
+
+@pytest.mark.parametrize("scale,levels", [(3.0, None), (0.5, None), (2.0, 4.0)])
+def test_top_p_over_a_large_vocabulary_equals_sorting_everything(scale, levels):
+    """Vocabularies larger than the first sorted slice, flat ones (the nucleus outgrows the slice)
+    and heavily tied ones (ties straddle the slice's edge)."""
+    rng = np.random.default_rng(3)
+    for top_p, min_p in [(0.9, 0.0), (0.5, 0.0), (0.99, 0.001), (0.999, 0.0)]:
+        x = (rng.standard_normal(50_000) * scale).astype(np.float32)
+        if levels is not None:
+            x = np.round(x * levels) / levels  # few distinct values: thousands of ties
+        ids, weights = candidates(x, 1.0, 0, top_p, min_p)
+        ref_ids, ref_weights = sorted_reference(x, 1.0, top_p, min_p)
+        assert ids.tolist() == ref_ids and np.array_equal(weights, ref_weights)

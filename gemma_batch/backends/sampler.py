@@ -3,7 +3,8 @@
 One draw for sequence s, from its row of logits x (float32):
 
 1. temperature 0: the arg-max (lowest id on ties). Otherwise x = x / temperature.
-2. Candidates in a fixed order: logit descending, then token id ascending.
+2. Candidates in a fixed order: logit descending, then token id ascending (token id order when
+   no filter is on).
 3. top-k keeps the first k candidates; top-p keeps the shortest prefix whose probability mass
    reaches p; min-p drops candidates whose probability is below min_p times the largest.
    Probabilities are softmax over the candidates left by the previous filter (HF's warper order:
@@ -50,23 +51,41 @@ def uniform(keys: np.ndarray, counters: np.ndarray) -> np.ndarray:
 
 
 def candidates(x: np.ndarray, temperature: float, top_k: int, top_p: float, min_p: float) -> tuple[np.ndarray, np.ndarray]:
-    """The tokens a draw can pick from logits x [V] (float32), and their unnormalised weights."""
+    """The tokens a draw can pick from logits x [V] (float32), and their unnormalised weights.
+
+    Never sorts the whole vocabulary when a filter is on: top-k partitions first; min-p keeps the
+    weights >= min_p before sorting; top-p sorts a growing top slice until the nucleus provably
+    ends inside it (its last token's logit above the slice's smallest). The result is the same as
+    sorting everything, and the total mass is a sum in candidate order, not in sorted order.
+    """
     x = x / np.float32(temperature)
-    if top_k > 0 and top_k < len(x):
-        ids = np.argpartition(-x, top_k - 1)[:top_k]
-    else:
-        ids = np.arange(len(x))
-    if top_k > 0 or top_p < 1.0 or min_p > 0.0:
-        ids = ids[np.lexsort((ids, -x[ids]))]  # logit descending, then id ascending
-    probs = np.exp((x[ids] - x[ids].max()).astype(np.float64))
+    ids = np.argpartition(-x, top_k - 1)[:top_k] if 0 < top_k < len(x) else np.arange(len(x))
+    logits = x[ids]
+    weights = np.exp((logits - logits.max()).astype(np.float64))  # the largest weight is 1
     if top_p < 1.0:
-        mass = np.cumsum(probs)
-        keep = int(np.searchsorted(mass, top_p * mass[-1], side="left")) + 1  # first prefix reaching p
-        ids, probs = ids[:keep], probs[:keep]
+        keep = _nucleus(logits, ids, weights, top_p * weights.sum())
+    elif top_k > 0 or min_p > 0.0:
+        keep = np.flatnonzero(weights >= min_p) if min_p > 0.0 else np.arange(len(ids))
+        keep = keep[np.lexsort((ids[keep], -logits[keep]))]  # logit descending, then id ascending
+    else:
+        return ids, weights
+    ids, weights = ids[keep], weights[keep]
     if min_p > 0.0:
-        keep = probs >= min_p * probs.max()
-        ids, probs = ids[keep], probs[keep]
-    return ids, probs
+        survive = weights >= min_p * weights.max()
+        ids, weights = ids[survive], weights[survive]
+    return ids, weights
+
+
+def _nucleus(logits: np.ndarray, ids: np.ndarray, weights: np.ndarray, target: float) -> np.ndarray:
+    """Positions, in (logit desc, id asc) order, of the shortest sorted prefix whose weight reaches target."""
+    size = min(len(ids), 1024)
+    while True:
+        top = np.argpartition(-logits, size - 1)[:size] if size < len(ids) else np.arange(len(ids))
+        top = top[np.lexsort((ids[top], -logits[top]))]
+        n = int(np.searchsorted(np.cumsum(weights[top]), target, side="left")) + 1
+        if size == len(ids) or (n <= size and logits[top[n - 1]] > logits[top[-1]]):
+            return top[:n]
+        size = min(len(ids), size * 8)
 
 
 def draw(ids: np.ndarray, probs: np.ndarray, u: float) -> int:

@@ -55,7 +55,11 @@ def run_job(spec: JobSpec, log: TextIO | None = None, out: TextIO | None = None)
     checkpoint = Checkpoint.open(spec.model, cfg)  # every header checked before any data is read
     backend = create_backend(backend_name, cfg)
 
-    max_model_len = min(spec.max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
+    max_model_len = spec.max_model_len or cfg.max_position_embeddings
+    if max_model_len > cfg.max_position_embeddings:
+        print(f"notice: --max-model-len {max_model_len} is beyond the model's context; "
+              f"using {cfg.max_position_embeddings}", file=log)
+        max_model_len = cfg.max_position_embeddings
     budget = parse_size(spec.kv_memory, backend.available_memory())
     groups = cfg.kv_groups()
     plan = plan_kv(

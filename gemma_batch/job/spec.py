@@ -80,6 +80,17 @@ def parse_size(text: str, available: int) -> int:
     return int(value * base**power)
 
 
+def check_paths(spec: JobSpec) -> None:
+    """The input exists, the output's folder exists, and the output would not overwrite the input."""
+    if not spec.input.exists():
+        raise UsageError(f"input {spec.input} does not exist")
+    output = spec.output_path
+    if not output.parent.is_dir():
+        raise UsageError(f"output folder {output.parent} does not exist")
+    if output.resolve() == spec.input.resolve():
+        raise UsageError(f"output {output} is the input file; choose another --output")
+
+
 _TYPES: dict[str, tuple[type, ...]] = {
     "int": (int,), "float": (int, float), "str": (str,), "bool": (bool,),
 }
