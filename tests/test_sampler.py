@@ -94,6 +94,20 @@ def test_greedy_takes_the_lowest_id_on_ties_and_temperature_zero_is_greedy():
     assert sample_tokens(logits, None, np.array([0])).tolist() == [1]
 
 
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_ids_past_the_tokenizer_vocabulary_are_never_drawn(temperature):
+    logits = np.array([[0.0, 1.0, 0.5, 9.0, 9.0]], np.float32)  # the padding rows 3, 4 dominate
+    batch = SamplingBatch(
+        np.full(1, temperature, np.float32), np.zeros(1, np.int32), np.ones(1, np.float32), np.zeros(1, np.float32),
+        np.zeros((1, 2), np.uint32), np.zeros(1, np.uint32), vocab_size=3,
+    )
+    draws = set()
+    for counter in range(200):
+        batch.counters[0] = counter
+        draws.add(int(sample_tokens(logits, batch, np.array([0]))[0]))
+    assert draws <= {0, 1, 2} and (temperature == 0 or draws == {0, 1, 2})
+
+
 def test_row_keys_depend_on_seed_and_row_id_only():
     a, b = SamplingParams(seed=1), SamplingParams(seed=1, temperature=0.5)
     assert a.rng_key("row-7") == b.rng_key("row-7")

@@ -40,6 +40,7 @@ class SamplingBatch:
     min_p: np.ndarray  # [S] float32, 0 = off
     keys: np.ndarray  # [S, 2] uint32 Philox key of each sequence
     counters: np.ndarray  # [S] uint32, index of the completion token being drawn
+    vocab_size: int = 0  # draw only ids below this (0: any); 4B+ checkpoints have padding rows
 
 
 @dataclass

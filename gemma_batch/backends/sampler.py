@@ -2,6 +2,8 @@
 
 One draw for sequence s, from its row of logits x (float32):
 
+0. Only ids below `vocab_size` count (the tokenizer's; 4B+ checkpoints have 64 padding rows
+   past it, which transformers does not mask but no tokenizer can decode).
 1. temperature 0: the arg-max (lowest id on ties). Otherwise x = x / temperature.
 2. Candidates in a fixed order: logit descending, then token id ascending (token id order when
    no filter is on).
@@ -96,6 +98,8 @@ def draw(ids: np.ndarray, probs: np.ndarray, u: float) -> int:
 
 def sample_tokens(logits: np.ndarray, sampling: SamplingBatch | None, rows: np.ndarray) -> np.ndarray:
     """Token ids [len(rows)] drawn from logits [len(rows), V] for the sequences `rows` of the step."""
+    if sampling is not None and sampling.vocab_size:
+        logits = logits[:, : sampling.vocab_size]
     greedy = np.argmax(logits, axis=-1).astype(np.int32)
     if sampling is None:
         return greedy

@@ -144,6 +144,7 @@ class Engine:
             min_p=np.array([r.params.min_p for r in params], np.float32),
             keys=np.array([r.rng_key for r in params], np.uint32).reshape(-1, 2),
             counters=np.array([seq.num_completion_tokens for seq, _ in scheduled], np.uint32),
+            vocab_size=self.tokenizer.vocab_size if self.tokenizer is not None else 0,
         )
 
     def _append(self, seq: Sequence, token: int) -> None:

@@ -54,3 +54,17 @@ def job_fingerprint(spec: JobSpec, input_fingerprint: str, model: str, backend: 
             "max_model_len": max_model_len,
         },
     }
+
+
+def fingerprint_differences(stored: Any, current: Any, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two JSON values ("model", "params.temperature")."""
+    if isinstance(stored, dict) and isinstance(current, dict):
+        keys: list[str] = []
+        for key in sorted(set(stored) | set(current)):
+            name = f"{prefix}.{key}" if prefix else key
+            if key in stored and key in current:
+                keys += fingerprint_differences(stored[key], current[key], name)
+            else:
+                keys.append(name)
+        return keys
+    return [] if stored == current else [prefix or "fingerprint"]

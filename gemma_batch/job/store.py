@@ -39,8 +39,9 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from gemma_batch.data import writers
-from gemma_batch.job.codec import RowCodec
+from ..data import writers
+from .codec import RowCodec
+from .fingerprint import fingerprint_differences
 
 KIND_KEY = "_kind"  # extra row key (not a schema column) with the request kind, "chat" or "text"
 _JOB = "job.json"
@@ -55,20 +56,6 @@ class JobMismatch(Exception):
 
 class StoreCorrupt(Exception):
     """The partial folder is damaged in a way no crash can cause (e.g. a missing part)."""
-
-
-def _differences(stored: Any, current: Any, prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two JSON values ("model", "params.temperature")."""
-    if isinstance(stored, dict) and isinstance(current, dict):
-        keys: list[str] = []
-        for key in sorted(set(stored) | set(current)):
-            name = f"{prefix}.{key}" if prefix else key
-            if key in stored and key in current:
-                keys += _differences(stored[key], current[key], name)
-            else:
-                keys.append(name)
-        return keys
-    return [] if stored == current else [prefix or "fingerprint"]
 
 
 def _read_json(path: Path) -> Any:
@@ -183,7 +170,7 @@ class ResultStore:
         if not isinstance(fingerprint, dict):
             raise JobMismatch(f"{where} holds no readable job fingerprint (not written by this "
                               "job); rerun with --force to discard it and start over")
-        keys = _differences(fingerprint, self._fingerprint)
+        keys = fingerprint_differences(fingerprint, self._fingerprint)
         if output_format != self._format:
             keys.append("output_format")
         raise JobMismatch(f"{where} holds a different job (differing: {', '.join(keys)}); "
