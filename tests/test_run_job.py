@@ -120,6 +120,9 @@ def test_bad_rows_become_error_rows_and_the_job_goes_on(tmp_path):
                          "--output", tmp_path / "strict.parquet")
     assert strict.returncode == 1 and "8 row(s) failed" in strict.stderr
     assert len(read_rows(tmp_path / "strict.parquet")) == 10  # the output is still written
+    rerun = gemma_batch("run", src, "--max-tokens", "8", "--max-model-len", "128", "--fail-on-row-error",
+                        "--output", tmp_path / "strict.parquet")
+    assert rerun.returncode == 1 and "already complete" in rerun.stderr  # the verdict does not change
 
 
 @pytest.mark.parametrize(

@@ -82,7 +82,11 @@ def run_job(spec: JobSpec, log: TextIO | None = None, out: TextIO | None = None)
         store.open()
         if store.state == "complete":
             print(f"{output} is already complete for this job; nothing to do (--force to run it again)", file=log)
-            return {"rows_total": dataset.num_rows, "rows_done_this_run": 0}
+            return {
+                "rows_total": dataset.num_rows,
+                "rows_done_this_run": 0,
+                "rows_failed": count_error_rows(output, spec.output_format),
+            }
         if store.state == "resume":
             print(f"resuming: {store.num_done} of {dataset.num_rows} rows already done", file=log)
         load_started = time.perf_counter()
