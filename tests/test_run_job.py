@@ -104,22 +104,23 @@ def test_bad_rows_become_error_rows_and_the_job_goes_on(tmp_path):
         {"id": "hot", "prompt": "x", "temperature": "hot"},
         {"id": "long", "prompt": long_prompt},
         {"id": "chat", "messages": [{"role": "user"}]},
+        {"id": "surrogate", "prompt": "half a pair \ud800 here"},
         {"id": "ok2", "prompt": "Once upon a time"},
     ])
     done = gemma_batch("run", src, "--max-tokens", "8", "--max-model-len", "128")
     assert done.returncode == 0, done.stderr
     rows = read_rows(tmp_path / "bad.completions.parquet")
-    assert [r["finish_reason"] == "error" for r in rows] == [False, True, True, True, True, True, True, True, True, False]
+    assert [r["finish_reason"] == "error" for r in rows] == [False] + [True] * 9 + [False]
     errors = [r["error"] or "" for r in rows]
     for i, fragment in [(1, "null"), (2, "string"), (3, "whitespace"), (4, "JSON"), (5, "duplicate id 'ok'"),
-                        (6, "temperature"), (7, "context is 128 tokens"), (8, "content")]:
+                        (6, "temperature"), (7, "context is 128 tokens"), (8, "content"), (9, "surrogate")]:
         assert fragment in errors[i] and f"row {i}" in errors[i], errors[i]
-    assert rows[0]["completion"] is not None and rows[9]["completion"] is not None
+    assert rows[0]["completion"] is not None and rows[10]["completion"] is not None
 
     strict = gemma_batch("run", src, "--max-tokens", "8", "--max-model-len", "128", "--fail-on-row-error",
                          "--output", tmp_path / "strict.parquet")
-    assert strict.returncode == 1 and "8 row(s) failed" in strict.stderr
-    assert len(read_rows(tmp_path / "strict.parquet")) == 10  # the output is still written
+    assert strict.returncode == 1 and "9 row(s) failed" in strict.stderr
+    assert len(read_rows(tmp_path / "strict.parquet")) == 11  # the output is still written
     rerun = gemma_batch("run", src, "--max-tokens", "8", "--max-model-len", "128", "--fail-on-row-error",
                         "--output", tmp_path / "strict.parquet")
     assert rerun.returncode == 1 and "already complete" in rerun.stderr  # the verdict does not change

@@ -47,6 +47,11 @@ def parse_line(line: bytes) -> dict[str, Any]:
         raise RowError("not valid JSON: nested too deeply") from None
     if not isinstance(value, dict):
         raise RowError(f"not a JSON object (got {_JSON_TYPES.get(type(value), 'null')})")
+    if "\\u" in text:  # a \uXXXX escape can decode to half a surrogate pair: text no tokenizer takes
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise RowError(f"not valid Unicode: an unpaired surrogate \\u{ord(e.object[e.start]):04x} escape") from None
     return value
 
 

@@ -160,3 +160,14 @@ class RowCodec:
                 values = [None if (v := o[name]) is None else dec(v) for o in objs]
             arrays.append(pa.array(values, type=f.type))
         return pa.Table.from_arrays(arrays, schema=self.schema)
+
+
+def journal_line_index(line: bytes) -> int | None:
+    """The row index of a complete, parseable journal line, else None."""
+    if not line.endswith(b"\n"):
+        return None
+    try:
+        index = json.loads(line).get("row")
+    except (ValueError, AttributeError):
+        return None
+    return index if type(index) is int and index >= 0 else None

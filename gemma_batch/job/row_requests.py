@@ -30,14 +30,16 @@ class RowRequests:
             params = self.params.with_overrides(row.params)
         except (TypeError, ValueError) as e:
             return f"row {row.index}: {e}"
-        if row.messages is not None:
-            try:
+        try:
+            if row.messages is not None:
                 ids = chat_token_ids(self.tokenizer, row.messages, add_generation_prompt=True)
-            except ValueError as e:
-                return f"row {row.index}: messages: {e}"
-            stop = self.stop_ids | {Tokenizer.END_OF_TURN_ID}
-        else:
-            ids, stop = self.tokenizer.encode(row.prompt or "", add_bos=True), self.stop_ids
+                stop = self.stop_ids | {Tokenizer.END_OF_TURN_ID}
+            else:
+                ids, stop = self.tokenizer.encode(row.prompt or "", add_bos=True), self.stop_ids
+        except ValueError as e:
+            return f"row {row.index}: {'messages' if row.messages is not None else 'prompt'}: {e}"
+        except Exception as e:  # noqa: BLE001 - the tokenizer library's failure on one row fails that row only
+            return f"row {row.index}: the tokenizer could not encode this row ({type(e).__name__}: {e})"
         room = self.max_model_len - len(ids)
         if room < 1:
             return (

@@ -40,7 +40,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from ..data import writers
-from .codec import RowCodec
+from .codec import RowCodec, journal_line_index
 from .fingerprint import fingerprint_differences
 
 KIND_KEY = "_kind"  # extra row key (not a schema column) with the request kind, "chat" or "text"
@@ -63,17 +63,6 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_bytes())
     except (OSError, ValueError):
         return None
-
-
-def _line_index(line: bytes) -> int | None:
-    """The row index of a complete, parseable journal line, else None."""
-    if not line.endswith(b"\n"):
-        return None
-    try:
-        index = json.loads(line).get("row")
-    except (ValueError, AttributeError):
-        return None
-    return index if type(index) is int and index >= 0 else None
 
 
 class ResultStore:
@@ -200,7 +189,7 @@ class ResultStore:
         good = 0
         with open(journal, "rb") as f:
             for line in f:
-                index = _line_index(line)
+                index = journal_line_index(line)
                 if index is None:  # torn by a kill: cut here
                     break
                 good += len(line)
