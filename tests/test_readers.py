@@ -534,3 +534,20 @@ def test_rows_stream_in_bounded_memory(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert count == ds.num_rows == 50_000
     assert peak < 20_000_000, f"peak {peak / 1e6:.1f} MB"
+
+
+def test_parquet_text_that_is_not_utf8_fails_only_its_row(tmp_path: Path) -> None:
+    raw = pa.array([b"fine", b"bad \xff\xfe text", b"also fine"], pa.binary())
+    path = write_parquet(tmp_path, pa.table({"prompt": raw.view(pa.string()), "topic": raw.view(pa.string())}))
+    rows = read_all(path, keep_columns=["topic"])
+    assert [r.prompt for r in rows] == ["fine", None, "also fine"]
+    assert rows[1].error == "row 1: column 'prompt' is not valid UTF-8 (byte 0xff at offset 4)"
+    assert rows[1].keep == {"topic": "bad \ufffd\ufffd text"}  # kept lossily, so the error row can be written
+
+
+def test_a_json_unpaired_surrogate_escape_fails_only_its_row(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"prompt": "x\\ud800y"}\n{"prompt": "pair \\ud83d\\ude00 ok"}\n', encoding="utf-8")
+    bad, good = read_all(path)
+    assert bad.error == "row 0 (line 1): not valid Unicode: an unpaired surrogate \\ud800 escape"
+    assert good.error is None and good.prompt == "pair \U0001f600 ok"

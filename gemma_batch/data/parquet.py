@@ -79,6 +79,40 @@ def parquet_rows(path: Path, layout: ParquetLayout) -> Iterator[InputRow]:
             if batch is None:
                 return
             names = batch.schema.names
-            for values in zip(*(column.to_pylist() for column in batch.columns)):
-                yield make_row(index, f"row {index}", dict(zip(names, values)), layout.spec, seen)
+            for values in zip(*(_values(path, name, column) for name, column in zip(names, batch.columns))):
+                record = dict(zip(names, values))
+                bad = next((name for name, v in record.items() if isinstance(v, _BadText)), None)
+                if bad is None:
+                    yield make_row(index, f"row {index}", record, layout.spec, seen)
+                else:
+                    cells = {k: record.get(k) for k in layout.spec.keep_columns}
+                    keep = {k: v.lossy if isinstance(v, _BadText) else v for k, v in cells.items()}
+                    error = f"row {index}: column {bad!r} is {record[bad].reason}"
+                    yield InputRow(index, str(index), keep=keep, error=error)
                 index += 1
+
+
+class _BadText:
+    """A string cell whose bytes are not UTF-8: its row becomes an error row."""
+
+    def __init__(self, raw: bytes, error: UnicodeDecodeError) -> None:
+        self.lossy = raw.decode("utf-8", errors="replace")  # for kept columns
+        self.reason = f"not valid UTF-8 (byte 0x{raw[error.start]:02x} at offset {error.start})"
+
+
+def _values(path: Path, name: str, column: pa.Array) -> list:
+    """The column's Python values; cells of a string column that are not UTF-8 become _BadText."""
+    try:
+        return column.to_pylist()
+    except UnicodeDecodeError:
+        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            raise DatasetError(f"{path}: column {name!r} holds text that is not valid UTF-8") from None
+    raw = column.view(pa.binary() if pa.types.is_string(column.type) else pa.large_binary()).to_pylist()
+    return [None if b is None else _text_or_bad(b) for b in raw]
+
+
+def _text_or_bad(raw: bytes) -> str | _BadText:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return _BadText(raw, e)
