@@ -1,0 +1,8 @@
+"""The Vulkan backend: device layer (`device`, `memory`, `kernels`), the model's buffers
+(`weights`, `step_buffers`), the recorded step (`graph`) and the `Backend` itself (`backend`)."""
+
+from .backend import VulkanBackend
+from .device import DeviceInfo, has_gpu, list_devices
+from .errors import DeviceMemoryError, VulkanUnavailable
+
+__all__ = ["DeviceInfo", "DeviceMemoryError", "VulkanBackend", "VulkanUnavailable", "has_gpu", "list_devices"]

@@ -1,0 +1,172 @@
+"""The Vulkan backend: the Gemma 3 step as compute shaders on any Vulkan device.
+
+    backend = VulkanBackend(cfg)                 # device chosen as in `device.py`
+    backend.load_weights(checkpoint.tensors())   # uploaded once, resident for the job
+    backend.allocate_kv(num_blocks, block_size)  # one K and one V page buffer per layer
+    result = backend.step(batch)                 # only token ids come back
+
+Per step the host writes the step's metadata into mapped buffers, fills in the indirect grids,
+submits the command buffer recorded once (`graph.py`), waits, and reads R sampled ids.
+Numerics: weights as stored (bf16/fp16/fp32, widened exactly), residual stream and every
+reduction in fp32, KV pages fp16 (default) or fp32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+from ...model.checkpoint import Tensor
+from ...model.config import Gemma3Config
+from ..base import Backend, StepBatch, StepResult
+from .device import Device
+from .graph import StepGraph
+from .kernels import Kernels
+from .memory import Memory
+from .step_buffers import PARAMS_DTYPE, Capacity, StepBuffers
+from .weights import DeviceWeights
+
+KV_DTYPES = {"float16": 2, "float32": 4}
+SCRATCH_RESERVE = 0.1  # share of free device memory left out of `available_memory` for step buffers
+
+
+class VulkanBackend(Backend):
+    name = "vulkan"
+
+    def __init__(self, cfg: Gemma3Config, device: str | None = None, kv_dtype: str = "float16") -> None:
+        super().__init__(cfg)
+        _check_supported(cfg)
+        if kv_dtype not in KV_DTYPES:
+            raise ValueError(f"KV dtype {kv_dtype!r}: expected one of {', '.join(KV_DTYPES)}")
+        self.kv_dtype = kv_dtype
+        self.device = Device(device)
+        self.mem = Memory(self.device)
+        self.kernels = Kernels(self.device)
+        self.weights = DeviceWeights(cfg, self.mem)
+        self.k_pages: dict = {}
+        self.v_pages: dict = {}
+        self.block_size = 0
+        self.buffers: StepBuffers | None = None
+        self.graph: StepGraph | None = None
+        self.inv_freq = {}
+        for name, spec in cfg.rope.items():  # the CPU reference's fp32 inv_freq, bit for bit
+            exponent = np.arange(0, cfg.head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(cfg.head_dim)
+            values = (np.float32(1.0) / (np.float32(spec.theta) ** exponent)) / np.float32(spec.factor)
+            self.inv_freq[name] = self.mem.alloc(values.nbytes, f"{name} RoPE frequencies")
+            self.mem.upload(self.inv_freq[name], values.astype(np.float32))
+
+    @property
+    def device_name(self) -> str:
+        return self.device.info.name
+
+    def load_weights(self, tensors: Iterable[tuple[str, Tensor]]) -> None:
+        self.weights.load(tensors)
+
+    def available_memory(self) -> int:
+        return int(self.mem.free_bytes() * (1 - SCRATCH_RESERVE))
+
+    def kv_bytes_per_token(self, group: str) -> int:
+        layers = next(g.layers for g in self.cfg.kv_groups() if g.name == group)
+        return len(layers) * 2 * self.cfg.num_kv_heads * self.cfg.head_dim * KV_DTYPES[self.kv_dtype]
+
+    def allocate_kv(self, num_blocks: Mapping[str, int], block_size: int) -> None:
+        cfg = self.cfg
+        self.block_size = block_size
+        slot_bytes = cfg.num_kv_heads * cfg.head_dim * KV_DTYPES[self.kv_dtype]
+        for group in cfg.kv_groups():
+            size = max(1, num_blocks[group.name]) * block_size * slot_bytes
+            for layer in group.layers:
+                self.k_pages[layer] = self.mem.alloc(size, f"layer {layer} K pages ({group.name})")
+                self.v_pages[layer] = self.mem.alloc(size, f"layer {layer} V pages ({group.name})")
+
+    def step(self, batch: StepBatch) -> StepResult:
+        cfg = self.cfg
+        T, S = batch.num_tokens, batch.num_seqs
+        last = batch.seq_starts[1:] - 1
+        rows = np.arange(T, dtype=np.int32) if batch.return_logits else last[batch.sample].astype(np.int32)
+        R = len(rows)
+        self._ensure(Capacity(T, S, max(R, 1), tuple((g, t.shape[1]) for g, t in batch.block_tables.items())))
+        b = self.buffers
+        vocab_limit = batch.sampling.vocab_size if batch.sampling is not None and batch.sampling.vocab_size else cfg.vocab_size
+        b.view(b.meta, np.uint32, 4)[:] = (T, S, R, vocab_limit)
+        b.view(b.tokens, np.int32, T)[:] = batch.token_ids
+        b.view(b.positions, np.int32, T)[:] = batch.positions
+        b.view(b.token_seq, np.int32, T)[:] = np.repeat(np.arange(S, dtype=np.int32), np.diff(batch.seq_starts))
+        b.view(b.rows, np.int32, R)[:] = rows
+        for group, table in batch.block_tables.items():
+            width = dict(b.capacity.widths)[group]
+            b.view(b.slots[group], np.int32, T)[:] = batch.slots[group]
+            b.view(b.tables[group], np.int32, S * width).reshape(S, width)[:, : table.shape[1]] = table
+        params = b.view(b.params, PARAMS_DTYPE, R)
+        seq_of_row = np.searchsorted(batch.seq_starts, rows, side="right") - 1
+        _fill_params(params, batch, seq_of_row, rows == last[seq_of_row])
+        b.view(b.grids, np.uint32, b.grids.size // 4)[:] = self.graph.grids(T, R).ravel()
+        self.device.submit_and_wait(self.graph.cb)
+
+        ids = b.view(b.ids, np.int32, R).copy()
+        next_ids = np.full(S, -1, np.int32)
+        if batch.return_logits:
+            next_ids[batch.sample] = ids[last[batch.sample]]
+            logits = self.mem.download(b.logits, 4 * T * cfg.vocab_size).view(np.float32).reshape(T, cfg.vocab_size)
+            return StepResult(next_ids, logits)
+        next_ids[batch.sample] = ids
+        return StepResult(next_ids)
+
+    def _ensure(self, need: Capacity) -> None:
+        """Grow the step buffers (and record the graph again) when this step does not fit."""
+        if self.buffers is not None and self.buffers.capacity.covers(need):
+            return
+        if not self.k_pages:
+            raise RuntimeError("allocate_kv must be called before step")
+        start = Capacity(64, 32, 32, tuple((g, 16) for g, _ in need.widths))
+        capacity = (self.buffers.capacity if self.buffers is not None else start).grown_to(need)
+        if self.graph is not None:
+            self.device.vk.vkDeviceWaitIdle(self.device.device)
+            self.graph.free()
+            self.buffers.free()
+            self.kernels.reset_sets()
+        self.buffers = StepBuffers(self.cfg, self.mem, capacity)
+        self.graph = StepGraph(self.cfg, self.kernels, self.weights, self.buffers, self.k_pages, self.v_pages,
+                               self.inv_freq, self.kv_dtype, self.block_size)
+
+    def close(self) -> None:
+        """Release every device resource (also done at interpreter exit by the driver)."""
+        if self.device.device is None:
+            return
+        self.device.vk.vkDeviceWaitIdle(self.device.device)
+        if self.graph is not None:
+            self.graph.free()
+        self.kernels.close()
+        self.mem.close()
+        self.device.close()
+
+
+def _fill_params(params: np.ndarray, batch: StepBatch, seq_of_row: np.ndarray, sampled: np.ndarray) -> None:
+    """Per logits row: its sequence's sampling parameters; greedy for rows that are not sampled."""
+    params[:] = 0
+    params["top_p"] = 1.0
+    s = batch.sampling
+    if s is None:
+        return
+    take = seq_of_row[sampled]
+    for field in ("temperature", "top_k", "top_p", "min_p", "counter"):
+        source = s.counters if field == "counter" else getattr(s, field)
+        params[field][sampled] = source[take]
+    params["key0"][sampled] = s.keys[take, 0]
+    params["key1"][sampled] = s.keys[take, 1]
+
+
+def _check_supported(cfg: Gemma3Config) -> None:
+    """Refuse, before anything is allocated, the shapes the shaders do not handle."""
+    group = cfg.num_heads // cfg.num_kv_heads
+    problems = [
+        (cfg.hidden_size % 8 == 0, f"hidden_size {cfg.hidden_size} is not a multiple of 8"),
+        (cfg.q_width % 8 == 0, f"num_heads * head_dim {cfg.q_width} is not a multiple of 8"),
+        (cfg.intermediate_size % 8 == 0, f"intermediate_size {cfg.intermediate_size} is not a multiple of 8"),
+        (cfg.head_dim % 2 == 0 and cfg.head_dim <= 256, f"head_dim {cfg.head_dim} must be even and at most 256"),
+        (group <= 16 and group * cfg.head_dim <= 2048, f"{group} query heads per KV head of {cfg.head_dim} exceed the attention kernel's 2048"),
+    ]
+    bad = [message for ok, message in problems if not ok]
+    if bad:
+        raise ValueError(f"the Vulkan backend cannot run this model: {'; '.join(bad)}; use --backend cpu")

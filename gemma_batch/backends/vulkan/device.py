@@ -1,0 +1,226 @@
+"""Vulkan instance, physical-device choice and description, and the logical device with one queue.
+
+Device choice: `GEMMA_BATCH_VK_DEVICE` (or `--device`) names a device by index in
+`gemma-batch devices` or by a piece of its name; otherwise a discrete GPU, then an integrated
+one, then a virtual one, then a CPU implementation (Mesa's llvmpipe).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from .errors import VulkanUnavailable
+
+DEVICE_ENV = "GEMMA_BATCH_VK_DEVICE"
+_TYPE_NAMES = {0: "other", 1: "integrated GPU", 2: "discrete GPU", 3: "virtual GPU", 4: "CPU"}
+_PREFERENCE = {2: 0, 1: 1, 3: 2, 4: 3, 0: 4}  # device type -> rank (lower is preferred)
+
+
+def load_vulkan():
+    """The `vulkan` module, or VulkanUnavailable when the package or the loader library is missing."""
+    try:
+        import vulkan as vk  # the cffi binding opens libvulkan.so.1 at import
+    except (ImportError, OSError) as e:
+        raise VulkanUnavailable(
+            f"no Vulkan loader: {e}. Install the loader and a driver (Debian/Ubuntu: "
+            "apt install libvulkan1 mesa-vulkan-drivers), or run with --backend cpu"
+        ) from None
+    return vk
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What `gemma-batch devices` prints and what the backend needs to choose its kernels."""
+
+    index: int
+    name: str
+    type: str
+    type_code: int
+    api_version: str
+    driver: str
+    heaps: tuple[tuple[int, bool], ...]  # (bytes, device-local) per memory heap
+    fp16: bool
+    int8: bool
+    bf16: bool
+    storage16: bool
+    subgroup_size: int
+    cooperative_matrix: bool
+    max_storage_buffer_range: int
+    max_shared_memory: int
+    max_push_constants: int
+    extensions: frozenset[str] = field(repr=False, default=frozenset())
+
+    @property
+    def device_local_bytes(self) -> int:
+        return max((size for size, local in self.heaps if local), default=0)
+
+    def describe(self) -> str:
+        heaps = ", ".join(f"{size / 2**30:.1f} GiB{' device-local' if local else ''}" for size, local in self.heaps)
+        flags = [f"fp16 {'yes' if self.fp16 else 'no'}", f"int8 {'yes' if self.int8 else 'no'}",
+                 f"bf16 {'yes' if self.bf16 else 'no'}", f"subgroup {self.subgroup_size}",
+                 f"cooperative matrix {'yes' if self.cooperative_matrix else 'no'}"]
+        return (f"[{self.index}] {self.name} ({self.type}); driver {self.driver}, Vulkan {self.api_version}\n"
+                f"    memory heaps: {heaps}\n    {', '.join(flags)}; "
+                f"max buffer {self.max_storage_buffer_range / 2**20:.0f} MiB, shared memory {self.max_shared_memory // 1024} KiB")
+
+
+def _version(vk, v: int) -> str:
+    return f"{vk.VK_VERSION_MAJOR(v)}.{vk.VK_VERSION_MINOR(v)}.{vk.VK_VERSION_PATCH(v)}"
+
+
+def create_instance(vk):
+    app = vk.VkApplicationInfo(
+        sType=vk.VK_STRUCTURE_TYPE_APPLICATION_INFO, pApplicationName="gemma-batch", applicationVersion=1,
+        pEngineName="gemma-batch", engineVersion=1, apiVersion=vk.VK_MAKE_VERSION(1, 2, 0),
+    )
+    try:
+        return vk.vkCreateInstance(vk.VkInstanceCreateInfo(sType=vk.VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, pApplicationInfo=app), None)
+    except vk.VkError as e:
+        raise VulkanUnavailable(f"cannot create a Vulkan instance ({type(e).__name__}): no usable driver; "
+                                "install one (e.g. mesa-vulkan-drivers) or run with --backend cpu") from None
+
+
+def describe_device(vk, index: int, pd) -> DeviceInfo:
+    props = vk.vkGetPhysicalDeviceProperties(pd)
+    exts = frozenset(e.extensionName for e in vk.vkEnumerateDeviceExtensionProperties(pd, None))
+    sub = vk.VkPhysicalDeviceSubgroupProperties(sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES)
+    driver = vk.VkPhysicalDeviceDriverProperties(sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES, pNext=sub)
+    vk.vkGetPhysicalDeviceProperties2(pd, vk.VkPhysicalDeviceProperties2(sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, pNext=driver))
+    f16 = vk.VkPhysicalDeviceShaderFloat16Int8Features(sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES)
+    s16 = vk.VkPhysicalDevice16BitStorageFeatures(sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES, pNext=f16)
+    vk.vkGetPhysicalDeviceFeatures2(pd, vk.VkPhysicalDeviceFeatures2(sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, pNext=s16))
+    mem = vk.vkGetPhysicalDeviceMemoryProperties(pd)
+    heaps = tuple(
+        (int(mem.memoryHeaps[h].size), bool(mem.memoryHeaps[h].flags & vk.VK_MEMORY_HEAP_DEVICE_LOCAL_BIT))
+        for h in range(mem.memoryHeapCount)
+    )
+    driver_name = vk.ffi.string(driver.driverName).decode(errors="replace") if driver.driverName else ""
+    driver_info = vk.ffi.string(driver.driverInfo).decode(errors="replace") if driver.driverInfo else ""
+    return DeviceInfo(
+        index=index,
+        name=props.deviceName,
+        type=_TYPE_NAMES.get(props.deviceType, "other"),
+        type_code=int(props.deviceType),
+        api_version=_version(vk, props.apiVersion),
+        driver=" ".join(p for p in (driver_name, driver_info) if p) or str(props.driverVersion),
+        heaps=heaps,
+        fp16=bool(f16.shaderFloat16),
+        int8=bool(f16.shaderInt8),
+        bf16="VK_KHR_shader_bfloat16" in exts,
+        storage16=bool(s16.storageBuffer16BitAccess),
+        subgroup_size=int(sub.subgroupSize),
+        cooperative_matrix="VK_KHR_cooperative_matrix" in exts,
+        max_storage_buffer_range=int(props.limits.maxStorageBufferRange),
+        max_shared_memory=int(props.limits.maxComputeSharedMemorySize),
+        max_push_constants=int(props.limits.maxPushConstantsSize),
+        extensions=exts,
+    )
+
+
+def list_devices() -> list[DeviceInfo]:
+    """Every Vulkan device the loader reports (raises VulkanUnavailable without a loader or driver)."""
+    vk = load_vulkan()
+    instance = create_instance(vk)
+    try:
+        return [describe_device(vk, i, pd) for i, pd in enumerate(vk.vkEnumeratePhysicalDevices(instance))]
+    finally:
+        vk.vkDestroyInstance(instance, None)
+
+
+def choose_device(devices: list[DeviceInfo], wanted: str | None) -> DeviceInfo:
+    """The device `wanted` names (index or a piece of its name), else the preferred kind."""
+    if not devices:
+        raise VulkanUnavailable("the Vulkan loader found no device; install a driver or run with --backend cpu")
+    if wanted:
+        if wanted.isdigit():
+            if int(wanted) < len(devices):
+                return devices[int(wanted)]
+        else:
+            named = [d for d in devices if wanted.lower() in d.name.lower()]
+            if named:
+                return named[0]
+        names = "; ".join(f"[{d.index}] {d.name}" for d in devices)
+        raise VulkanUnavailable(f"no Vulkan device matches {wanted!r}; devices: {names}")
+    return min(devices, key=lambda d: (_PREFERENCE.get(d.type_code, 9), d.index))
+
+
+def has_gpu() -> bool:
+    """Whether a Vulkan device other than a CPU implementation is present (for --backend auto)."""
+    try:
+        return any(d.type_code != 4 for d in list_devices())
+    except VulkanUnavailable:
+        return False
+
+
+class Device:
+    """The chosen physical device, a logical device with one compute queue, a command pool, a fence."""
+
+    def __init__(self, wanted: str | None = None) -> None:
+        vk = self.vk = load_vulkan()
+        self.instance = create_instance(vk)
+        physical = vk.vkEnumeratePhysicalDevices(self.instance)
+        infos = [describe_device(vk, i, pd) for i, pd in enumerate(physical)]
+        self.info = choose_device(infos, wanted if wanted is not None else os.environ.get(DEVICE_ENV))
+        self.physical = physical[self.info.index]
+        if not self.info.storage16:
+            raise VulkanUnavailable(f"{self.info.name} lacks 16-bit storage buffers, which the shaders need; use --backend cpu")
+        families = vk.vkGetPhysicalDeviceQueueFamilyProperties(self.physical)
+        self.queue_family = next(i for i, q in enumerate(families) if q.queueFlags & vk.VK_QUEUE_COMPUTE_BIT)
+        f16 = vk.VkPhysicalDeviceShaderFloat16Int8Features(
+            sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES, shaderFloat16=vk.VK_FALSE)
+        s16 = vk.VkPhysicalDevice16BitStorageFeatures(
+            sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES, pNext=f16, storageBuffer16BitAccess=vk.VK_TRUE)
+        queue_info = vk.VkDeviceQueueCreateInfo(
+            sType=vk.VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, queueFamilyIndex=self.queue_family, queueCount=1,
+            pQueuePriorities=[1.0])
+        extensions = [e for e in ("VK_EXT_memory_budget",) if e in self.info.extensions]
+        self.memory_budget_ext = bool(extensions)
+        self.device = vk.vkCreateDevice(self.physical, vk.VkDeviceCreateInfo(
+            sType=vk.VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, pNext=s16, queueCreateInfoCount=1,
+            pQueueCreateInfos=[queue_info], enabledExtensionCount=len(extensions), ppEnabledExtensionNames=extensions), None)
+        self.queue = vk.vkGetDeviceQueue(self.device, self.queue_family, 0)
+        self.command_pool = vk.vkCreateCommandPool(self.device, vk.VkCommandPoolCreateInfo(
+            sType=vk.VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, queueFamilyIndex=self.queue_family,
+            flags=vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT), None)
+        self.fence = vk.vkCreateFence(self.device, vk.VkFenceCreateInfo(sType=vk.VK_STRUCTURE_TYPE_FENCE_CREATE_INFO), None)
+        self.memory_properties = vk.vkGetPhysicalDeviceMemoryProperties(self.physical)
+
+    def command_buffer(self):
+        vk = self.vk
+        return vk.vkAllocateCommandBuffers(self.device, vk.VkCommandBufferAllocateInfo(
+            sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, commandPool=self.command_pool,
+            level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, commandBufferCount=1))[0]
+
+    def submit_and_wait(self, command_buffer) -> None:
+        vk = self.vk
+        vk.vkQueueSubmit(self.queue, 1, [vk.VkSubmitInfo(
+            sType=vk.VK_STRUCTURE_TYPE_SUBMIT_INFO, commandBufferCount=1, pCommandBuffers=[command_buffer])], self.fence)
+        vk.vkWaitForFences(self.device, 1, [self.fence], vk.VK_TRUE, 2**63 - 1)
+        vk.vkResetFences(self.device, 1, [self.fence])
+
+    def heap_budget(self) -> tuple[int, int] | None:
+        """(budget, usage) of the largest device-local heap from VK_EXT_memory_budget, if present."""
+        if not self.memory_budget_ext:
+            return None
+        vk = self.vk
+        budget = vk.VkPhysicalDeviceMemoryBudgetPropertiesEXT(sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT)
+        vk.vkGetPhysicalDeviceMemoryProperties2(self.physical, vk.VkPhysicalDeviceMemoryProperties2(
+            sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2, pNext=budget))
+        heaps = [(h, size) for h, (size, local) in enumerate(self.info.heaps) if local]
+        if not heaps:
+            return None
+        h = max(heaps, key=lambda x: x[1])[0]
+        return int(budget.heapBudget[h]), int(budget.heapUsage[h])
+
+    def close(self) -> None:
+        vk = self.vk
+        if getattr(self, "device", None) is not None:
+            vk.vkDeviceWaitIdle(self.device)
+            vk.vkDestroyFence(self.device, self.fence, None)
+            vk.vkDestroyCommandPool(self.device, self.command_pool, None)
+            vk.vkDestroyDevice(self.device, None)
+            self.device = None
+        if getattr(self, "instance", None) is not None:
+            vk.vkDestroyInstance(self.instance, None)
+            self.instance = None

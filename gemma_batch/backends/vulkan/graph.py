@@ -1,0 +1,136 @@
+"""The Gemma 3 step as a sequence of dispatches, recorded once into a command buffer and replayed.
+
+Nothing in the recording depends on the step's size: kernels read T, S and R from the step
+header and every dispatch takes its grid from the indirect buffer, which the host fills per step
+(`write_grids`). The command buffer is recorded again only when the step buffers grow.
+
+Per step (shapes for T tokens, R logits rows):
+
+    embed            x [T, H]          = E[tokens] * sqrt(H)
+    per layer:
+      matmul norm    qkv [T, q+2kv]    = rms(x)(1 + input_ln) . Wqkv
+      qk_norm_rope   q [T, nh, hd], K/V pages at the tokens' slots
+      attention      attn [T, nh, hd]  over each token's visible keys
+      matmul         y [T, H]          = attn . Wo
+      norm_add       x += rms(y)(1 + post_attention_ln)
+      matmul gated   act [T, I]        = gelu(rms(x)(1 + pre_ff_ln) . Wgate) * (... . Wup)
+      matmul         y [T, H]          = act . Wdown
+      norm_add       x += rms(y)(1 + post_ff_ln)
+    matmul rows      logits [R, V]     = rms(x[rows])(1 + norm) . E
+    sample           ids [R]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...model.config import Gemma3Config
+from .kernels import META_BINDING, Kernels, matmul_variant
+from .memory import Buffer
+from .step_buffers import GRID_SLOTS, StepBuffers
+from .weights import DeviceWeights
+
+MATMUL_ROWS, MATMUL_COLS = 8, 4  # MT and NT of shaders/matmul.comp
+MAX_GROUPS_X = 32768
+
+
+class StepGraph:
+    """Records the step once; `grids(T, R)` gives the indirect grid of every dispatch."""
+
+    def __init__(
+        self,
+        cfg: Gemma3Config,
+        kernels: Kernels,
+        weights: DeviceWeights,
+        buffers: StepBuffers,
+        k_pages: dict[int, Buffer],
+        v_pages: dict[int, Buffer],
+        inv_freq: dict[str, Buffer],
+        kv_dtype: str,
+        block_size: int,
+    ) -> None:
+        self.cfg, self.kernels, self.w, self.b = cfg, kernels, weights, buffers
+        self.k_pages, self.v_pages, self.inv_freq = k_pages, v_pages, inv_freq
+        self.kv_name = kv_dtype  # the suffix of the KV-page kernel variants
+        self.block_size = block_size
+        self._grid_specs: list[tuple[str, int]] = []  # (count kind, multiplier or N)
+        self.cb = kernels.dev.command_buffer()
+        self._record()
+
+    def _grid(self, kind: str, n: int) -> int:
+        """Byte offset of the indirect grid for `kind`: "tokens" (T * n groups), "rows" (R * n),
+        "matmul_tokens" / "matmul_rows" (tiles of an [M, n] output)."""
+        spec = (kind, n)
+        if spec not in self._grid_specs:
+            if len(self._grid_specs) == GRID_SLOTS:
+                raise RuntimeError("more distinct dispatch grids than GRID_SLOTS")
+            self._grid_specs.append(spec)
+        return 12 * self._grid_specs.index(spec)
+
+    def grids(self, num_tokens: int, num_rows: int) -> np.ndarray:
+        """[GRID_SLOTS, 3] uint32 workgroup counts for a step of T tokens and R logits rows."""
+        out = np.zeros((GRID_SLOTS, 3), np.uint32)
+        for i, (kind, n) in enumerate(self._grid_specs):
+            m = num_rows if kind.endswith("rows") else num_tokens
+            count = -(-m // MATMUL_ROWS) * -(-n // MATMUL_COLS) if kind.startswith("matmul") else m * n
+            x = min(count, MAX_GROUPS_X)
+            out[i] = (x, -(-count // x) if x else 1, 1)
+        return out
+
+    def _dispatch(self, name: str, buffers: dict[int, Buffer], push: dict, grid: tuple[str, int]) -> None:
+        dset = self.kernels.descriptor_set({META_BINDING: self.b.meta, **buffers}, self.b.dummy)
+        self.kernels.record(self.cb, name, dset, push, self.b.grids, self._grid(*grid))
+
+    def _matmul(self, kind: str, layer: int, key: str, x: Buffer, y: Buffer, N: int, K: int, norm: Buffer | None = None,
+                up: str | None = None) -> None:
+        buffers = {0: self.w.buffer(layer, key), 1: x, 2: y}
+        if norm is not None:
+            buffers[3] = norm
+        if up is not None:
+            buffers[4] = self.w.buffer(layer, up)
+        if kind == "norm_rows":
+            buffers[5] = self.b.rows
+        rows = "matmul_rows" if kind == "norm_rows" else "matmul_tokens"
+        self._dispatch(matmul_variant(kind, self.w.dtype(layer, key)), buffers,
+                       {"N": N, "K": K, "eps": self.cfg.rms_norm_eps}, (rows, N))
+
+    def _record(self) -> None:
+        vk, cfg, b, w = self.kernels.vk, self.cfg, self.b, self.w
+        H, I = cfg.hidden_size, cfg.intermediate_size
+        vk.vkBeginCommandBuffer(self.cb, vk.VkCommandBufferBeginInfo(sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO))
+        self._dispatch(f"embed_{w.dtype(-1, 'embed').lower()}", {0: w.buffer(-1, "embed"), 1: b.tokens, 2: b.x},
+                       {"H": H, "scale": cfg.embed_scale}, ("tokens", 1))
+        groups = {layer: g for g in cfg.kv_groups() for layer in g.layers}
+        heads = cfg.num_heads + 2 * cfg.num_kv_heads
+        for layer in range(cfg.num_layers):
+            lw, group = w.layers[layer], groups[layer]
+            self._matmul("norm", layer, "qkv", b.x, b.qkv, cfg.q_width + 2 * cfg.kv_width, H, lw["input_layernorm"])
+            pages = {6: self.k_pages[layer], 8: self.v_pages[layer]}
+            self._dispatch(f"qk_norm_rope_{self.kv_name}",
+                           {0: b.qkv, 1: b.q, 2: b.positions, 3: lw["qk_norm"], 4: self.inv_freq[group.name],
+                            5: b.slots[group.name], **pages},
+                           {"num_heads": cfg.num_heads, "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
+                            "eps": cfg.rms_norm_eps}, ("tokens", heads))
+            width = dict(b.capacity.widths)[group.name]
+            self._dispatch(f"attention_{self.kv_name}",
+                           {0: b.q, 1: b.attn, 2: b.positions, 3: b.token_seq, 4: b.tables[group.name], **pages},
+                           {"num_heads": cfg.num_heads, "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
+                            "window": group.window or 0, "block_size": self.block_size, "table_stride": width,
+                            "scale": cfg.attn_scale}, ("tokens", cfg.num_kv_heads))
+            self._matmul("plain", layer, "o_proj", b.attn, b.y, H, cfg.q_width)
+            self._dispatch("norm_add", {0: b.x, 1: b.y, 3: lw["post_attention_layernorm"]},
+                           {"H": H, "eps": cfg.rms_norm_eps}, ("tokens", 1))
+            self._matmul("norm_gated", layer, "gate_proj", b.x, b.act, I, H, lw["pre_feedforward_layernorm"], up="up_proj")
+            self._matmul("plain", layer, "down_proj", b.act, b.y, H, I)
+            self._dispatch("norm_add", {0: b.x, 1: b.y, 3: lw["post_feedforward_layernorm"]},
+                           {"H": H, "eps": cfg.rms_norm_eps}, ("tokens", 1))
+        self._matmul("norm_rows", -1, "lm_head", b.x, b.logits, cfg.vocab_size, H, w.buffer(-1, "norm"))
+        self._dispatch("sample", {0: b.logits, 1: b.params, 2: b.ids}, {"row_stride": cfg.vocab_size}, ("rows", 1))
+        to_host = vk.VkMemoryBarrier(sType=vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER, srcAccessMask=vk.VK_ACCESS_SHADER_WRITE_BIT,
+                                     dstAccessMask=vk.VK_ACCESS_HOST_READ_BIT | vk.VK_ACCESS_TRANSFER_READ_BIT)
+        vk.vkCmdPipelineBarrier(self.cb, vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                                vk.VK_PIPELINE_STAGE_HOST_BIT | vk.VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, [to_host], 0, None, 0, None)
+        vk.vkEndCommandBuffer(self.cb)
+
+    def free(self) -> None:
+        self.kernels.vk.vkFreeCommandBuffers(self.kernels.dev.device, self.kernels.dev.command_pool, 1, [self.cb])

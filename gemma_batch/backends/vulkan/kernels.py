@@ -1,0 +1,180 @@
+"""Every compute kernel: its GLSL source and defines, its push constants, its pipeline.
+
+`VARIANTS` is the one list of compiled shaders: `shaders/build.py` compiles each entry of it to
+`spv/<name>.spv` (committed, so users need no shader compiler), and the backend loads them from
+there. Each push-constant layout is written once per side: as the GLSL `Push` block in the
+shader and as a numpy dtype here; `tests/test_vulkan_shaders.py` checks that the two agree, and
+`Kernels.record` checks the bytes it pushes against the dtype.
+
+All kernels share one descriptor-set layout (storage buffers at bindings 0-8, binding 7 being
+the step header) and one pipeline layout; a kernel binds the buffers it uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .device import Device
+
+SPV_DIR = Path(__file__).resolve().parent / "spv"
+NUM_BINDINGS = 9
+META_BINDING = 7
+PUSH_BYTES = 32  # the pipeline layout's push-constant range (llvmpipe allows 128)
+
+_u, _f = np.uint32, np.float32
+PUSH = {
+    "embed": np.dtype([("H", _u), ("scale", _f)]),
+    "matmul": np.dtype([("N", _u), ("K", _u), ("eps", _f)]),
+    "norm_add": np.dtype([("H", _u), ("eps", _f)]),
+    "qk_norm_rope": np.dtype([("num_heads", _u), ("num_kv_heads", _u), ("head_dim", _u), ("eps", _f)]),
+    "attention": np.dtype([
+        ("num_heads", _u), ("num_kv_heads", _u), ("head_dim", _u), ("window", _u),
+        ("block_size", _u), ("table_stride", _u), ("scale", _f),
+    ]),
+    "sample": np.dtype([("row_stride", _u)]),
+}
+
+WEIGHT_DEFINES = {"BF16": "W_BF16", "F16": "W_F16", "F32": "W_F32"}
+KV_DEFINES = {"float16": "KV_F16", "float32": "KV_F32"}
+MATMUL_KINDS = {"plain": (), "norm": ("NORM_IN",), "norm_gated": ("NORM_IN", "GATED"), "norm_rows": ("NORM_IN", "ROW_GATHER")}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One compiled shader: `source` (a `.comp` in shaders/) built with `defines`."""
+
+    name: str
+    source: str
+    defines: tuple[str, ...] = ()
+
+    @property
+    def family(self) -> str:
+        return self.source
+
+    @property
+    def spv(self) -> Path:
+        return SPV_DIR / f"{self.name}.spv"
+
+
+def _variants() -> dict[str, Variant]:
+    out = [Variant("norm_add", "norm_add"), Variant("sample", "sample")]
+    for dtype, define in WEIGHT_DEFINES.items():
+        out.append(Variant(f"embed_{dtype.lower()}", "embed", (define,)))
+        for kind, extra in MATMUL_KINDS.items():
+            out.append(Variant(f"matmul_{kind}_{dtype.lower()}", "matmul", (define, *extra)))
+    for kv, define in KV_DEFINES.items():
+        out.append(Variant(f"qk_norm_rope_{kv}", "qk_norm_rope", (define,)))
+        out.append(Variant(f"attention_{kv}", "attention", (define,)))
+    return {v.name: v for v in out}
+
+
+VARIANTS = _variants()
+
+
+def matmul_variant(kind: str, dtype: str) -> str:
+    return f"matmul_{kind}_{dtype.lower()}"
+
+
+class Kernels:
+    """Pipelines, built once per variant on first use, and the recording of dispatches."""
+
+    def __init__(self, device: Device) -> None:
+        self.dev = device
+        vk = self.vk = device.vk
+        bindings = [
+            vk.VkDescriptorSetLayoutBinding(binding=i, descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                            descriptorCount=1, stageFlags=vk.VK_SHADER_STAGE_COMPUTE_BIT)
+            for i in range(NUM_BINDINGS)
+        ]
+        self.set_layout = vk.vkCreateDescriptorSetLayout(device.device, vk.VkDescriptorSetLayoutCreateInfo(
+            sType=vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, bindingCount=NUM_BINDINGS, pBindings=bindings), None)
+        push = vk.VkPushConstantRange(stageFlags=vk.VK_SHADER_STAGE_COMPUTE_BIT, offset=0, size=PUSH_BYTES)
+        self.layout = vk.vkCreatePipelineLayout(device.device, vk.VkPipelineLayoutCreateInfo(
+            sType=vk.VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, setLayoutCount=1, pSetLayouts=[self.set_layout],
+            pushConstantRangeCount=1, pPushConstantRanges=[push]), None)
+        self.pipelines: dict[str, object] = {}
+        self._modules: list = []
+        self._pools: list = []
+        self._pool_left = 0
+
+    def pipeline(self, name: str):
+        if name not in self.pipelines:
+            vk = self.vk
+            path = VARIANTS[name].spv
+            try:
+                code = path.read_bytes()
+            except OSError as e:
+                raise FileNotFoundError(f"shader {path} is missing ({e.strerror}); run `python shaders/build.py`") from None
+            module = vk.vkCreateShaderModule(self.dev.device, vk.VkShaderModuleCreateInfo(
+                sType=vk.VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, codeSize=len(code), pCode=code), None)
+            self._modules.append(module)
+            stage = vk.VkPipelineShaderStageCreateInfo(
+                sType=vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, stage=vk.VK_SHADER_STAGE_COMPUTE_BIT,
+                module=module, pName="main")
+            self.pipelines[name] = vk.vkCreateComputePipelines(self.dev.device, None, 1, [vk.VkComputePipelineCreateInfo(
+                sType=vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, stage=stage, layout=self.layout)], None)[0]
+        return self.pipelines[name]
+
+    def descriptor_set(self, buffers: dict[int, object], dummy) -> object:
+        """A descriptor set binding `buffers` (binding -> Buffer); unused bindings get `dummy`."""
+        vk = self.vk
+        if self._pool_left == 0:
+            size = 256
+            self._pools.append(vk.vkCreateDescriptorPool(self.dev.device, vk.VkDescriptorPoolCreateInfo(
+                sType=vk.VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, maxSets=size, poolSizeCount=1,
+                pPoolSizes=[vk.VkDescriptorPoolSize(type=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, descriptorCount=size * NUM_BINDINGS)]), None))
+            self._pool_left = size
+        self._pool_left -= 1
+        dset = vk.vkAllocateDescriptorSets(self.dev.device, vk.VkDescriptorSetAllocateInfo(
+            sType=vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, descriptorPool=self._pools[-1],
+            descriptorSetCount=1, pSetLayouts=[self.set_layout]))[0]
+        writes = []
+        for binding in range(NUM_BINDINGS):
+            buf = buffers.get(binding, dummy)
+            writes.append(vk.VkWriteDescriptorSet(
+                sType=vk.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, dstSet=dset, dstBinding=binding, descriptorCount=1,
+                descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                pBufferInfo=[vk.VkDescriptorBufferInfo(buffer=buf.handle, offset=0, range=buf.size)]))
+        vk.vkUpdateDescriptorSets(self.dev.device, len(writes), writes, 0, None)
+        return dset
+
+    def record(self, cb, name: str, dset, push: dict[str, float | int], indirect, indirect_offset: int) -> None:
+        """Record one dispatch of kernel `name` whose grid is read from `indirect` at the offset."""
+        vk = self.vk
+        dtype = PUSH[VARIANTS[name].family]
+        values = np.zeros((), dtype)
+        if set(push) != set(dtype.names):
+            raise ValueError(f"kernel {name}: push constants {sorted(push)} do not match its layout {dtype.names}")
+        for key, value in push.items():
+            values[key] = value
+        raw = values.tobytes()
+        if len(raw) > PUSH_BYTES:
+            raise ValueError(f"kernel {name}: {len(raw)} bytes of push constants exceed {PUSH_BYTES}")
+        vk.vkCmdBindPipeline(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, self.pipeline(name))
+        vk.vkCmdBindDescriptorSets(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, self.layout, 0, 1, [dset], 0, None)
+        vk.vkCmdPushConstants(cb, self.layout, vk.VK_SHADER_STAGE_COMPUTE_BIT, 0, len(raw), vk.ffi.from_buffer(raw))
+        vk.vkCmdDispatchIndirect(cb, indirect.handle, indirect_offset)
+        barrier = vk.VkMemoryBarrier(sType=vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                                     srcAccessMask=vk.VK_ACCESS_SHADER_WRITE_BIT,
+                                     dstAccessMask=vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT)
+        vk.vkCmdPipelineBarrier(cb, vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                                0, 1, [barrier], 0, None, 0, None)
+
+    def reset_sets(self) -> None:
+        """Free every descriptor set (before the backend builds them again for larger buffers)."""
+        for pool in self._pools:
+            self.vk.vkDestroyDescriptorPool(self.dev.device, pool, None)
+        self._pools, self._pool_left = [], 0
+
+    def close(self) -> None:
+        vk, dev = self.vk, self.dev.device
+        self.reset_sets()
+        for pipe in self.pipelines.values():
+            vk.vkDestroyPipeline(dev, pipe, None)
+        for module in self._modules:
+            vk.vkDestroyShaderModule(dev, module, None)
+        vk.vkDestroyPipelineLayout(dev, self.layout, None)
+        vk.vkDestroyDescriptorSetLayout(dev, self.set_layout, None)

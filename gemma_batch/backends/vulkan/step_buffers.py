@@ -1,0 +1,91 @@
+"""The buffers one step uses besides weights and KV pages, sized for a capacity that only grows.
+
+Host-visible inputs, written by the host before each submit (a few KiB per step):
+`meta` (the step header of common.glsl), `tokens`, `positions`, `token_seq` (sequence of each
+token), per KV group `slots` and `tables` ([S, width] block ids), `rows` (the flat token of each
+logits row), `params` (per-row sampling parameters), `grids` (the indirect dispatch sizes) and
+the output `ids`. Device-local scratch: the residual stream `x` [T, H], `qkv`, `q`, `attn`,
+`y` [T, H], `act` [T, I] and `logits` [R, V], all fp32.
+
+When a step needs more than the capacity, everything here is reallocated (doubling), and the
+backend records its command buffer again; steady state allocates nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...model.config import Gemma3Config
+from .memory import Buffer, Memory
+
+PARAMS_DTYPE = np.dtype([  # mirrors RowParams in shaders/sample.comp
+    ("temperature", np.float32), ("top_k", np.int32), ("top_p", np.float32), ("min_p", np.float32),
+    ("key0", np.uint32), ("key1", np.uint32), ("counter", np.uint32), ("pad", np.uint32),
+])
+GRID_SLOTS = 64  # distinct indirect grids (3 uint32 each)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    tokens: int
+    seqs: int
+    rows: int
+    widths: tuple[tuple[str, int], ...]  # (KV group, block-table entries per sequence)
+
+    def covers(self, other: Capacity) -> bool:
+        mine = dict(self.widths)
+        return (self.tokens >= other.tokens and self.seqs >= other.seqs and self.rows >= other.rows
+                and all(mine.get(g, 0) >= w for g, w in other.widths))
+
+    def grown_to(self, need: Capacity) -> Capacity:
+        def up(have: int, want: int) -> int:
+            while have < want:
+                have *= 2
+            return have
+
+        mine = dict(self.widths)
+        return Capacity(up(self.tokens, need.tokens), up(self.seqs, need.seqs), up(self.rows, need.rows),
+                        tuple((g, up(mine.get(g, 1), w)) for g, w in need.widths))
+
+
+class StepBuffers:
+    def __init__(self, cfg: Gemma3Config, memory: Memory, capacity: Capacity) -> None:
+        self.cfg, self.mem, self.capacity = cfg, memory, capacity
+        T, S, R = capacity.tokens, capacity.seqs, capacity.rows
+        host = memory.alloc_host
+        self.meta = host(16, "step header")
+        self.tokens = host(4 * T, "token ids")
+        self.positions = host(4 * T, "positions")
+        self.token_seq = host(4 * T, "token sequences")
+        self.rows = host(4 * R, "logits rows")
+        self.params = host(PARAMS_DTYPE.itemsize * R, "sampling parameters")
+        self.grids = host(12 * GRID_SLOTS, "dispatch grids")
+        self.ids = host(4 * R, "sampled ids")
+        self.slots = {g: host(4 * T, f"{g} slots") for g, _ in capacity.widths}
+        self.tables = {g: host(4 * S * w, f"{g} block tables") for g, w in capacity.widths}
+        dev = memory.alloc
+        H, I, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
+        qkv_width = cfg.q_width + 2 * cfg.kv_width
+        self.x = dev(4 * T * H, "residual stream")
+        self.qkv = dev(4 * T * qkv_width, "qkv activations")
+        self.q = dev(4 * T * cfg.q_width, "queries")
+        self.attn = dev(4 * T * cfg.q_width, "attention output")
+        self.y = dev(4 * T * H, "projection output")
+        self.act = dev(4 * T * I, "MLP activations")
+        self.logits = dev(4 * R * V, f"logits of {R} rows")
+        self.dummy = self.meta
+
+    def all(self) -> list[Buffer]:
+        named = [self.meta, self.tokens, self.positions, self.token_seq, self.rows, self.params, self.grids,
+                 self.ids, self.x, self.qkv, self.q, self.attn, self.y, self.act, self.logits]
+        return named + list(self.slots.values()) + list(self.tables.values())
+
+    def free(self) -> None:
+        for buf in self.all():
+            self.mem.free(buf)
+
+    @staticmethod
+    def view(buf: Buffer, dtype, count: int) -> np.ndarray:
+        return buf.array[: count * np.dtype(dtype).itemsize].view(dtype)

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Compile every shader variant to SPIR-V, or check that the committed SPIR-V is current.
+
+    python shaders/build.py           # compile what changed (needs glslc, Debian package `glslc`)
+    python shaders/build.py --all     # compile everything
+    python shaders/build.py --check   # exit 1 if a .spv is missing or stale against its source
+
+The variant list is `gemma_batch.backends.vulkan.kernels.VARIANTS`. `spv/manifest.json` records,
+for each variant, the SHA-256 of its source text (the .comp and every header it includes, with
+its defines) and of the .spv built from it, so staleness is decided without a compiler.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from gemma_batch.backends.vulkan.kernels import SPV_DIR, VARIANTS, Variant  # noqa: E402
+
+MANIFEST = SPV_DIR / "manifest.json"
+GLSLC_FLAGS = ["-fshader-stage=compute", "--target-env=vulkan1.1", "-O"]
+
+
+def source_hash(variant: Variant) -> str:
+    """SHA-256 over the defines, the .comp text and the text of each header it includes."""
+    h = hashlib.sha256(" ".join(variant.defines).encode())
+    comp = HERE / f"{variant.source}.comp"
+    text = comp.read_text()
+    h.update(text.encode())
+    for header in sorted(set(re.findall(r'#include\s+"([^"]+)"', text))):
+        h.update((HERE / header).read_bytes())
+    return h.hexdigest()
+
+
+def file_hash(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+
+
+def stale(manifest: dict) -> list[str]:
+    """Variants whose .spv is missing, or was not built from the current source."""
+    out = []
+    for name, variant in VARIANTS.items():
+        entry = manifest.get(name, {})
+        if entry.get("source") != source_hash(variant) or entry.get("spv") != file_hash(variant.spv):
+            out.append(name)
+    return out
+
+
+def load_manifest() -> dict:
+    return json.loads(MANIFEST.read_text()) if MANIFEST.exists() else {}
+
+
+def main(argv: list[str]) -> int:
+    manifest = load_manifest()
+    if "--check" in argv:
+        bad = stale(manifest)
+        extra = sorted(set(manifest) - set(VARIANTS))
+        for name in bad:
+            print(f"stale or missing: {VARIANTS[name].spv.name} (source shaders/{VARIANTS[name].source}.comp)")
+        for name in extra:
+            print(f"in the manifest but not a variant: {name}")
+        return 1 if bad or extra else 0
+    glslc = shutil.which("glslc")
+    if glslc is None:
+        print("glslc not found: install it (Debian/Ubuntu: apt install glslc)", file=sys.stderr)
+        return 1
+    SPV_DIR.mkdir(exist_ok=True)
+    todo = list(VARIANTS) if "--all" in argv else stale(manifest)
+    for name in todo:
+        variant = VARIANTS[name]
+        cmd = [glslc, *GLSLC_FLAGS, *(f"-D{d}" for d in variant.defines), str(HERE / f"{variant.source}.comp"), "-o", str(variant.spv)]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode:
+            print(f"{name}: glslc failed\n{result.stderr}", file=sys.stderr)
+            return 1
+        manifest[name] = {"source": source_hash(variant), "spv": file_hash(variant.spv)}
+        print(f"built {variant.spv.relative_to(HERE.parent)}")
+    for name in set(manifest) - set(VARIANTS):
+        del manifest[name]
+    MANIFEST.write_text(json.dumps(dict(sorted(manifest.items())), indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

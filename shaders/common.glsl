@@ -1,0 +1,48 @@
+// Shared by every gemma-batch shader: the step header, weight loads, deterministic reductions.
+//
+// All 16-bit data (bf16/fp16 weights, fp16 KV pages) is read and written as 32-bit words, so
+// the shaders need neither shaderFloat16 nor shaderInt16: bf16 -> fp32 is a 16-bit shift (exact),
+// fp16 -> fp32 is unpackHalf2x16 (exact).
+
+// The step header, written by the host before each submit (binding 7 in every kernel).
+layout(std430, set = 0, binding = 7) readonly buffer Meta {
+    uint num_tokens;   // T: tokens in the flattened batch
+    uint num_seqs;     // S
+    uint num_rows;     // R: rows of logits computed (sampled tokens, or all T)
+    uint vocab_limit;  // ids >= this are never sampled
+} meta;
+
+// Linear workgroup id over an (x, y) grid; the host spreads large counts over y (limits of 65535).
+uint linear_group() { return gl_WorkGroupID.x + gl_NumWorkGroups.x * gl_WorkGroupID.y; }
+
+float bf16_lo(uint w) { return uintBitsToFloat(w << 16); }
+float bf16_hi(uint w) { return uintBitsToFloat(w & 0xffff0000u); }
+
+// tanh without overflow: exp of a non-positive argument only.
+float safe_tanh(float x) {
+    float t = exp(-2.0 * abs(x));
+    return sign(x) * (1.0 - t) / (1.0 + t);
+}
+
+// GELU, tanh approximation (torch gelu(approximate="tanh")).
+float gelu_tanh(float x) {
+    return 0.5 * x * (1.0 + safe_tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+// sin and cos of an fp32 angle of any size up to ~1e6 rad, accurate to about 1e-7 absolute:
+// Cody-Waite reduction by pi/2 in three fma steps, then minimax polynomials on [-pi/4, pi/4].
+// Driver sin/cos are only required to be good to 2^-11 on [-pi, pi], too coarse for RoPE.
+vec2 sincos_reduced(float a) {
+    precise float k = round(a * 0.63661977236758134);
+    precise float r = fma(-k, 1.5707963705062866, a);       // pi/2 rounded to fp32
+    r = fma(-k, -4.3711388286737929e-08, r);                 // pi/2 - that
+    r = fma(-k, -1.7151245100059164e-15, r);                 // the rest
+    float r2 = r * r;
+    float s = r + r * r2 * (-1.6666654611e-1 + r2 * (8.3321608736e-3 + r2 * -1.9515295891e-4));
+    float c = 1.0 + r2 * (-0.5 + r2 * (4.166664568298827e-2 + r2 * (-1.388731625493765e-3 + r2 * 2.443315711809948e-5)));
+    int q = int(k) & 3;
+    if (q == 0) return vec2(s, c);
+    if (q == 1) return vec2(c, -s);
+    if (q == 2) return vec2(-s, -c);
+    return vec2(-c, s);
+}

@@ -1,0 +1,33 @@
+#version 450
+// x[t, :] = E[token_ids[t], :] * scale   (Gemma's sqrt(H) embedding scale, as an fp32 product)
+// Variants: W_BF16 | W_F16 | W_F32, the table's storage type. One workgroup per token.
+#include "common.glsl"
+layout(local_size_x = 256) in;
+
+layout(std430, binding = 0) readonly buffer Eb { uint e[]; };
+layout(std430, binding = 1) readonly buffer Tb { int token_ids[]; };
+layout(std430, binding = 2) writeonly buffer Xb { float x[]; };
+
+layout(push_constant) uniform Push {
+    uint H;
+    float scale;
+} pc;
+
+float table(uint i) {
+#if defined(W_F32)
+    return uintBitsToFloat(e[i]);
+#elif defined(W_F16)
+    vec2 pair = unpackHalf2x16(e[i / 2]);
+    return (i & 1u) == 0u ? pair.x : pair.y;
+#else
+    uint w = e[i / 2];
+    return (i & 1u) == 0u ? bf16_lo(w) : bf16_hi(w);
+#endif
+}
+
+void main() {
+    uint t = linear_group();
+    if (t >= meta.num_tokens) return;
+    uint row = uint(token_ids[t]) * pc.H;
+    for (uint h = gl_LocalInvocationID.x; h < pc.H; h += 256) x[t * pc.H + h] = table(row + h) * pc.scale;
+}
