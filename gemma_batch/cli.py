@@ -12,6 +12,8 @@ from pathlib import Path
 import typer
 
 from .data.rows import DatasetError
+from .backends.vulkan.device import list_devices
+from .backends.vulkan.errors import DeviceMemoryError, VulkanUnavailable
 from .engine.kv_plan import KVBudgetError
 from .engine.llm import LLM
 from .job.lock import JobLocked
@@ -33,17 +35,32 @@ def generate(
     model: Path = typer.Option(DEMO_MODEL, help="A Hugging Face Gemma 3 directory (config.json, safetensors, tokenizer.model)."),
     max_tokens: int = typer.Option(32, min=1, help="Most new tokens per prompt."),
     chat: bool = typer.Option(False, help="Wrap each prompt as a user turn in the Gemma 3 chat template."),
-    backend: str = typer.Option("cpu", help="Device backend: cpu."),
+    backend: str = typer.Option("cpu", help="Device backend: cpu or vulkan."),
+    device: str = typer.Option(None, help="Vulkan device: index or part of its name (see `gemma-batch devices`)."),
 ) -> None:
     """Complete PROMPTS greedily and print one completion per prompt."""
     try:
-        llm = LLM(model, backend=backend)
-    except (OSError, ValueError) as e:
+        llm = LLM(model, backend=backend, device=device)
+    except (OSError, ValueError, VulkanUnavailable, DeviceMemoryError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None
     inputs = [[{"role": "user", "content": p}] for p in prompts] if chat else list(prompts)
     for prompt, completion in zip(prompts, llm.generate(inputs, max_tokens=max_tokens)):
         typer.echo(f"{prompt!r} -> {completion!r}")
+
+
+@app.command()
+def devices() -> None:
+    """List the Vulkan devices: driver, memory heaps, fp16/int8/bf16, subgroup size, cooperative matrix."""
+    try:
+        found = list_devices()
+    except VulkanUnavailable as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
+    if not found:
+        typer.echo("no Vulkan device found; --backend cpu runs without one")
+    for info in found:
+        typer.echo(info.describe())
 
 
 def _opt(help: str, *names: str) -> typer.models.OptionInfo:
@@ -55,7 +72,8 @@ def run(
     source: Path = typer.Argument(..., help="Prompt dataset (.jsonl, .parquet, OpenAI batch .jsonl) or a job spec (.toml)."),
     output: Path = _opt("Output file. [default: INPUT's name + .completions.parquet (.results.jsonl for openai), beside it]"),
     model: Path = _opt("A Hugging Face Gemma 3 directory. [default: the bundled demo model]"),
-    backend: str = _opt("Device backend: auto or cpu; auto says what it picked. [default: auto]"),
+    backend: str = _opt("Device backend: auto, cpu or vulkan; auto takes Vulkan when a GPU is present and says what it picked. [default: auto]"),
+    device: str = _opt("Vulkan device: index or part of its name, as `gemma-batch devices` lists them (or GEMMA_BATCH_VK_DEVICE). [default: a discrete GPU, then an integrated one, then any]"),
     prompt_column: str = _opt("Column holding the prompt text. [default: prompt]"),
     id_column: str = _opt("Column holding a unique row id. [default: id if present, else the row number]"),
     keep_columns: list[str] = _opt("Input column to copy into the output (repeatable)."),

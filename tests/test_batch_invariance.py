@@ -1,4 +1,4 @@
-"""Batch invariance on the CPU backend: a row's tokens do not depend on what runs beside it.
+"""Batch invariance on every backend: a row's tokens do not depend on what runs beside it.
 
 The same rows (greedy and sampled, prompts crossing the demo model's 64-token sliding window)
 run alone, all together, and shuffled with another step budget and a KV pool small enough to
@@ -10,7 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gemma_batch.backends.cpu import CpuBackend, matmul_rows
+from gemma_batch.backends import create_backend
+from gemma_batch.backends.base import Backend
+from gemma_batch.backends.cpu import matmul_rows
 from gemma_batch.engine.engine import Engine, Request
 from gemma_batch.engine.kv_plan import KVPlan, blocks_per_sequence
 from gemma_batch.engine.sampling_params import SamplingParams
@@ -21,10 +23,10 @@ from gemma_batch.model.config import Gemma3Config
 NEW_TOKENS = 24
 
 
-@pytest.fixture(scope="module")
-def backend() -> CpuBackend:
+@pytest.fixture(scope="module", params=["cpu", "vulkan"])
+def backend(request) -> Backend:
     cfg = Gemma3Config.from_dir(DEMO_MODEL)
-    backend = CpuBackend(cfg)
+    backend = create_backend(request.param, cfg)
     backend.load_weights(Checkpoint.open(DEMO_MODEL, cfg).tensors())
     return backend
 
@@ -42,7 +44,7 @@ def make_requests(cfg: Gemma3Config) -> list[Request]:
 
 
 def run(
-    backend: CpuBackend, requests: list[Request], max_batch: int, budget: int, seqs_in_pool: int, logits: dict | None = None
+    backend: Backend, requests: list[Request], max_batch: int, budget: int, seqs_in_pool: int, logits: dict | None = None
 ) -> tuple[dict, int]:
     """Completions by request id, and preemptions; `logits` collects (request, position) -> logits bytes."""
     length = max(len(r.prompt_ids) for r in requests) + NEW_TOKENS
@@ -83,10 +85,11 @@ def test_rows_are_identical_alone_together_and_shuffled_with_preemption(backend)
     assert run(backend, [Request(**greedy_twin)], 1, 512, 1)[0][sampled[0]] != alone[sampled[0]]  # sampling is live
 
 
-def test_row_tiled_products_do_not_depend_on_the_other_rows():
+@pytest.mark.parametrize("shape", [(96, 64), (128, 128), (192, 128), (384, 128), (2048, 128)])
+def test_row_tiled_products_do_not_depend_on_the_other_rows(shape):
     rng = np.random.default_rng(0)
-    w = rng.standard_normal((96, 64)).astype(np.float32)
-    x = rng.standard_normal((40, 64)).astype(np.float32)
+    w = rng.standard_normal(shape).astype(np.float32)
+    x = rng.standard_normal((40, shape[1])).astype(np.float32)
     alone = np.stack([matmul_rows(x[i : i + 1], w)[0] for i in range(40)])
     for n in (1, 2, 7, 16, 17, 40):
         assert np.array_equal(matmul_rows(x[:n], w), alone[:n])

@@ -1,26 +1,47 @@
-"""Backends run Gemma 3 steps on a device; `base.py` holds the contract."""
+"""Backends run Gemma 3 steps on a device; `base.py` holds the contract.
+
+`cpu` is the numpy float32 reference; `vulkan` runs compute shaders on any Vulkan device
+(`gemma-batch devices` lists them). `auto` picks Vulkan when a GPU is present (a CPU Vulkan
+implementation such as llvmpipe does not count: the numpy backend is the better CPU path).
+"""
 
 from __future__ import annotations
 
 from ..model.config import Gemma3Config
 from .base import Backend
 
-BACKENDS = ("cpu",)
+BACKENDS = ("cpu", "vulkan")
 
 
-def resolve_backend(name: str) -> tuple[str, str]:
+def resolve_backend(name: str, device: str | None = None) -> tuple[str, str]:
     """The backend `name` stands for ("auto" picks one), and why, for the job's log."""
     if name == "auto":
-        return "cpu", "auto: cpu is the only backend in this build"
+        from .vulkan.device import VulkanUnavailable, choose_device, list_devices
+
+        try:
+            devices = list_devices()
+        except VulkanUnavailable as e:
+            return "cpu", f"auto: no Vulkan ({str(e).split(':')[0]})"
+        gpus = [d for d in devices if d.type_code != 4]
+        if device is not None:
+            return "vulkan", f"auto: --device {device} given"
+        if not gpus:
+            return "cpu", "auto: no Vulkan GPU found (only CPU implementations)"
+        chosen = choose_device(gpus, None)
+        return "vulkan", f"auto: Vulkan GPU {chosen.name}"
     if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; available: auto, {', '.join(BACKENDS)}")
     return name, "chosen with --backend"
 
 
-def create_backend(name: str, cfg: Gemma3Config) -> Backend:
-    """A backend by name (only the numpy CPU backend exists yet)."""
+def create_backend(name: str, cfg: Gemma3Config, device: str | None = None) -> Backend:
+    """A backend by name; `device` picks the Vulkan device (index or name; see `gemma-batch devices`)."""
     if name == "cpu":
         from .cpu import CpuBackend
 
         return CpuBackend(cfg)
+    if name == "vulkan":
+        from .vulkan import VulkanBackend
+
+        return VulkanBackend(cfg, device=device)
     raise ValueError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}")

@@ -87,6 +87,12 @@ class Backend(ABC):
     def __init__(self, cfg: Gemma3Config) -> None:
         self.cfg = cfg
 
+    @property
+    def identity(self) -> str:
+        """What decides this backend's arithmetic (a resumed job must run on the same): its name,
+        and for a device backend the device and storage choices."""
+        return self.name
+
     @abstractmethod
     def load_weights(self, tensors: Iterable[tuple[str, Tensor]]) -> None:
         """Take every text tensor, one at a time, by canonical name (see `model.weights`)."""
@@ -94,6 +100,15 @@ class Backend(ABC):
     @abstractmethod
     def available_memory(self) -> int:
         """Bytes the device could still give to the KV cache (free memory, before any budget)."""
+
+    def weight_bytes(self, tensor_bytes: Mapping[str, int]) -> int:
+        """Memory the weights will take once loaded, from the checkpoint's stored bytes per dtype
+        (so that the KV cache can be planned before the weights are loaded). Default: as stored."""
+        return sum(tensor_bytes.values())
+
+    def max_kv_blocks(self, group: str, block_size: int) -> int | None:
+        """Most blocks one KV group's pool can have (a device's largest buffer), or None: no limit."""
+        return None
 
     @abstractmethod
     def kv_bytes_per_token(self, group: str) -> int:

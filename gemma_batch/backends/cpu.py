@@ -37,7 +37,10 @@ def matmul_rows(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     padded[:T] = x
     out = np.empty((padded.shape[0], w.shape[0]), F32)
     for i in range(0, padded.shape[0], ROW_TILE):
-        out[i : i + ROW_TILE] = padded[i : i + ROW_TILE] @ w.T
+        # As w @ tile.T: the tile's rows are the product's columns. OpenBLAS 0.3.31's small-matrix
+        # sgemm sums a row of `tile @ w.T` in an order that depends on the row's place in the tile
+        # (rows 6-15 differ from row 0 on Haswell); columns of `w @ tile.T` do not.
+        out[i : i + ROW_TILE] = (w @ padded[i : i + ROW_TILE].T).T
     return out[:T]
 
 
@@ -109,6 +112,10 @@ class CpuBackend(Backend):
             return int(fields["MemAvailable"].split()[0]) * 1024
         except (OSError, KeyError, ValueError):
             return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+    def weight_bytes(self, tensor_bytes: Mapping[str, int]) -> int:
+        """Everything is held as float32: BF16 and F16 tensors double."""
+        return sum(n * (2 if dtype in ("BF16", "F16") else 1) for dtype, n in tensor_bytes.items())
 
     def kv_bytes_per_token(self, group: str) -> int:
         layers = next(g.layers for g in self.cfg.kv_groups() if g.name == group)

@@ -60,19 +60,26 @@ def plan_kv(
     max_model_len: int,
     max_batch: int,
     max_chunk: int,
+    max_blocks: Mapping[str, int | None] | None = None,
 ) -> KVPlan:
-    """Blocks per group for `budget_bytes`; lowers `max_model_len` if one sequence does not fit."""
+    """Blocks per group for `budget_bytes`, at most `max_blocks[group]` (a device's largest buffer);
+    lowers `max_model_len` if one sequence does not fit."""
     block_bytes = {g.name: bytes_per_token[g.name] * block_size for g in groups}
+    limit = {g.name: (max_blocks or {}).get(g.name) for g in groups}
 
     def seq_bytes(length: int) -> int:
         return sum(blocks_per_sequence(g, length, block_size, max_chunk) * block_bytes[g.name] for g in groups)
 
+    def fits(length: int) -> bool:
+        return seq_bytes(length) <= budget_bytes and all(
+            limit[g.name] is None or blocks_per_sequence(g, length, block_size, max_chunk) <= limit[g.name] for g in groups)
+
     requested, notice = max_model_len, None
-    if seq_bytes(max_model_len) > budget_bytes:
+    if not fits(max_model_len):
         lo, hi = 0, max_model_len  # largest length that fits: lo fits (or is 0), hi does not
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if seq_bytes(mid) <= budget_bytes else (lo, mid)
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
         if lo < block_size:
             raise KVBudgetError(
                 f"the KV budget of {budget_bytes / 2**20:.1f} MiB cannot hold one sequence of {block_size} tokens "
@@ -81,7 +88,8 @@ def plan_kv(
         max_model_len = lo
         notice = (
             f"max model length lowered from {requested} to {max_model_len} tokens: the KV budget of "
-            f"{budget_bytes / 2**20:.1f} MiB holds one sequence of at most that length; raise --kv-memory "
+            f"{budget_bytes / 2**20:.1f} MiB (and the device's largest buffer) holds one sequence of at most that "
+            f"length; raise --kv-memory "
             f"(or lower --max-model-len) to change it"
         )
 
@@ -98,6 +106,7 @@ def plan_kv(
     global_seqs = max_batch if not global_seq_bytes else min(max_batch, left / global_seq_bytes)
     num_blocks = {g.name: sliding_seqs * per_seq[g.name] for g in sliding}
     num_blocks |= {g.name: int(global_seqs * per_seq[g.name]) for g in global_}
+    num_blocks = {name: n if limit[name] is None else min(n, limit[name]) for name, n in num_blocks.items()}
     used = sum(n * block_bytes[name] for name, n in num_blocks.items())
     full_length_seqs = min(
         (num_blocks[g.name] // per_seq[g.name] for g in groups if per_seq[g.name]), default=max_batch

@@ -21,12 +21,12 @@ class LLM:
     >>> llm.generate(["The sea"], max_tokens=8)
     """
 
-    def __init__(self, model_dir: str | Path, backend: str = "cpu") -> None:
+    def __init__(self, model_dir: str | Path, backend: str = "cpu", device: str | None = None) -> None:
         self.model_dir = Path(model_dir)
         self.config = Gemma3Config.from_dir(self.model_dir)
         self.tokenizer = Tokenizer.from_dir(self.model_dir)
         checkpoint = Checkpoint.open(self.model_dir, self.config)  # validates before reading data
-        self.backend = create_backend(backend, self.config)
+        self.backend = create_backend(backend, self.config, device)
         self.backend.load_weights(checkpoint.tensors())
 
     def encode(self, prompt: str | Messages) -> list[int]:

@@ -22,6 +22,7 @@ from typing import TextIO
 import pyarrow.parquet as pq
 
 from ..backends import create_backend, resolve_backend
+from ..backends.vulkan.errors import DeviceMemoryError, VulkanUnavailable
 from ..data.readers import open_dataset
 from ..data.rows import InputRow
 from ..data.schema import output_schema
@@ -48,30 +49,36 @@ def run_job(spec: JobSpec, log: TextIO | None = None, out: TextIO | None = None)
     """Run a job to its final file; return its statistics. Raises JobFailed / UsageError."""
     log, out = log or sys.stderr, out or sys.stdout
     dataset = open_dataset(spec.input, spec.prompt_column, spec.id_column, spec.keep_columns, spec.chat)
-    backend_name, why = resolve_backend(spec.backend)
-    print(f"backend: {backend_name} ({why})", file=log)
     cfg = Gemma3Config.from_dir(spec.model)
     tokenizer = Tokenizer.from_dir(spec.model)
     checkpoint = Checkpoint.open(spec.model, cfg)  # every header checked before any data is read
-    backend = create_backend(backend_name, cfg)
+    backend_name, why = resolve_backend(spec.backend, spec.device)
+    try:
+        backend = create_backend(backend_name, cfg, spec.device)
+    except (VulkanUnavailable, DeviceMemoryError) as e:
+        raise JobFailed(str(e)) from None
+    print(f"backend: {backend.identity} ({why})", file=log)
 
     max_model_len = spec.max_model_len or cfg.max_position_embeddings
     if max_model_len > cfg.max_position_embeddings:
         print(f"notice: --max-model-len {max_model_len} is beyond the model's context; "
               f"using {cfg.max_position_embeddings}", file=log)
         max_model_len = cfg.max_position_embeddings
-    budget = parse_size(spec.kv_memory, backend.available_memory())
+    # The weights are not loaded yet (a complete job never loads them): plan in what they will leave.
+    free = max(0, backend.available_memory() - backend.weight_bytes(checkpoint.nbytes_by_dtype))
+    budget = parse_size(spec.kv_memory, free)
     groups = cfg.kv_groups()
     plan = plan_kv(
         groups, {g.name: backend.kv_bytes_per_token(g.name) for g in groups}, budget,
         spec.block_size, max_model_len, spec.max_batch, spec.max_step_tokens,
+        {g.name: backend.max_kv_blocks(g.name, spec.block_size) for g in groups},
     )
     if plan.notice:
         print(f"notice: {plan.notice}", file=log)
     print(plan.describe(groups), file=log)
 
     fingerprint = job_fingerprint(
-        spec, dataset.fingerprint, model_fingerprint(spec.model, checkpoint.files), backend_name, plan.max_model_len
+        spec, dataset.fingerprint, model_fingerprint(spec.model, checkpoint.files), backend.identity, plan.max_model_len
     )
     schema = output_schema(dataset.keep_types)
     output = spec.output_path
@@ -90,9 +97,13 @@ def run_job(spec: JobSpec, log: TextIO | None = None, out: TextIO | None = None)
         if store.state == "resume":
             print(f"resuming: {store.num_done} of {dataset.num_rows} rows already done", file=log)
         load_started = time.perf_counter()
-        backend.load_weights(checkpoint.tensors())
+        try:
+            backend.load_weights(checkpoint.tensors())
+            engine = Engine(backend, plan, tokenizer, spec.max_batch, spec.max_step_tokens)  # allocates the KV cache
+        except DeviceMemoryError as e:
+            store.abandon()
+            raise JobFailed(str(e)) from None
         print(f"model: {spec.model} loaded in {time.perf_counter() - load_started:.1f} s", file=log)
-        engine = Engine(backend, plan, tokenizer, spec.max_batch, spec.max_step_tokens)
         requests = RowRequests(tokenizer, frozenset(cfg.eos_token_ids), spec.sampling, plan.max_model_len)
         progress = Progress(dataset.num_rows, store.num_done, log)
         started, done_before = time.perf_counter(), store.num_done
@@ -107,7 +118,7 @@ def run_job(spec: JobSpec, log: TextIO | None = None, out: TextIO | None = None)
             "rows_done_this_run": done,
             "rows_resumed": done_before,
             "rows_failed_this_run": failed,
-            "backend": backend_name,
+            "backend": backend.identity,
             "model": str(spec.model),
             "input": str(spec.input),
             "output": str(output),

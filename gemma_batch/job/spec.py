@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ..backends import BACKENDS
 from ..engine.sampling_params import SamplingParams
 
 DEMO_MODEL = Path(__file__).resolve().parent.parent.parent / "sample_data" / "demo-model"
@@ -31,6 +32,7 @@ class JobSpec:
     output: Path | None = None  # None: derived from the input's name
     model: Path = DEMO_MODEL
     backend: str = "auto"
+    device: str | None = None  # Vulkan device: index or part of its name (`gemma-batch devices`)
     prompt_column: str = "prompt"
     id_column: str | None = None  # None: "id" when present, else the row number
     keep_columns: tuple[str, ...] = ()
@@ -147,7 +149,8 @@ def make_spec(settings: Mapping[str, Any], where: str = "command line") -> JobSp
     except (TypeError, ValueError) as e:
         raise UsageError(f"{where}: {e}") from None
     checks = [
-        (spec.backend in ("auto", "cpu"), f"backend {spec.backend!r}: expected auto or cpu"),
+        (spec.backend in ("auto", *BACKENDS), f"backend {spec.backend!r}: expected auto, {', '.join(BACKENDS)}"),
+        (spec.device is None or spec.backend != "cpu", "--device picks a Vulkan device; it does not go with --backend cpu"),
         (spec.output_format in ("parquet", "openai"), f"output format {spec.output_format!r}: expected parquet or openai"),
         (spec.max_batch >= 1, "max-batch must be >= 1"),
         (spec.block_size >= 1, "block-size must be >= 1"),

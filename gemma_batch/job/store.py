@@ -282,6 +282,13 @@ class ResultStore:
         self.state = "complete"
         return self.output
 
+    def abandon(self) -> None:
+        """Give up before any row was computed: close, and remove a partial folder this run created
+        that holds no row (so a failed start leaves nothing behind); a resumed folder is kept."""
+        self.close()
+        if self.state == "fresh" and self.num_done == 0:
+            writers.remove_tree(self.partial_dir)
+
     def close(self) -> None:
         """Close the journal without finalizing (committed rows stay on disk for a resume)."""
         if self._fd is not None:

@@ -107,6 +107,14 @@ class Checkpoint:
         """Bytes of all text tensors as stored (vision tensors excluded)."""
         return sum(s.entry.nbytes for s in self._sources.values())
 
+    @property
+    def nbytes_by_dtype(self) -> dict[str, int]:
+        """Stored bytes of the text tensors per dtype ("BF16", "F16", "F32")."""
+        out: dict[str, int] = {}
+        for s in self._sources.values():
+            out[s.entry.dtype] = out.get(s.entry.dtype, 0) + s.entry.nbytes
+        return out
+
     def dtype(self, name: str) -> str:
         return self._sources[name].entry.dtype
 

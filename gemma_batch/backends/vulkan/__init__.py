@@ -2,7 +2,7 @@
 (`weights`, `step_buffers`), the recorded step (`graph`) and the `Backend` itself (`backend`)."""
 
 from .backend import VulkanBackend
-from .device import DeviceInfo, has_gpu, list_devices
+from .device import DeviceInfo, list_devices
 from .errors import DeviceMemoryError, VulkanUnavailable
 
-__all__ = ["DeviceInfo", "DeviceMemoryError", "VulkanBackend", "VulkanUnavailable", "has_gpu", "list_devices"]
+__all__ = ["DeviceInfo", "DeviceMemoryError", "VulkanBackend", "VulkanUnavailable", "list_devices"]

@@ -60,6 +60,10 @@ class VulkanBackend(Backend):
     def device_name(self) -> str:
         return self.device.info.name
 
+    @property
+    def identity(self) -> str:
+        return f"vulkan on {self.device.info.name} ({self.device.info.driver}), KV {self.kv_dtype}"
+
     def load_weights(self, tensors: Iterable[tuple[str, Tensor]]) -> None:
         self.weights.load(tensors)
 
@@ -70,8 +74,17 @@ class VulkanBackend(Backend):
         layers = next(g.layers for g in self.cfg.kv_groups() if g.name == group)
         return len(layers) * 2 * self.cfg.num_kv_heads * self.cfg.head_dim * KV_DTYPES[self.kv_dtype]
 
+    def max_kv_blocks(self, group: str, block_size: int) -> int:
+        """Each layer's K (and V) pages are one buffer, bounded by the device's largest buffer."""
+        slot_bytes = self.cfg.num_kv_heads * self.cfg.head_dim * KV_DTYPES[self.kv_dtype]
+        return self.device.info.max_storage_buffer_range // (block_size * slot_bytes)
+
     def allocate_kv(self, num_blocks: Mapping[str, int], block_size: int) -> None:
         cfg = self.cfg
+        self._drop_graph()  # it points at the old pages
+        for page in [*self.k_pages.values(), *self.v_pages.values()]:
+            self.mem.free(page)
+        self.k_pages, self.v_pages = {}, {}
         self.block_size = block_size
         slot_bytes = cfg.num_kv_heads * cfg.head_dim * KV_DTYPES[self.kv_dtype]
         for group in cfg.kv_groups():
@@ -121,14 +134,19 @@ class VulkanBackend(Backend):
             raise RuntimeError("allocate_kv must be called before step")
         start = Capacity(64, 32, 32, tuple((g, 16) for g, _ in need.widths))
         capacity = (self.buffers.capacity if self.buffers is not None else start).grown_to(need)
+        self._drop_graph()
+        self.buffers = StepBuffers(self.cfg, self.mem, capacity)
+        self.graph = StepGraph(self.cfg, self.kernels, self.weights, self.buffers, self.k_pages, self.v_pages,
+                               self.inv_freq, self.kv_dtype, self.block_size)
+
+    def _drop_graph(self) -> None:
+        """Free the recorded step and its buffers; the next step records them again."""
         if self.graph is not None:
             self.device.vk.vkDeviceWaitIdle(self.device.device)
             self.graph.free()
             self.buffers.free()
             self.kernels.reset_sets()
-        self.buffers = StepBuffers(self.cfg, self.mem, capacity)
-        self.graph = StepGraph(self.cfg, self.kernels, self.weights, self.buffers, self.k_pages, self.v_pages,
-                               self.inv_freq, self.kv_dtype, self.block_size)
+            self.graph = self.buffers = None
 
     def close(self) -> None:
         """Release every device resource (also done at interpreter exit by the driver)."""

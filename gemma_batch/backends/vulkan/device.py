@@ -145,14 +145,6 @@ def choose_device(devices: list[DeviceInfo], wanted: str | None) -> DeviceInfo:
     return min(devices, key=lambda d: (_PREFERENCE.get(d.type_code, 9), d.index))
 
 
-def has_gpu() -> bool:
-    """Whether a Vulkan device other than a CPU implementation is present (for --backend auto)."""
-    try:
-        return any(d.type_code != 4 for d in list_devices())
-    except VulkanUnavailable:
-        return False
-
-
 class Device:
     """The chosen physical device, a logical device with one compute queue, a command pool, a fence."""
 
