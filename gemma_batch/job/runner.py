@@ -65,7 +65,11 @@ def run_job(spec: JobSpec, log: TextIO | None = None, out: TextIO | None = None)
               f"using {cfg.max_position_embeddings}", file=log)
         max_model_len = cfg.max_position_embeddings
     # The weights are not loaded yet (a complete job never loads them): plan in what they will leave.
-    free = max(0, backend.available_memory() - backend.weight_bytes(checkpoint.nbytes_by_dtype))
+    available, weight_bytes = backend.available_memory(), backend.weight_bytes(checkpoint.nbytes_by_dtype)
+    if weight_bytes >= available:
+        raise JobFailed(f"the model's weights take {weight_bytes / 2**30:.2f} GiB on the {backend_name} backend "
+                        f"but only {available / 2**30:.2f} GiB is free there; use --backend cpu or a smaller model")
+    free = available - weight_bytes
     budget = parse_size(spec.kv_memory, free)
     groups = cfg.kv_groups()
     plan = plan_kv(
