@@ -54,10 +54,15 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
     return F32(0.5) * x * (F32(1.0) + np.tanh(F32(np.sqrt(2.0 / np.pi)) * (x + F32(0.044715) * x * x * x)))
 
 
+def rope_inv_freq(head_dim: int, spec: RopeSpec) -> np.ndarray:
+    """[hd/2] float32: 1 / theta**(2i/hd) / factor, computed in fp32 as transformers does."""
+    exponent = np.arange(0, head_dim, 2, dtype=np.int64).astype(F32) / F32(head_dim)
+    return (F32(1.0) / (F32(spec.theta) ** exponent)) / F32(spec.factor)
+
+
 def rope_cos_sin(positions: np.ndarray, head_dim: int, spec: RopeSpec) -> tuple[np.ndarray, np.ndarray]:
     """cos/sin tables [T, hd] for rotate-half RoPE; angles are the fp32 product p * inv_freq."""
-    exponent = np.arange(0, head_dim, 2, dtype=np.int64).astype(F32) / F32(head_dim)
-    inv_freq = (F32(1.0) / (F32(spec.theta) ** exponent)) / F32(spec.factor)  # [hd/2]
+    inv_freq = rope_inv_freq(head_dim, spec)  # [hd/2]
     angles = positions.astype(F32)[:, None] * inv_freq[None, :]  # [T, hd/2]
     angles = np.concatenate([angles, angles], axis=-1)  # [T, hd]
     return np.cos(angles), np.sin(angles)

@@ -20,6 +20,7 @@ import numpy as np
 from ...model.checkpoint import Tensor
 from ...model.config import Gemma3Config
 from ..base import Backend, StepBatch, StepResult
+from ..cpu import rope_inv_freq
 from .device import Device
 from .graph import StepGraph
 from .kernels import Kernels
@@ -51,8 +52,7 @@ class VulkanBackend(Backend):
         self.graph: StepGraph | None = None
         self.inv_freq = {}
         for name, spec in cfg.rope.items():  # the CPU reference's fp32 inv_freq, bit for bit
-            exponent = np.arange(0, cfg.head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(cfg.head_dim)
-            values = (np.float32(1.0) / (np.float32(spec.theta) ** exponent)) / np.float32(spec.factor)
+            values = rope_inv_freq(cfg.head_dim, spec)
             self.inv_freq[name] = self.mem.alloc(values.nbytes, f"{name} RoPE frequencies")
             self.mem.upload(self.inv_freq[name], values.astype(np.float32))
 
