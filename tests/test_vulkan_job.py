@@ -4,7 +4,6 @@ and the failures a user can meet (no driver, no such device, not enough device m
 from __future__ import annotations
 
 import io
-import os
 import shutil
 from pathlib import Path
 
@@ -22,20 +21,6 @@ NO_DRIVER = {"VK_DRIVER_FILES": "/nonexistent/icd.json", "VK_ICD_FILENAMES": "/n
 @pytest.fixture()
 def sample_jsonl(tmp_path) -> Path:
     return Path(shutil.copy(SAMPLES / "prompts.jsonl", tmp_path / "prompts.jsonl"))
-
-
-def with_env(extra: dict[str, str]):
-    old = {k: os.environ.get(k) for k in extra}
-    os.environ.update(extra)
-    return old
-
-
-def restore(old: dict) -> None:
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 def test_devices_lists_each_device_with_its_capabilities():
@@ -59,14 +44,12 @@ def test_run_on_vulkan_gives_the_cpu_completions(tmp_path, sample_jsonl):
     assert stats["backend"].startswith("vulkan on ")  # the device is part of the job's identity
 
 
-def test_without_a_driver_vulkan_fails_clearly_and_auto_falls_back_to_cpu(tmp_path, sample_jsonl):
+def test_without_a_driver_vulkan_fails_clearly_and_auto_falls_back_to_cpu(tmp_path, sample_jsonl, monkeypatch):
     out = tmp_path / "out.parquet"
-    old = with_env(NO_DRIVER)
-    try:
-        done = gemma_batch("run", sample_jsonl, "--backend", "vulkan", "--output", out)
-        auto = gemma_batch("run", sample_jsonl, "--output", tmp_path / "auto.parquet", "--max-tokens", "4")
-    finally:
-        restore(old)
+    for key, value in NO_DRIVER.items():
+        monkeypatch.setenv(key, value)
+    done = gemma_batch("run", sample_jsonl, "--backend", "vulkan", "--output", out)
+    auto = gemma_batch("run", sample_jsonl, "--output", tmp_path / "auto.parquet", "--max-tokens", "4")
     assert done.returncode == 1
     assert "--backend cpu" in done.stderr and "Traceback" not in done.stderr
     assert not out.exists() and not out.with_name(out.name + ".partial").exists()

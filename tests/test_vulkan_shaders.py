@@ -50,4 +50,4 @@ def test_push_constant_blocks_match_their_numpy_layouts(family):
 def test_every_variant_has_its_source():
     for variant in VARIANTS.values():
         assert (SHADERS / f"{variant.source}.comp").exists()
-        assert variant.family in PUSH
+        assert variant.source in PUSH

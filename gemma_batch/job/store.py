@@ -283,8 +283,7 @@ class ResultStore:
         return self.output
 
     def abandon(self) -> None:
-        """Give up before any row was computed: close, and remove a partial folder this run created
-        that holds no row (so a failed start leaves nothing behind); a resumed folder is kept."""
+        """Close; remove the partial folder if this run created it and it holds no row."""
         self.close()
         if self.state == "fresh" and self.num_done == 0:
             writers.remove_tree(self.partial_dir)

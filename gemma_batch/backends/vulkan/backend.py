@@ -57,10 +57,6 @@ class VulkanBackend(Backend):
             self.mem.upload(self.inv_freq[name], values.astype(np.float32))
 
     @property
-    def device_name(self) -> str:
-        return self.device.info.name
-
-    @property
     def identity(self) -> str:
         return f"vulkan on {self.device.info.name} ({self.device.info.driver}), KV {self.kv_dtype}"
 

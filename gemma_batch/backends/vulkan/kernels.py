@@ -51,10 +51,6 @@ class Variant:
     defines: tuple[str, ...] = ()
 
     @property
-    def family(self) -> str:
-        return self.source
-
-    @property
     def spv(self) -> Path:
         return SPV_DIR / f"{self.name}.spv"
 
@@ -144,7 +140,7 @@ class Kernels:
     def record(self, cb, name: str, dset, push: dict[str, float | int], indirect, indirect_offset: int) -> None:
         """Record one dispatch of kernel `name` whose grid is read from `indirect` at the offset."""
         vk = self.vk
-        dtype = PUSH[VARIANTS[name].family]
+        dtype = PUSH[VARIANTS[name].source]
         values = np.zeros((), dtype)
         if set(push) != set(dtype.names):
             raise ValueError(f"kernel {name}: push constants {sorted(push)} do not match its layout {dtype.names}")
