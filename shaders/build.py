@@ -63,10 +63,11 @@ def main(argv: list[str]) -> int:
     if "--check" in argv:
         bad = stale(manifest)
         extra = sorted(set(manifest) - set(VARIANTS))
+        extra += sorted(f.stem for f in SPV_DIR.glob("*.spv") if f.stem not in VARIANTS)
         for name in bad:
             print(f"stale or missing: {VARIANTS[name].spv.name} (source shaders/{VARIANTS[name].source}.comp)")
         for name in extra:
-            print(f"in the manifest but not a variant: {name}")
+            print(f"not a variant any more (in the manifest or spv/): {name}")
         return 1 if bad or extra else 0
     glslc = shutil.which("glslc")
     if glslc is None:
@@ -85,6 +86,10 @@ def main(argv: list[str]) -> int:
         print(f"built {variant.spv.relative_to(HERE.parent)}")
     for name in set(manifest) - set(VARIANTS):
         del manifest[name]
+    for orphan in SPV_DIR.glob("*.spv"):
+        if orphan.stem not in VARIANTS:
+            orphan.unlink()
+            print(f"removed {orphan.relative_to(HERE.parent)}")
     MANIFEST.write_text(json.dumps(dict(sorted(manifest.items())), indent=1) + "\n")
     return 0
 

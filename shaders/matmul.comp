@@ -7,6 +7,17 @@
 //                           the sum of squares is accumulated in the same pass over x
 //   GATED                   two weights (gate: binding 0, up: binding 4): y = gelu_tanh(x.Wg) * (x.Wu)
 //   ROW_GATHER              row m of x is x[rows[m]] and M = meta.num_rows (the LM head)
+//   EPI_NORM_ADD            then x_res[m, :] += rms_norm(y[m, :]) * (1 + g_epi): Gemma's post-norm and
+//                           residual add (o-projection, down-projection)
+//   EPI_QK_ROPE             y is the fused [q | k | v] projection; then per head: QK-norm (1 + w) and
+//                           RoPE on q and k heads, q written to q_out, k and v into the layer's KV pages
+//                           at the tokens' slots (with KV_F16: fp16 pairs in 32-bit words, or KV_F32)
+//
+// The epilogues need whole rows (EPI_NORM_ADD) or whole heads (EPI_QK_ROPE) of y, which several
+// workgroups compute. Each workgroup writes its tile of y, then counts itself done on the
+// segment's counter; the last one to finish runs the epilogue for the segment and resets the
+// counter (so the counters are zero between dispatches). Which workgroup is last does not change
+// the result: it reads the same y and reduces it in a fixed order.
 //
 // Work split: a workgroup owns MT rows x NT outputs; its WG threads stride over K in pieces of 8.
 // Each output's sum is accumulated in the same order whatever M and wherever the row sits in
@@ -22,15 +33,24 @@ layout(local_size_x = WG) in;
 
 layout(std430, binding = 0) readonly buffer Wb { uvec4 w4[]; };
 layout(std430, binding = 1) readonly buffer Xb { vec4 x4[]; };
+#if defined(EPI_NORM_ADD) || defined(EPI_QK_ROPE)
+#define EPILOGUE
+layout(std430, binding = 2) coherent buffer Yb { float y[]; };
+layout(std430, binding = 6) coherent buffer Cb { uint counters[]; };
+layout(std430, binding = 9) readonly buffer Eb { float g_epi[]; };  // post-norm [N] | q_norm, k_norm [2 hd]
+#else
 layout(std430, binding = 2) writeonly buffer Yb { float y[]; };
+#endif
 layout(std430, binding = 3) readonly buffer Gb { float g[]; };
 layout(std430, binding = 4) readonly buffer W2b { uvec4 u4[]; };
 layout(std430, binding = 5) readonly buffer Rb { int rows[]; };
-
 layout(push_constant) uniform Push {
     uint N;
     uint K;
     float eps;
+    uint num_heads;     // EPI_QK_ROPE: q heads, kv heads and head size of y's columns
+    uint num_kv_heads;
+    uint head_dim;
 } pc;
 
 // 8 consecutive weights of row n from k8*8, as two vec4.
@@ -57,6 +77,8 @@ layout(push_constant) uniform Push {
 #endif
 #define SLOTS (NACC * MT * NT + NSS * MT)
 shared float partial[WG / 4][SLOTS];  // per subgroup (subgroups have at least 4 lanes)
+
+#include "matmul_epilogue.glsl"
 
 void main() {
 #ifdef ROW_GATHER
@@ -170,4 +192,20 @@ void main() {
             y[(m0 + m) * pc.N + n0 + n] = total;
         }
     }
+#ifdef EPILOGUE
+#ifdef EPI_QK_ROPE
+    uint segment = n0 / pc.head_dim, tiles = pc.head_dim / NT;  // the host checks hd % NT == 0
+    uint counter = (m0 / MT) * (pc.num_heads + 2 * pc.num_kv_heads) + segment;
+#else
+    uint segment = 0, tiles = n_tiles, counter = m0 / MT;
+#endif
+    memoryBarrierBuffer();  // this workgroup's y is visible before it counts itself done
+    barrier();
+    if (tid == 0) last_of_segment = atomicAdd(counters[counter], 1u) == tiles - 1u;
+    barrier();
+    if (!last_of_segment) return;
+    memoryBarrierBuffer();
+    epilogue(m0, M, segment);
+    if (tid == 0) counters[counter] = 0u;
+#endif
 }

@@ -70,6 +70,37 @@ def test_greedy_tokens_match_with_forced_preemption_and_tiny_pools(checkpoints, 
     assert [completions[i] for i in range(len(PROMPTS))] == cpu_runs["bf16"][0]
 
 
+SAMPLED = [  # one request per prompt: each filter, and one greedy row among them
+    SamplingParams(max_tokens=NEW_TOKENS, temperature=0.8, top_p=0.9, seed=1),
+    SamplingParams(max_tokens=NEW_TOKENS, temperature=1.0, top_k=5, seed=2),
+    SamplingParams(max_tokens=NEW_TOKENS, temperature=1.2, min_p=0.05, seed=3),
+    SamplingParams(max_tokens=NEW_TOKENS),
+]
+
+
+def engine_tokens(backend, params: list[SamplingParams], **engine_args) -> list[list[int]]:
+    plan = KVPlan(4, {"full_attention": 64, "sliding_attention": 24}, 64, 0, 0, 1)
+    engine = Engine(backend, plan, None, **engine_args)
+    for i, (prompt, p) in enumerate(zip(PROMPTS, params)):
+        engine.add(Request(i, prompt, p))
+    done = {}
+    while engine.num_unfinished:
+        done.update((c.request_id, c.token_ids) for c in engine.step())
+    return [done[i] for i in range(len(PROMPTS))]
+
+
+def test_sampled_generations_match_the_cpu_backend(checkpoints, cpu_runs):
+    """Temperature, top-p, top-k and min-p rows with the engine's counter-based draws, mixed with
+    a greedy row, prefill chunked: the on-device sampler picks the CPU backend's tokens. fp32 KV
+    keeps logits within ~5e-6 of the CPU's, so no draw lands that close to a CDF boundary."""
+    model_dir = checkpoints["bf16"][0]
+    ours = engine_tokens(vulkan_backend(model_dir, "float32"), SAMPLED, max_batch=4, step_token_budget=7)
+    ref = engine_tokens(cpu_backend(model_dir), SAMPLED, max_batch=4, step_token_budget=7)
+    assert ours == ref
+    assert ours[3] == cpu_runs["bf16"][0][3]  # the greedy row
+    assert all(ours[i] != cpu_runs["bf16"][0][i] for i in range(3))  # the sampled rows did sample
+
+
 def test_released_and_unused_kv_pages_are_never_read(checkpoints, cpu_runs):
     """After each step, fill every KV block no sequence in the step holds with NaN (fp32 pages):
     logits still match, so attention reads only the blocks in the tables."""

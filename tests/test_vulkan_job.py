@@ -3,6 +3,7 @@ and the failures a user can meet (no driver, no such device, not enough device m
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import shutil
 from pathlib import Path
@@ -10,7 +11,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from gemma_batch.backends.vulkan import DeviceMemoryError, VulkanBackend
+from gemma_batch.backends import resolve_backend
+from gemma_batch.backends.vulkan import DeviceMemoryError, VulkanBackend, VulkanUnavailable
+from gemma_batch.backends.vulkan import device as vk_device
 from gemma_batch.job.runner import JobFailed, run_job
 from gemma_batch.job.spec import make_spec
 from tests.test_run_job import SAMPLES, gemma_batch
@@ -92,3 +95,18 @@ def test_too_large_kv_allocation_names_the_buffer_and_what_to_do():
     backend = VulkanBackend(Gemma3Config.from_dir(DEMO_MODEL))
     with pytest.raises(DeviceMemoryError, match=r"layer \d+ K pages.*exceeds.*largest storage buffer.*smaller --kv-memory or --backend cpu"):
         backend.allocate_kv({"full_attention": 10**7, "sliding_attention": 10**7}, 16)
+
+
+def test_a_device_too_small_for_the_shaders_is_refused_by_name_and_skipped_by_auto(monkeypatch):
+    """The sampler needs 1024-invocation workgroups; a device offering 256 (real on some mobile
+    GPUs) is refused before any allocation, and `auto` does not pick it."""
+    real = vk_device.list_devices()
+    assert all(not d.shortfalls() for d in real)  # the device under test can run everything
+    small = [dataclasses.replace(d, max_workgroup_invocations=256, type_code=2, type="discrete GPU") for d in real]
+    assert small[0].shortfalls() == ["workgroups of 1024 invocations (has 256)"]
+    assert "cannot run gemma-batch: lacks workgroups of 1024" in small[0].describe()
+    monkeypatch.setattr(vk_device, "list_devices", lambda: small)
+    monkeypatch.setattr(vk_device, "describe_device", lambda vk, i, pd: small[i])
+    assert resolve_backend("auto") == ("cpu", f"auto: Vulkan GPU {small[0].name} lacks workgroups of 1024 invocations (has 256)")
+    with pytest.raises(VulkanUnavailable, match="cannot run the shaders: it lacks workgroups of 1024.*--backend cpu"):
+        vk_device.Device()

@@ -22,17 +22,18 @@ def test_committed_spirv_is_built_from_the_current_sources():
     assert done.returncode == 0, f"stale shaders; run `python shaders/build.py`:\n{done.stdout}{done.stderr}"
 
 
-def test_the_staleness_check_notices_an_edited_source(tmp_path, monkeypatch):
+@pytest.mark.parametrize("edited", ["matmul.comp", "matmul_epilogue.glsl", "common.glsl"])
+def test_the_staleness_check_notices_an_edited_source_or_header(tmp_path, monkeypatch, edited):
     sys.path.insert(0, str(SHADERS))
     import build  # shaders/build.py
 
-    variant = VARIANTS["norm_add"]
-    entry = build.load_manifest()["norm_add"]
+    variant = VARIANTS["matmul_post_norm_bf16"]
+    entry = build.load_manifest()[variant.name]
     assert entry["source"] == build.source_hash(variant)
-    edited = tmp_path / "norm_add.comp"
-    edited.write_text((SHADERS / "norm_add.comp").read_text() + "\n// an edit\n")
+    for name in ("matmul.comp", "matmul_epilogue.glsl", "common.glsl"):
+        text = (SHADERS / name).read_text()
+        (tmp_path / name).write_text(text + "\n// an edit\n" if name == edited else text)
     monkeypatch.setattr(build, "HERE", tmp_path)
-    (tmp_path / "common.glsl").write_text((SHADERS / "common.glsl").read_text())
     assert build.source_hash(variant) != entry["source"]
 
 

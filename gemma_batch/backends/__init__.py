@@ -27,6 +27,10 @@ def resolve_backend(name: str, device: str | None = None) -> tuple[str, str]:
             return "vulkan", f"auto: --device {device} given"
         if not gpus:
             return "cpu", "auto: no Vulkan GPU found (only CPU implementations)"
+        usable = [d for d in gpus if not d.shortfalls()]
+        if not usable:
+            return "cpu", f"auto: Vulkan GPU {gpus[0].name} lacks {'; '.join(gpus[0].shortfalls())}"
+        gpus = usable
         chosen = choose_device(gpus, None)
         return "vulkan", f"auto: Vulkan GPU {chosen.name}"
     if name not in BACKENDS:

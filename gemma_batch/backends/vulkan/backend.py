@@ -25,7 +25,7 @@ from .device import Device
 from .graph import StepGraph
 from .kernels import Kernels
 from .memory import Memory
-from .step_buffers import PARAMS_DTYPE, Capacity, StepBuffers
+from .step_buffers import MATMUL_COLS, PARAMS_DTYPE, Capacity, StepBuffers
 from .weights import DeviceWeights
 
 KV_DTYPES = {"float16": 2, "float32": 4}
@@ -178,7 +178,8 @@ def _check_supported(cfg: Gemma3Config) -> None:
         (cfg.hidden_size % 8 == 0, f"hidden_size {cfg.hidden_size} is not a multiple of 8"),
         (cfg.q_width % 8 == 0, f"num_heads * head_dim {cfg.q_width} is not a multiple of 8"),
         (cfg.intermediate_size % 8 == 0, f"intermediate_size {cfg.intermediate_size} is not a multiple of 8"),
-        (cfg.head_dim % 2 == 0 and cfg.head_dim <= 256, f"head_dim {cfg.head_dim} must be even and at most 256"),
+        (cfg.head_dim % MATMUL_COLS == 0 and cfg.head_dim <= 256,
+         f"head_dim {cfg.head_dim} must be a multiple of {MATMUL_COLS} and at most 256"),
         (group <= 16 and group * cfg.head_dim <= 2048, f"{group} query heads per KV head of {cfg.head_dim} exceed the attention kernel's 2048"),
     ]
     bad = [message for ok, message in problems if not ok]

@@ -16,6 +16,12 @@ DEVICE_ENV = "GEMMA_BATCH_VK_DEVICE"
 _TYPE_NAMES = {0: "other", 1: "integrated GPU", 2: "discrete GPU", 3: "virtual GPU", 4: "CPU"}
 _PREFERENCE = {2: 0, 1: 1, 3: 2, 4: 3, 0: 4}  # device type -> rank (lower is preferred)
 
+# What the shaders need of a device, beyond Vulkan 1.1 minimums.
+NEEDS_WORKGROUP = 1024        # sample.comp: 1024 invocations per row
+NEEDS_SHARED = 28 * 1024      # sample.comp: ~27.7 KiB of histograms and copied elements
+NEEDS_STORAGE_BUFFERS = 16    # kernels.NUM_BINDINGS
+NEEDS_PUSH_BYTES = 32         # kernels.PUSH_BYTES
+
 
 def load_vulkan():
     """The `vulkan` module, or VulkanUnavailable when the package or the loader library is missing."""
@@ -49,11 +55,30 @@ class DeviceInfo:
     max_storage_buffer_range: int
     max_shared_memory: int
     max_push_constants: int
+    max_workgroup_invocations: int = 0
+    max_storage_buffers: int = 0  # per shader stage
+    subgroup_arithmetic: bool = False  # subgroupAdd and friends in compute shaders
     extensions: frozenset[str] = field(repr=False, default=frozenset())
 
     @property
     def device_local_bytes(self) -> int:
         return max((size for size, local in self.heaps if local), default=0)
+
+    def shortfalls(self) -> list[str]:
+        """What this device lacks that the shaders need (empty when it can run them)."""
+        checks = [
+            (self.storage16, "16-bit storage buffers"),
+            (self.subgroup_arithmetic, "subgroup arithmetic in compute shaders"),
+            (self.max_workgroup_invocations >= NEEDS_WORKGROUP,
+             f"workgroups of {NEEDS_WORKGROUP} invocations (has {self.max_workgroup_invocations})"),
+            (self.max_shared_memory >= NEEDS_SHARED,
+             f"{NEEDS_SHARED // 1024} KiB of shared memory (has {self.max_shared_memory // 1024})"),
+            (self.max_storage_buffers >= NEEDS_STORAGE_BUFFERS,
+             f"{NEEDS_STORAGE_BUFFERS} storage buffers per shader (has {self.max_storage_buffers})"),
+            (self.max_push_constants >= NEEDS_PUSH_BYTES,
+             f"{NEEDS_PUSH_BYTES} bytes of push constants (has {self.max_push_constants})"),
+        ]
+        return [need for ok, need in checks if not ok]
 
     def describe(self) -> str:
         heaps = ", ".join(f"{size / 2**30:.1f} GiB{' device-local' if local else ''}" for size, local in self.heaps)
@@ -62,7 +87,8 @@ class DeviceInfo:
                  f"cooperative matrix {'yes' if self.cooperative_matrix else 'no'}"]
         return (f"[{self.index}] {self.name} ({self.type}); driver {self.driver}, Vulkan {self.api_version}\n"
                 f"    memory heaps: {heaps}\n    {', '.join(flags)}; "
-                f"max buffer {self.max_storage_buffer_range / 2**20:.0f} MiB, shared memory {self.max_shared_memory // 1024} KiB")
+                f"max buffer {self.max_storage_buffer_range / 2**20:.0f} MiB, shared memory {self.max_shared_memory // 1024} KiB"
+                + (f"\n    cannot run gemma-batch: lacks {'; '.join(self.shortfalls())}" if self.shortfalls() else ""))
 
 
 def _version(vk, v: int) -> str:
@@ -114,6 +140,10 @@ def describe_device(vk, index: int, pd) -> DeviceInfo:
         max_storage_buffer_range=int(props.limits.maxStorageBufferRange),
         max_shared_memory=int(props.limits.maxComputeSharedMemorySize),
         max_push_constants=int(props.limits.maxPushConstantsSize),
+        max_workgroup_invocations=int(props.limits.maxComputeWorkGroupInvocations),
+        max_storage_buffers=int(props.limits.maxPerStageDescriptorStorageBuffers),
+        subgroup_arithmetic=bool(sub.supportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT
+                                 and sub.supportedOperations & vk.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT),
         extensions=exts,
     )
 
@@ -155,8 +185,10 @@ class Device:
         infos = [describe_device(vk, i, pd) for i, pd in enumerate(physical)]
         self.info = choose_device(infos, wanted if wanted is not None else os.environ.get(DEVICE_ENV))
         self.physical = physical[self.info.index]
-        if not self.info.storage16:
-            raise VulkanUnavailable(f"{self.info.name} lacks 16-bit storage buffers, which the shaders need; use --backend cpu")
+        if self.info.shortfalls():
+            self.close()
+            raise VulkanUnavailable(f"{self.info.name} cannot run the shaders: it lacks {'; '.join(self.info.shortfalls())}; "
+                                    "use another --device or --backend cpu")
         families = vk.vkGetPhysicalDeviceQueueFamilyProperties(self.physical)
         self.queue_family = next(i for i, q in enumerate(families) if q.queueFlags & vk.VK_QUEUE_COMPUTE_BIT)
         f16 = vk.VkPhysicalDeviceShaderFloat16Int8Features(

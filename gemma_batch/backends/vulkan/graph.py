@@ -6,16 +6,18 @@ header and every dispatch takes its grid from the indirect buffer, which the hos
 
 Per step (shapes for T tokens, R logits rows):
 
+    fill counters    0 (the matmul epilogues' counters)
     embed            x [T, H]          = E[tokens] * sqrt(H)
     per layer:
-      matmul norm    qkv [T, q+2kv]    = rms(x)(1 + input_ln) . Wqkv
-      qk_norm_rope   q [T, nh, hd], K/V pages at the tokens' slots
+      matmul norm_qk_rope
+                     qkv [T, q+2kv]    = rms(x)(1 + input_ln) . Wqkv, then per head: QK-norm, RoPE,
+                                         q [T, nh, hd], K/V pages at the tokens' slots
       attention      attn [T, nh, hd]  over each token's visible keys
-      matmul         y [T, H]          = attn . Wo
-      norm_add       x += rms(y)(1 + post_attention_ln)
+      matmul post_norm
+                     y [T, H]          = attn . Wo, then x += rms(y)(1 + post_attention_ln)
       matmul gated   act [T, I]        = gelu(rms(x)(1 + pre_ff_ln) . Wgate) * (... . Wup)
-      matmul         y [T, H]          = act . Wdown
-      norm_add       x += rms(y)(1 + post_ff_ln)
+      matmul post_norm
+                     y [T, H]          = act . Wdown, then x += rms(y)(1 + post_ff_ln)
     matmul rows      logits [R, V]     = rms(x[rows])(1 + norm) . E
     sample           ids [R]
 """
@@ -27,10 +29,9 @@ import numpy as np
 from ...model.config import Gemma3Config
 from .kernels import META_BINDING, Kernels, matmul_variant
 from .memory import Buffer
-from .step_buffers import GRID_SLOTS, StepBuffers
+from .step_buffers import GRID_SLOTS, MATMUL_COLS, MATMUL_ROWS, StepBuffers
 from .weights import DeviceWeights
 
-MATMUL_ROWS, MATMUL_COLS = 8, 4  # MT and NT of shaders/matmul.comp
 MAX_GROUPS_X = 32768
 
 
@@ -81,50 +82,50 @@ class StepGraph:
         dset = self.kernels.descriptor_set({META_BINDING: self.b.meta, **buffers}, self.b.dummy)
         self.kernels.record(self.cb, name, dset, push, self.b.grids, self._grid(*grid))
 
-    def _matmul(self, kind: str, layer: int, key: str, x: Buffer, y: Buffer, N: int, K: int, norm: Buffer | None = None,
-                up: str | None = None) -> None:
-        buffers = {0: self.w.buffer(layer, key), 1: x, 2: y}
+    def _matmul(self, kind: str, layer: int, key: str, x: Buffer, y: Buffer, N: int, K: int,
+                norm: Buffer | None = None, extra: dict[int, Buffer] | None = None) -> None:
+        """y = x . W[layer][key]^T with the variant `kind` (kernels.MATMUL_KINDS); `norm` is the
+        fused input RMSNorm weight, `extra` the variant's other buffers by binding."""
+        buffers = {0: self.w.buffer(layer, key), 1: x, 2: y, 6: self.b.counters, **(extra or {})}
         if norm is not None:
             buffers[3] = norm
-        if up is not None:
-            buffers[4] = self.w.buffer(layer, up)
-        if kind == "norm_rows":
-            buffers[5] = self.b.rows
-        rows = "matmul_rows" if kind == "norm_rows" else "matmul_tokens"
-        self._dispatch(matmul_variant(kind, self.w.dtype(layer, key)), buffers,
-                       {"N": N, "K": K, "eps": self.cfg.rms_norm_eps}, (rows, N))
+        cfg = self.cfg
+        push = {"N": N, "K": K, "eps": cfg.rms_norm_eps, "num_heads": cfg.num_heads,
+                "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim}
+        self._dispatch(matmul_variant(kind, self.w.dtype(layer, key)), buffers, push,
+                       ("matmul_rows" if kind == "norm_rows" else "matmul_tokens", N))
 
     def _record(self) -> None:
         vk, cfg, b, w = self.kernels.vk, self.cfg, self.b, self.w
         H, I = cfg.hidden_size, cfg.intermediate_size
         vk.vkBeginCommandBuffer(self.cb, vk.VkCommandBufferBeginInfo(sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO))
+        vk.vkCmdFillBuffer(self.cb, b.counters.handle, 0, b.counters.size, 0)
+        filled = vk.VkMemoryBarrier(sType=vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER, srcAccessMask=vk.VK_ACCESS_TRANSFER_WRITE_BIT,
+                                    dstAccessMask=vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT)
+        vk.vkCmdPipelineBarrier(self.cb, vk.VK_PIPELINE_STAGE_TRANSFER_BIT, vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                                0, 1, [filled], 0, None, 0, None)
         self._dispatch(f"embed_{w.dtype(-1, 'embed').lower()}", {0: w.buffer(-1, "embed"), 1: b.tokens, 2: b.x},
                        {"H": H, "scale": cfg.embed_scale}, ("tokens", 1))
         groups = {layer: g for g in cfg.kv_groups() for layer in g.layers}
-        heads = cfg.num_heads + 2 * cfg.num_kv_heads
         for layer in range(cfg.num_layers):
             lw, group = w.layers[layer], groups[layer]
-            self._matmul("norm", layer, "qkv", b.x, b.qkv, cfg.q_width + 2 * cfg.kv_width, H, lw["input_layernorm"])
-            pages = {6: self.k_pages[layer], 8: self.v_pages[layer]}
-            self._dispatch(f"qk_norm_rope_{self.kv_name}",
-                           {0: b.qkv, 1: b.q, 2: b.positions, 3: lw["qk_norm"], 4: self.inv_freq[group.name],
-                            5: b.slots[group.name], **pages},
-                           {"num_heads": cfg.num_heads, "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
-                            "eps": cfg.rms_norm_eps}, ("tokens", heads))
+            self._matmul(f"norm_qk_rope_{self.kv_name}", layer, "qkv", b.x, b.qkv, cfg.q_width + 2 * cfg.kv_width, H,
+                         lw["input_layernorm"], {9: lw["qk_norm"], 10: b.q, 11: b.positions, 12: self.inv_freq[group.name],
+                                                 13: b.slots[group.name], 14: self.k_pages[layer], 15: self.v_pages[layer]})
             width = dict(b.capacity.widths)[group.name]
             self._dispatch(f"attention_{self.kv_name}",
-                           {0: b.q, 1: b.attn, 2: b.positions, 3: b.token_seq, 4: b.tables[group.name], **pages},
+                           {0: b.q, 1: b.attn, 2: b.positions, 3: b.token_seq, 4: b.tables[group.name],
+                            6: self.k_pages[layer], 8: self.v_pages[layer]},
                            {"num_heads": cfg.num_heads, "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
                             "window": group.window or 0, "block_size": self.block_size, "table_stride": width,
                             "scale": cfg.attn_scale}, ("tokens", cfg.num_kv_heads))
-            self._matmul("plain", layer, "o_proj", b.attn, b.y, H, cfg.q_width)
-            self._dispatch("norm_add", {0: b.x, 1: b.y, 3: lw["post_attention_layernorm"]},
-                           {"H": H, "eps": cfg.rms_norm_eps}, ("tokens", 1))
-            self._matmul("norm_gated", layer, "gate_proj", b.x, b.act, I, H, lw["pre_feedforward_layernorm"], up="up_proj")
-            self._matmul("plain", layer, "down_proj", b.act, b.y, H, I)
-            self._dispatch("norm_add", {0: b.x, 1: b.y, 3: lw["post_feedforward_layernorm"]},
-                           {"H": H, "eps": cfg.rms_norm_eps}, ("tokens", 1))
-        self._matmul("norm_rows", -1, "lm_head", b.x, b.logits, cfg.vocab_size, H, w.buffer(-1, "norm"))
+            self._matmul("post_norm", layer, "o_proj", b.attn, b.y, H, cfg.q_width,
+                         extra={9: lw["post_attention_layernorm"], 10: b.x})
+            self._matmul("norm_gated", layer, "gate_proj", b.x, b.act, I, H, lw["pre_feedforward_layernorm"],
+                         {4: w.buffer(layer, "up_proj")})
+            self._matmul("post_norm", layer, "down_proj", b.act, b.y, H, I,
+                         extra={9: lw["post_feedforward_layernorm"], 10: b.x})
+        self._matmul("norm_rows", -1, "lm_head", b.x, b.logits, cfg.vocab_size, H, w.buffer(-1, "norm"), {5: b.rows})
         self._dispatch("sample", {0: b.logits, 1: b.params, 2: b.ids}, {"row_stride": cfg.vocab_size}, ("rows", 1))
         to_host = vk.VkMemoryBarrier(sType=vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER, srcAccessMask=vk.VK_ACCESS_SHADER_WRITE_BIT,
                                      dstAccessMask=vk.VK_ACCESS_HOST_READ_BIT | vk.VK_ACCESS_TRANSFER_READ_BIT)

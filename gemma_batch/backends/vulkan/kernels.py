@@ -6,7 +6,7 @@ there. Each push-constant layout is written once per side: as the GLSL `Push` bl
 shader and as a numpy dtype here; `tests/test_vulkan_shaders.py` checks that the two agree, and
 `Kernels.record` checks the bytes it pushes against the dtype.
 
-All kernels share one descriptor-set layout (storage buffers at bindings 0-8, binding 7 being
+All kernels share one descriptor-set layout (storage buffers at bindings 0-15, binding 7 being
 the step header) and one pipeline layout; a kernel binds the buffers it uses.
 """
 
@@ -20,16 +20,14 @@ import numpy as np
 from .device import Device
 
 SPV_DIR = Path(__file__).resolve().parent / "spv"
-NUM_BINDINGS = 9
+NUM_BINDINGS = 16  # the backend checks maxPerStageDescriptorStorageBuffers
 META_BINDING = 7
 PUSH_BYTES = 32  # the pipeline layout's push-constant range (llvmpipe allows 128)
 
 _u, _f = np.uint32, np.float32
 PUSH = {
     "embed": np.dtype([("H", _u), ("scale", _f)]),
-    "matmul": np.dtype([("N", _u), ("K", _u), ("eps", _f)]),
-    "norm_add": np.dtype([("H", _u), ("eps", _f)]),
-    "qk_norm_rope": np.dtype([("num_heads", _u), ("num_kv_heads", _u), ("head_dim", _u), ("eps", _f)]),
+    "matmul": np.dtype([("N", _u), ("K", _u), ("eps", _f), ("num_heads", _u), ("num_kv_heads", _u), ("head_dim", _u)]),
     "attention": np.dtype([
         ("num_heads", _u), ("num_kv_heads", _u), ("head_dim", _u), ("window", _u),
         ("block_size", _u), ("table_stride", _u), ("scale", _f),
@@ -39,7 +37,12 @@ PUSH = {
 
 WEIGHT_DEFINES = {"BF16": "W_BF16", "F16": "W_F16", "F32": "W_F32"}
 KV_DEFINES = {"float16": "KV_F16", "float32": "KV_F32"}
-MATMUL_KINDS = {"plain": (), "norm": ("NORM_IN",), "norm_gated": ("NORM_IN", "GATED"), "norm_rows": ("NORM_IN", "ROW_GATHER")}
+MATMUL_KINDS = {  # kind -> defines; see the header of shaders/matmul.comp
+    "post_norm": ("EPI_NORM_ADD",),
+    "norm_gated": ("NORM_IN", "GATED"),
+    "norm_rows": ("NORM_IN", "ROW_GATHER"),
+    **{f"norm_qk_rope_{kv}": ("NORM_IN", "EPI_QK_ROPE", define) for kv, define in KV_DEFINES.items()},
+}
 
 
 @dataclass(frozen=True)
@@ -56,13 +59,12 @@ class Variant:
 
 
 def _variants() -> dict[str, Variant]:
-    out = [Variant("norm_add", "norm_add"), Variant("sample", "sample")]
+    out = [Variant("sample", "sample")]
     for dtype, define in WEIGHT_DEFINES.items():
         out.append(Variant(f"embed_{dtype.lower()}", "embed", (define,)))
         for kind, extra in MATMUL_KINDS.items():
             out.append(Variant(f"matmul_{kind}_{dtype.lower()}", "matmul", (define, *extra)))
     for kv, define in KV_DEFINES.items():
-        out.append(Variant(f"qk_norm_rope_{kv}", "qk_norm_rope", (define,)))
         out.append(Variant(f"attention_{kv}", "attention", (define,)))
     return {v.name: v for v in out}
 

@@ -5,7 +5,8 @@ Host-visible inputs, written by the host before each submit (a few KiB per step)
 token), per KV group `slots` and `tables` ([S, width] block ids), `rows` (the flat token of each
 logits row), `params` (per-row sampling parameters), `grids` (the indirect dispatch sizes) and
 the output `ids`. Device-local scratch: the residual stream `x` [T, H], `qkv`, `q`, `attn`,
-`y` [T, H], `act` [T, I] and `logits` [R, V], all fp32.
+`y` [T, H], `act` [T, I] and `logits` [R, V], all fp32; and the `counters` of the matmul
+epilogues (one per row tile and head, zeroed at the start of each step).
 
 When a step needs more than the capacity, everything here is reallocated (doubling), and the
 backend records its command buffer again; steady state allocates nothing.
@@ -25,6 +26,7 @@ PARAMS_DTYPE = np.dtype([  # mirrors RowParams in shaders/sample.comp
     ("key0", np.uint32), ("key1", np.uint32), ("counter", np.uint32), ("pad", np.uint32),
 ])
 GRID_SLOTS = 64  # distinct indirect grids (3 uint32 each)
+MATMUL_ROWS, MATMUL_COLS = 8, 4  # MT and NT of shaders/matmul.comp
 
 
 @dataclass(frozen=True)
@@ -75,11 +77,14 @@ class StepBuffers:
         self.y = dev(4 * T * H, "projection output")
         self.act = dev(4 * T * I, "MLP activations")
         self.logits = dev(4 * R * V, f"logits of {R} rows")
+        heads = cfg.num_heads + 2 * cfg.num_kv_heads
+        self.counters = dev(4 * -(-T // MATMUL_ROWS) * heads, "epilogue counters")
         self.dummy = self.meta
 
     def all(self) -> list[Buffer]:
         named = [self.meta, self.tokens, self.positions, self.token_seq, self.rows, self.params, self.grids,
-                 self.ids, self.x, self.qkv, self.q, self.attn, self.y, self.act, self.logits]
+                 self.ids, self.x, self.qkv, self.q, self.attn, self.y, self.act, self.logits,
+                 self.counters]
         return named + list(self.slots.values()) + list(self.tables.values())
 
     def free(self) -> None:

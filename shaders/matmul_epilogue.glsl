@@ -1,0 +1,103 @@
+// The epilogues of matmul.comp (EPI_NORM_ADD, EPI_QK_ROPE), run by the last workgroup of each
+// segment; included after matmul.comp's buffers, push constants and tile sizes.
+
+#ifdef EPI_NORM_ADD
+layout(std430, binding = 10) buffer XRb { float x_res[]; };
+#endif
+#ifdef EPI_QK_ROPE
+layout(std430, binding = 10) writeonly buffer Qb { float q_out[]; };
+layout(std430, binding = 11) readonly buffer Pb { int positions[]; };
+layout(std430, binding = 12) readonly buffer Fb { float inv_freq[]; };  // [hd / 2]
+layout(std430, binding = 13) readonly buffer Sb { int slots[]; };
+#ifdef KV_F16
+layout(std430, binding = 14) writeonly buffer Kb { uint kpage[]; };
+layout(std430, binding = 15) writeonly buffer Vb { uint vpage[]; };
+#else
+layout(std430, binding = 14) writeonly buffer Kb { float kpage[]; };
+layout(std430, binding = 15) writeonly buffer Vb { float vpage[]; };
+#endif
+#endif
+
+
+#ifdef EPILOGUE
+shared float red[WG / 4];
+shared bool last_of_segment;
+
+// Sum of v over the workgroup in a fixed order: subgroupAdd, then the subgroups in index order.
+float workgroup_sum(float v) {
+    float s = subgroupAdd(v);
+    if (subgroupElect()) red[gl_SubgroupID] = s;
+    barrier();
+    float total = 0.0;
+    for (uint j = 0; j < gl_NumSubgroups; j++) total += red[j];
+    barrier();
+    return total;
+}
+#endif
+
+#ifdef EPI_NORM_ADD
+// x_res[t] += y[t] / rms(y[t]) * (1 + g) for the tile's rows.
+void epilogue(uint m0, uint M, uint segment) {
+    uint tid = gl_LocalInvocationID.x;
+    for (uint t = m0; t < min(m0 + MT, M); t++) {
+        float s = 0.0;
+        for (uint n = tid; n < pc.N; n += WG) s += y[t * pc.N + n] * y[t * pc.N + n];
+        float denom = sqrt(workgroup_sum(s) / float(pc.N) + pc.eps);
+        for (uint n = tid; n < pc.N; n += WG) x_res[t * pc.N + n] += y[t * pc.N + n] / denom * (1.0 + g_epi[n]);
+    }
+}
+#endif
+
+#ifdef EPI_QK_ROPE
+#define HD_MAX 256
+shared float vals[HD_MAX];
+
+// Head `h` of the tile's rows: q and k heads RMS-normalised with (1 + q_norm / k_norm) and rotated
+// (rotate-half RoPE, angle fp32(position * inv_freq[i]), range-reduced sin/cos); q heads go to
+// q_out [T, nh, hd], k and v heads into the pages at slots[t].
+void epilogue(uint m0, uint M, uint h) {
+    uint tid = gl_LocalInvocationID.x;
+    uint hd = pc.head_dim, half_hd = hd / 2;
+    bool is_q = h < pc.num_heads, is_v = h >= pc.num_heads + pc.num_kv_heads;
+    for (uint t = m0; t < min(m0 + MT, M); t++) {
+        for (uint d = tid; d < hd; d += WG) vals[d] = y[t * pc.N + h * hd + d];
+        barrier();
+        if (!is_v) {
+            float s = 0.0;
+            for (uint d = tid; d < hd; d += WG) s += vals[d] * vals[d];
+            float denom = sqrt(workgroup_sum(s) / float(hd) + pc.eps);
+            uint wofs = is_q ? 0u : hd;
+            float a = 0.0, b = 0.0;
+            vec2 sc = vec2(0.0);
+            if (tid < half_hd) {
+                a = vals[tid] / denom * (1.0 + g_epi[wofs + tid]);
+                b = vals[tid + half_hd] / denom * (1.0 + g_epi[wofs + tid + half_hd]);
+                sc = sincos_reduced(float(positions[t]) * inv_freq[tid]);
+            }
+            barrier();
+            if (tid < half_hd) {
+                vals[tid] = a * sc.y - b * sc.x;            // x[d] cos - x[d + half] sin
+                vals[tid + half_hd] = b * sc.y + a * sc.x;  // x[d + half] cos + x[d] sin
+            }
+            barrier();
+        }
+        if (is_q) {
+            for (uint d = tid; d < hd; d += WG) q_out[(t * pc.num_heads + h) * hd + d] = vals[d];
+        } else {
+            uint kv = is_v ? h - pc.num_heads - pc.num_kv_heads : h - pc.num_heads;
+            uint dst = (uint(slots[t]) * pc.num_kv_heads + kv) * hd;
+#ifdef KV_F16
+            for (uint d = 2 * tid; d < hd; d += 2 * WG) {
+                uint word = packHalf2x16(vec2(vals[d], vals[d + 1]));
+                if (is_v) vpage[(dst + d) / 2] = word; else kpage[(dst + d) / 2] = word;
+            }
+#else
+            for (uint d = tid; d < hd; d += WG) {
+                if (is_v) vpage[dst + d] = vals[d]; else kpage[dst + d] = vals[d];
+            }
+#endif
+        }
+        barrier();  // vals is reused by the next row
+    }
+}
+#endif
