@@ -118,6 +118,21 @@ class Backend(ABC):
     def allocate_kv(self, num_blocks: Mapping[str, int], block_size: int) -> None:
         """Allocate `num_blocks[group]` KV blocks of `block_size` token slots for each KV group."""
 
+    def last_step_device_seconds(self) -> float | None:
+        """Time the device spent executing the last step (GPU timestamps), or None where the
+        device and the host are the same (the CPU backend): benchmarks subtract it from a step's
+        wall time to get the host's overhead."""
+        return None
+
+    def peak_memory(self) -> int:
+        """Most bytes of device memory this backend has held at once (weights, KV, scratch)."""
+        return 0
+
+    def measure_read_bandwidth(self, nbytes: int) -> float:
+        """Bytes per second at which the device streams a buffer of `nbytes` (choose it several
+        times the caches): the roofline against which a decode step is judged."""
+        raise NotImplementedError(f"{self.name} cannot measure its memory bandwidth")
+
     @abstractmethod
     def step(self, batch: StepBatch) -> StepResult:
         """Run the model over the batch, write its K/V into the cache, sample the next tokens.

@@ -15,6 +15,7 @@ Shapes: T tokens in the step, S sequences, H hidden, nh/nkv heads of hd, I inter
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -108,6 +109,21 @@ class CpuBackend(Backend):
             {k.split(".", 2)[2]: v for k, v in self.weights.items() if k.startswith(f"layers.{i}.")}
             for i in range(self.cfg.num_layers)
         ]
+
+    def peak_memory(self) -> int:
+        """The weights and KV arrays (the step's activations are small next to them)."""
+        arrays = [*self.weights.values(), *self.k_cache.values(), *self.v_cache.values()]
+        return sum(a.nbytes for a in arrays)
+
+    def measure_read_bandwidth(self, nbytes: int) -> float:
+        """numpy's sum over a float32 array, best of 3 (one core's streaming read)."""
+        data = np.ones(nbytes // 4, F32)
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            data.sum()
+            best = min(best, time.perf_counter() - start)
+        return data.nbytes / best
 
     def available_memory(self) -> int:
         """MemAvailable from /proc/meminfo (free pages plus reclaimable cache)."""

@@ -21,6 +21,7 @@ from ...model.checkpoint import Tensor
 from ...model.config import Gemma3Config
 from ..base import Backend, StepBatch, StepResult
 from ..cpu import rope_inv_freq
+from .bandwidth import measure_read_bandwidth
 from .device import Device
 from .graph import StepGraph
 from .kernels import Kernels
@@ -35,12 +36,15 @@ SCRATCH_RESERVE = 0.1  # share of free device memory left out of `available_memo
 class VulkanBackend(Backend):
     name = "vulkan"
 
-    def __init__(self, cfg: Gemma3Config, device: str | None = None, kv_dtype: str = "float16") -> None:
+    def __init__(self, cfg: Gemma3Config, device: str | None = None, kv_dtype: str = "float16",
+                 profile: bool = False) -> None:
+        """`profile`: time every dispatch (`profile_seconds`), not only the whole step."""
         super().__init__(cfg)
         _check_supported(cfg)
         if kv_dtype not in KV_DTYPES:
             raise ValueError(f"KV dtype {kv_dtype!r}: expected one of {', '.join(KV_DTYPES)}")
         self.kv_dtype = kv_dtype
+        self.profile = profile
         self.device = Device(device)
         self.mem = Memory(self.device)
         self.kernels = Kernels(self.device)
@@ -122,6 +126,19 @@ class VulkanBackend(Backend):
         next_ids[batch.sample] = ids
         return StepResult(next_ids)
 
+    def last_step_device_seconds(self) -> float | None:
+        return self.graph.device_seconds() if self.graph is not None else None
+
+    def profile_seconds(self) -> dict[str, float]:
+        """GPU seconds of the last step per kernel (all in "step" unless built with `profile`)."""
+        return self.graph.profile_seconds() if self.graph is not None else {}
+
+    def peak_memory(self) -> int:
+        return self.mem.peak
+
+    def measure_read_bandwidth(self, nbytes: int) -> float:
+        return measure_read_bandwidth(self.kernels, self.mem, nbytes)
+
     def _ensure(self, need: Capacity) -> None:
         """Grow the step buffers (and record the graph again) when this step does not fit."""
         if self.buffers is not None and self.buffers.capacity.covers(need):
@@ -133,7 +150,7 @@ class VulkanBackend(Backend):
         self._drop_graph()
         self.buffers = StepBuffers(self.cfg, self.mem, capacity)
         self.graph = StepGraph(self.cfg, self.kernels, self.weights, self.buffers, self.k_pages, self.v_pages,
-                               self.inv_freq, self.kv_dtype, self.block_size)
+                               self.inv_freq, self.kv_dtype, self.block_size, self.profile)
 
     def _drop_graph(self) -> None:
         """Free the recorded step and its buffers; the next step records them again."""

@@ -58,6 +58,7 @@ class DeviceInfo:
     max_workgroup_invocations: int = 0
     max_storage_buffers: int = 0  # per shader stage
     subgroup_arithmetic: bool = False  # subgroupAdd and friends in compute shaders
+    timestamp_period: float = 1.0  # nanoseconds per timestamp tick
     extensions: frozenset[str] = field(repr=False, default=frozenset())
 
     @property
@@ -141,6 +142,7 @@ def describe_device(vk, index: int, pd) -> DeviceInfo:
         max_shared_memory=int(props.limits.maxComputeSharedMemorySize),
         max_push_constants=int(props.limits.maxPushConstantsSize),
         max_workgroup_invocations=int(props.limits.maxComputeWorkGroupInvocations),
+        timestamp_period=float(props.limits.timestampPeriod),
         max_storage_buffers=int(props.limits.maxPerStageDescriptorStorageBuffers),
         subgroup_arithmetic=bool(sub.supportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT
                                  and sub.supportedOperations & vk.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT),

@@ -1,5 +1,8 @@
 """The Gemma 3 step as a sequence of dispatches, recorded once into a command buffer and replayed.
 
+GPU timestamps bracket the step (`device_seconds`); with `profile` one more follows each
+dispatch (`profile_seconds`: time per kernel name).
+
 Nothing in the recording depends on the step's size: kernels read T, S and R from the step
 header and every dispatch takes its grid from the indirect buffer, which the host fills per step
 (`write_grids`). The command buffer is recorded again only when the step buffers grow.
@@ -30,6 +33,7 @@ from ...model.config import Gemma3Config
 from .kernels import META_BINDING, Kernels, matmul_variant
 from .memory import Buffer
 from .step_buffers import GRID_SLOTS, MATMUL_COLS, MATMUL_ROWS, StepBuffers
+from .timestamps import Timestamps
 from .weights import DeviceWeights
 
 MAX_GROUPS_X = 32768
@@ -49,12 +53,16 @@ class StepGraph:
         inv_freq: dict[str, Buffer],
         kv_dtype: str,
         block_size: int,
+        profile: bool = False,
     ) -> None:
         self.cfg, self.kernels, self.w, self.b = cfg, kernels, weights, buffers
         self.k_pages, self.v_pages, self.inv_freq = k_pages, v_pages, inv_freq
         self.kv_name = kv_dtype  # the suffix of the KV-page kernel variants
         self.block_size = block_size
         self._grid_specs: list[tuple[str, int]] = []  # (count kind, multiplier or N)
+        self.profile = profile
+        self.stamped: list[str] = []  # the kernel before each timestamp after the first
+        self.stamps = Timestamps(kernels.dev, 8 * cfg.num_layers + 16)
         self.cb = kernels.dev.command_buffer()
         self._record()
 
@@ -81,6 +89,23 @@ class StepGraph:
     def _dispatch(self, name: str, buffers: dict[int, Buffer], push: dict, grid: tuple[str, int]) -> None:
         dset = self.kernels.descriptor_set({META_BINDING: self.b.meta, **buffers}, self.b.dummy)
         self.kernels.record(self.cb, name, dset, push, self.b.grids, self._grid(*grid))
+        if self.profile:
+            self._stamp(name)
+
+    def _stamp(self, name: str) -> None:
+        self.stamped.append(name)
+        self.stamps.write(self.cb, len(self.stamped))
+
+    def device_seconds(self) -> float:
+        """GPU time of the last replay, from its first to its last timestamp."""
+        return float(self.stamps.seconds(len(self.stamped) + 1).sum())
+
+    def profile_seconds(self) -> dict[str, float]:
+        """GPU seconds of the last replay per kernel name (with `profile`; else just "step")."""
+        out: dict[str, float] = {}
+        for name, sec in zip(self.stamped, self.stamps.seconds(len(self.stamped) + 1)):
+            out[name] = out.get(name, 0.0) + float(sec)
+        return out
 
     def _matmul(self, kind: str, layer: int, key: str, x: Buffer, y: Buffer, N: int, K: int,
                 norm: Buffer | None = None, extra: dict[int, Buffer] | None = None) -> None:
@@ -99,6 +124,8 @@ class StepGraph:
         vk, cfg, b, w = self.kernels.vk, self.cfg, self.b, self.w
         H, I = cfg.hidden_size, cfg.intermediate_size
         vk.vkBeginCommandBuffer(self.cb, vk.VkCommandBufferBeginInfo(sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO))
+        self.stamps.reset(self.cb)
+        self.stamps.write(self.cb, 0)
         vk.vkCmdFillBuffer(self.cb, b.counters.handle, 0, b.counters.size, 0)
         filled = vk.VkMemoryBarrier(sType=vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER, srcAccessMask=vk.VK_ACCESS_TRANSFER_WRITE_BIT,
                                     dstAccessMask=vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT)
@@ -127,6 +154,8 @@ class StepGraph:
                          extra={9: lw["post_feedforward_layernorm"], 10: b.x})
         self._matmul("norm_rows", -1, "lm_head", b.x, b.logits, cfg.vocab_size, H, w.buffer(-1, "norm"), {5: b.rows})
         self._dispatch("sample", {0: b.logits, 1: b.params, 2: b.ids}, {"row_stride": cfg.vocab_size}, ("rows", 1))
+        if not self.profile:
+            self._stamp("step")
         to_host = vk.VkMemoryBarrier(sType=vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER, srcAccessMask=vk.VK_ACCESS_SHADER_WRITE_BIT,
                                      dstAccessMask=vk.VK_ACCESS_HOST_READ_BIT | vk.VK_ACCESS_TRANSFER_READ_BIT)
         vk.vkCmdPipelineBarrier(self.cb, vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
@@ -134,4 +163,5 @@ class StepGraph:
         vk.vkEndCommandBuffer(self.cb)
 
     def free(self) -> None:
+        self.stamps.free()
         self.kernels.vk.vkFreeCommandBuffers(self.kernels.dev.device, self.kernels.dev.command_pool, 1, [self.cb])

@@ -33,6 +33,7 @@ PUSH = {
         ("block_size", _u), ("table_stride", _u), ("scale", _f),
     ]),
     "sample": np.dtype([("row_stride", _u)]),
+    "read_bandwidth": np.dtype([("n", _u), ("iterations", _u)]),
 }
 
 WEIGHT_DEFINES = {"BF16": "W_BF16", "F16": "W_F16", "F32": "W_F32"}
@@ -59,7 +60,7 @@ class Variant:
 
 
 def _variants() -> dict[str, Variant]:
-    out = [Variant("sample", "sample")]
+    out = [Variant("sample", "sample"), Variant("read_bandwidth", "read_bandwidth")]
     for dtype, define in WEIGHT_DEFINES.items():
         out.append(Variant(f"embed_{dtype.lower()}", "embed", (define,)))
         for kind, extra in MATMUL_KINDS.items():
@@ -141,6 +142,17 @@ class Kernels:
 
     def record(self, cb, name: str, dset, push: dict[str, float | int], indirect, indirect_offset: int) -> None:
         """Record one dispatch of kernel `name` whose grid is read from `indirect` at the offset."""
+        self._bind(cb, name, dset, push)
+        self.vk.vkCmdDispatchIndirect(cb, indirect.handle, indirect_offset)
+        self._barrier(cb)
+
+    def record_direct(self, cb, name: str, dset, push: dict[str, float | int], groups: int) -> None:
+        """Record one dispatch of kernel `name` over a fixed number of workgroups."""
+        self._bind(cb, name, dset, push)
+        self.vk.vkCmdDispatch(cb, groups, 1, 1)
+        self._barrier(cb)
+
+    def _bind(self, cb, name: str, dset, push: dict[str, float | int]) -> None:
         vk = self.vk
         dtype = PUSH[VARIANTS[name].source]
         values = np.zeros((), dtype)
@@ -154,7 +166,10 @@ class Kernels:
         vk.vkCmdBindPipeline(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, self.pipeline(name))
         vk.vkCmdBindDescriptorSets(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, self.layout, 0, 1, [dset], 0, None)
         vk.vkCmdPushConstants(cb, self.layout, vk.VK_SHADER_STAGE_COMPUTE_BIT, 0, len(raw), vk.ffi.from_buffer(raw))
-        vk.vkCmdDispatchIndirect(cb, indirect.handle, indirect_offset)
+
+    def _barrier(self, cb) -> None:
+        """Later dispatches see this one's writes."""
+        vk = self.vk
         barrier = vk.VkMemoryBarrier(sType=vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                                      srcAccessMask=vk.VK_ACCESS_SHADER_WRITE_BIT,
                                      dstAccessMask=vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT)

@@ -35,6 +35,7 @@ class Memory:
         self.dev = device
         self.vk = device.vk
         self.allocated = 0
+        self.peak = 0  # most bytes allocated at once
         self.buffers: list[Buffer] = []
         self._staging: Buffer | None = None
         self._copy_cb = device.command_buffer()
@@ -95,6 +96,7 @@ class Memory:
             ptr = vk.vkMapMemory(dev, memory, 0, req.size, 0)
             array = np.frombuffer(ptr, dtype=np.uint8, count=size)
         self.allocated += req.size
+        self.peak = max(self.peak, self.allocated)
         buf = Buffer(handle, memory, size, req.size, label, array)
         self.buffers.append(buf)
         return buf
