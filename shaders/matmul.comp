@@ -19,16 +19,32 @@
 // counter (so the counters are zero between dispatches). Which workgroup is last does not change
 // the result: it reads the same y and reduces it in a fixed order.
 //
-// Work split: a workgroup owns MT rows x NT outputs; its WG threads stride over K in pieces of 8.
-// Each output's sum is accumulated in the same order whatever M and wherever the row sits in
-// the batch (thread-wise along K, then subgroupAdd, then subgroups in index order): batch-invariant.
+// Work split: a workgroup owns MT rows x NWG outputs. It is TEAMS teams of 32 invocations; KSPLIT
+// teams share NT outputs for the MT rows and split K between them: the KSPLIT * 32 lanes stride
+// over K in pieces of 8 (lane l takes pieces l, l + 32 KSPLIT, ...), so each lane streams
+// 16-byte loads of NT weight rows. NT and KSPLIT are set per variant (kernels.MATMUL_KINDS):
+// KSPLIT > 1 keeps enough workgroups in flight when N is small (the o- and down-projections). Rows past the
+// step's M are skipped (a uniform branch), so a decode step of one row does one row's work.
+// Each output's sum has one order whatever M and wherever the row sits in the batch: per lane
+// along K, then a butterfly over 32 lanes (subgroups of 32 or more), or over 8 lanes and the
+// team's 4 clusters in index order (subgroups of 8 or 16), then the KSPLIT teams in index order:
+// batch-invariant.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
 
 #define WG 128
-#define NT 4
-#define MT 8
+#define TEAM 32
+#define TEAMS (WG / TEAM)
+#ifndef NT
+#define NT 2               // outputs per team
+#endif
+#ifndef KSPLIT
+#define KSPLIT 1           // teams splitting K for the same outputs
+#endif
+#define NWG (TEAMS / KSPLIT * NT)   // outputs per workgroup (kernels.matmul_cols)
+#define MT 8               // rows per workgroup (graph.py: MATMUL_ROWS)
 layout(local_size_x = WG) in;
 
 layout(std430, binding = 0) readonly buffer Wb { uvec4 w4[]; };
@@ -75,10 +91,19 @@ layout(push_constant) uniform Push {
 #else
 #define NSS 0
 #endif
-#define SLOTS (NACC * MT * NT + NSS * MT)
-shared float partial[WG / 4][SLOTS];  // per subgroup (subgroups have at least 4 lanes)
+#define NV (NACC * MT * NT + NSS * MT)  // sums per team: products, then sums of squares
+shared float cluster_sums[WG / 8][NV];   // 8-lane partial sums (subgroups of 8 or 16)
+#if KSPLIT > 1
+shared float team_sums[TEAMS][NV];
+#endif
 
 #include "matmul_epilogue.glsl"
+
+// Sum of v over 2^steps lanes by xor butterfly: every lane of the cluster gets the same total.
+float butterfly(float v, uint steps) {
+    for (uint i = 0; i < steps; i++) v += subgroupShuffleXor(v, 1u << i);
+    return v;
+}
 
 void main() {
 #ifdef ROW_GATHER
@@ -87,12 +112,14 @@ void main() {
     uint M = meta.num_tokens;
 #endif
     uint m_tiles = (M + MT - 1) / MT;
-    uint n_tiles = (pc.N + NT - 1) / NT;
+    uint n_tiles = (pc.N + NWG - 1) / NWG;
     uint id = linear_group();
     if (id >= m_tiles * n_tiles) return;
     uint m0 = (id % m_tiles) * MT;  // neighbouring workgroups share W rows: they stay in cache
-    uint n0 = (id / m_tiles) * NT;
-    uint tid = gl_LocalInvocationID.x;
+    uint n0 = (id / m_tiles) * NWG;
+    uint mcount = min(MT, M - m0);
+    uint tid = gl_LocalInvocationID.x, team = tid / TEAM, lane = tid % TEAM;
+    uint kgroup = team % KSPLIT, ogroup = team / KSPLIT;
     uint K8 = pc.K / 8;
 
     uint xrow[MT];
@@ -105,28 +132,15 @@ void main() {
 #endif
     }
     uint nrow[NT];
-    for (uint n = 0; n < NT; n++) nrow[n] = min(n0 + n, pc.N - 1);
+    for (uint n = 0; n < NT; n++) nrow[n] = min(n0 + ogroup * NT + n, pc.N - 1);
 
-    float acc[MT][NT];
-#ifdef GATED
-    float acc2[MT][NT];
-#endif
-#ifdef NORM_IN
-    float ss[MT];
-#endif
-    for (uint m = 0; m < MT; m++) {
-        for (uint n = 0; n < NT; n++) {
-            acc[m][n] = 0.0;
-#ifdef GATED
-            acc2[m][n] = 0.0;
-#endif
-        }
-#ifdef NORM_IN
-        ss[m] = 0.0;
-#endif
-    }
+    float sums[NV];
+    for (uint v = 0; v < NV; v++) sums[v] = 0.0;
+#define ACC(m, n) sums[(m) * NT + (n)]
+#define ACC2(m, n) sums[MT * NT + (m) * NT + (n)]
+#define SS(m) sums[NACC * MT * NT + (m)]
 
-    for (uint k8 = tid; k8 < K8; k8 += WG) {
+    for (uint k8 = kgroup * TEAM + lane; k8 < K8; k8 += KSPLIT * TEAM) {
         vec4 wlo[NT], whi[NT];
         for (uint n = 0; n < NT; n++) LOAD8(w4, nrow[n], k8, wlo[n], whi[n]);
 #ifdef GATED
@@ -138,63 +152,71 @@ void main() {
         vec4 ghi = 1.0 + vec4(g[k8 * 8 + 4], g[k8 * 8 + 5], g[k8 * 8 + 6], g[k8 * 8 + 7]);
 #endif
         for (uint m = 0; m < MT; m++) {
+            if (m >= mcount) break;
             vec4 xlo = x4[xrow[m] * (pc.K / 4) + 2 * k8];
             vec4 xhi = x4[xrow[m] * (pc.K / 4) + 2 * k8 + 1];
 #ifdef NORM_IN
-            ss[m] += dot(xlo, xlo) + dot(xhi, xhi);
+            SS(m) += dot(xlo, xlo) + dot(xhi, xhi);
             xlo *= glo;
             xhi *= ghi;
 #endif
             for (uint n = 0; n < NT; n++) {
-                acc[m][n] += dot(xlo, wlo[n]) + dot(xhi, whi[n]);
+                ACC(m, n) += dot(xlo, wlo[n]) + dot(xhi, whi[n]);
 #ifdef GATED
-                acc2[m][n] += dot(xlo, ulo[n]) + dot(xhi, uhi[n]);
+                ACC2(m, n) += dot(xlo, ulo[n]) + dot(xhi, uhi[n]);
 #endif
             }
         }
     }
 
-    // Sum over the workgroup: subgroupAdd, then the subgroups' partial sums in index order.
-    for (uint m = 0; m < MT; m++) {
-        for (uint n = 0; n < NT; n++) {
-            float s = subgroupAdd(acc[m][n]);
-            if (subgroupElect()) partial[gl_SubgroupID][m * NT + n] = s;
-#ifdef GATED
-            float s2 = subgroupAdd(acc2[m][n]);
-            if (subgroupElect()) partial[gl_SubgroupID][MT * NT + m * NT + n] = s2;
-#endif
+    // Each team's sums over its 32 lanes.
+    bool wide = gl_SubgroupSize >= TEAM;
+    for (uint v = 0; v < NV; v++) sums[v] = butterfly(sums[v], wide ? 5u : 3u);
+    if (!wide) {
+        if (lane % 8 == 0) {
+            for (uint v = 0; v < NV; v++) cluster_sums[tid / 8][v] = sums[v];
         }
-#ifdef NORM_IN
-        float q = subgroupAdd(ss[m]);
-        if (subgroupElect()) partial[gl_SubgroupID][NACC * MT * NT + m] = q;
-#endif
+        barrier();
+        for (uint v = 0; v < NV; v++) {
+            float t = 0.0;
+            for (uint c = 0; c < TEAM / 8; c++) t += cluster_sums[team * (TEAM / 8) + c][v];
+            sums[v] = t;
+        }
+    }
+#if KSPLIT > 1
+    if (lane == 0) {
+        for (uint v = 0; v < NV; v++) team_sums[team][v] = sums[v];
     }
     barrier();
-    if (tid < MT * NT) {
-        uint m = tid / NT, n = tid % NT;
-        if (m0 + m < M && n0 + n < pc.N) {
-            float total = 0.0;
-            for (uint j = 0; j < gl_NumSubgroups; j++) total += partial[j][tid];
+    for (uint v = 0; v < NV; v++) {
+        float t = 0.0;
+        for (uint k = 0; k < KSPLIT; k++) t += team_sums[ogroup * KSPLIT + k][v];
+        sums[v] = t;
+    }
+#endif
+    // Lane (m * NT + n) of the first team of each output group writes output (m, n).
+    for (uint m = 0; m < MT; m++) {
+        for (uint n = 0; n < NT; n++) {
+            uint col = n0 + ogroup * NT + n;
+            if (kgroup != 0 || lane != m * NT + n || m >= mcount || col >= pc.N) continue;
+            float total = ACC(m, n);
 #ifdef NORM_IN
-            float sq = 0.0;
-            for (uint j = 0; j < gl_NumSubgroups; j++) sq += partial[j][NACC * MT * NT + m];
-            float inv = 1.0 / sqrt(sq / float(pc.K) + pc.eps);
+            float inv = 1.0 / sqrt(SS(m) / float(pc.K) + pc.eps);
             total *= inv;
 #endif
 #ifdef GATED
-            float up = 0.0;
-            for (uint j = 0; j < gl_NumSubgroups; j++) up += partial[j][MT * NT + tid];
+            float up = ACC2(m, n);
 #ifdef NORM_IN
             up *= inv;
 #endif
             total = gelu_tanh(total) * up;
 #endif
-            y[(m0 + m) * pc.N + n0 + n] = total;
+            y[(m0 + m) * pc.N + col] = total;
         }
     }
 #ifdef EPILOGUE
 #ifdef EPI_QK_ROPE
-    uint segment = n0 / pc.head_dim, tiles = pc.head_dim / NT;  // the host checks hd % NT == 0
+    uint segment = n0 / pc.head_dim, tiles = pc.head_dim / NWG;  // the host checks hd % NWG == 0
     uint counter = (m0 / MT) * (pc.num_heads + 2 * pc.num_kv_heads) + segment;
 #else
     uint segment = 0, tiles = n_tiles, counter = m0 / MT;

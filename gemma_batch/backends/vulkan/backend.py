@@ -24,9 +24,9 @@ from ..cpu import rope_inv_freq
 from .bandwidth import measure_read_bandwidth
 from .device import Device
 from .graph import StepGraph
-from .kernels import Kernels
+from .kernels import Kernels, matmul_cols
 from .memory import Memory
-from .step_buffers import MATMUL_COLS, PARAMS_DTYPE, Capacity, StepBuffers
+from .step_buffers import PARAMS_DTYPE, Capacity, StepBuffers
 from .weights import DeviceWeights
 
 KV_DTYPES = {"float16": 2, "float32": 4}
@@ -191,12 +191,12 @@ def _fill_params(params: np.ndarray, batch: StepBatch, seq_of_row: np.ndarray, s
 def _check_supported(cfg: Gemma3Config) -> None:
     """Refuse, before anything is allocated, the shapes the shaders do not handle."""
     group = cfg.num_heads // cfg.num_kv_heads
+    cols = matmul_cols("norm_qk_rope_float16")  # a workgroup's outputs stay within one head
     problems = [
         (cfg.hidden_size % 8 == 0, f"hidden_size {cfg.hidden_size} is not a multiple of 8"),
         (cfg.q_width % 8 == 0, f"num_heads * head_dim {cfg.q_width} is not a multiple of 8"),
         (cfg.intermediate_size % 8 == 0, f"intermediate_size {cfg.intermediate_size} is not a multiple of 8"),
-        (cfg.head_dim % MATMUL_COLS == 0 and cfg.head_dim <= 256,
-         f"head_dim {cfg.head_dim} must be a multiple of {MATMUL_COLS} and at most 256"),
+        (cfg.head_dim % cols == 0 and cfg.head_dim <= 256, f"head_dim {cfg.head_dim} must be a multiple of {cols} and at most 256"),
         (group <= 16 and group * cfg.head_dim <= 2048, f"{group} query heads per KV head of {cfg.head_dim} exceed the attention kernel's 2048"),
     ]
     bad = [message for ok, message in problems if not ok]

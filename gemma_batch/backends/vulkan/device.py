@@ -57,7 +57,7 @@ class DeviceInfo:
     max_push_constants: int
     max_workgroup_invocations: int = 0
     max_storage_buffers: int = 0  # per shader stage
-    subgroup_arithmetic: bool = False  # subgroupAdd and friends in compute shaders
+    subgroup_ops: bool = False  # subgroup arithmetic and shuffles in compute shaders
     timestamp_period: float = 1.0  # nanoseconds per timestamp tick
     extensions: frozenset[str] = field(repr=False, default=frozenset())
 
@@ -69,7 +69,8 @@ class DeviceInfo:
         """What this device lacks that the shaders need (empty when it can run them)."""
         checks = [
             (self.storage16, "16-bit storage buffers"),
-            (self.subgroup_arithmetic, "subgroup arithmetic in compute shaders"),
+            (self.subgroup_ops, "subgroup arithmetic and shuffles in compute shaders"),
+            (self.subgroup_size >= 8, f"subgroups of at least 8 invocations (has {self.subgroup_size})"),
             (self.max_workgroup_invocations >= NEEDS_WORKGROUP,
              f"workgroups of {NEEDS_WORKGROUP} invocations (has {self.max_workgroup_invocations})"),
             (self.max_shared_memory >= NEEDS_SHARED,
@@ -144,8 +145,9 @@ def describe_device(vk, index: int, pd) -> DeviceInfo:
         max_workgroup_invocations=int(props.limits.maxComputeWorkGroupInvocations),
         timestamp_period=float(props.limits.timestampPeriod),
         max_storage_buffers=int(props.limits.maxPerStageDescriptorStorageBuffers),
-        subgroup_arithmetic=bool(sub.supportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT
-                                 and sub.supportedOperations & vk.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT),
+        subgroup_ops=bool(sub.supportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT
+                          and sub.supportedOperations & vk.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT
+                          and sub.supportedOperations & vk.VK_SUBGROUP_FEATURE_SHUFFLE_BIT),
         extensions=exts,
     )
 

@@ -30,9 +30,9 @@ from __future__ import annotations
 import numpy as np
 
 from ...model.config import Gemma3Config
-from .kernels import META_BINDING, Kernels, matmul_variant
+from .kernels import MATMUL_ROWS, META_BINDING, Kernels, matmul_cols, matmul_variant
 from .memory import Buffer
-from .step_buffers import GRID_SLOTS, MATMUL_COLS, MATMUL_ROWS, StepBuffers
+from .step_buffers import GRID_SLOTS, StepBuffers
 from .timestamps import Timestamps
 from .weights import DeviceWeights
 
@@ -68,7 +68,7 @@ class StepGraph:
 
     def _grid(self, kind: str, n: int) -> int:
         """Byte offset of the indirect grid for `kind`: "tokens" (T * n groups), "rows" (R * n),
-        "matmul_tokens" / "matmul_rows" (tiles of an [M, n] output)."""
+        "matmul_tokens" / "matmul_rows" (row tiles of M times n column tiles)."""
         spec = (kind, n)
         if spec not in self._grid_specs:
             if len(self._grid_specs) == GRID_SLOTS:
@@ -81,7 +81,7 @@ class StepGraph:
         out = np.zeros((GRID_SLOTS, 3), np.uint32)
         for i, (kind, n) in enumerate(self._grid_specs):
             m = num_rows if kind.endswith("rows") else num_tokens
-            count = -(-m // MATMUL_ROWS) * -(-n // MATMUL_COLS) if kind.startswith("matmul") else m * n
+            count = -(-m // MATMUL_ROWS) * n if kind.startswith("matmul") else m * n
             x = min(count, MAX_GROUPS_X)
             out[i] = (x, -(-count // x) if x else 1, 1)
         return out
@@ -118,7 +118,7 @@ class StepGraph:
         push = {"N": N, "K": K, "eps": cfg.rms_norm_eps, "num_heads": cfg.num_heads,
                 "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim}
         self._dispatch(matmul_variant(kind, self.w.dtype(layer, key)), buffers, push,
-                       ("matmul_rows" if kind == "norm_rows" else "matmul_tokens", N))
+                       ("matmul_rows" if kind == "norm_rows" else "matmul_tokens", -(-N // matmul_cols(kind))))
 
     def _record(self) -> None:
         vk, cfg, b, w = self.kernels.vk, self.cfg, self.b, self.w

@@ -38,12 +38,20 @@ PUSH = {
 
 WEIGHT_DEFINES = {"BF16": "W_BF16", "F16": "W_F16", "F32": "W_F32"}
 KV_DEFINES = {"float16": "KV_F16", "float32": "KV_F32"}
-MATMUL_KINDS = {  # kind -> defines; see the header of shaders/matmul.comp
-    "post_norm": ("EPI_NORM_ADD",),
-    "norm_gated": ("NORM_IN", "GATED"),
-    "norm_rows": ("NORM_IN", "ROW_GATHER"),
-    **{f"norm_qk_rope_{kv}": ("NORM_IN", "EPI_QK_ROPE", define) for kv, define in KV_DEFINES.items()},
+MATMUL_KINDS = {  # kind -> defines (see the header of shaders/matmul.comp)
+    "post_norm": ("EPI_NORM_ADD", "NT=2", "KSPLIT=4"),  # N = H is small: split K
+    "norm_gated": ("NORM_IN", "GATED", "NT=2"),
+    "norm_rows": ("NORM_IN", "ROW_GATHER", "NT=4"),
+    **{f"norm_qk_rope_{kv}": ("NORM_IN", "EPI_QK_ROPE", define, "NT=2") for kv, define in KV_DEFINES.items()},
 }
+MATMUL_TEAMS = 4  # teams of 32 invocations per workgroup in matmul.comp
+MATMUL_ROWS = 8  # MT: rows per workgroup
+
+
+def matmul_cols(kind: str) -> int:
+    """Outputs per workgroup of a matmul kind: NWG = TEAMS / KSPLIT * NT of matmul.comp."""
+    values = dict(d.split("=") for d in MATMUL_KINDS[kind] if "=" in d)
+    return MATMUL_TEAMS // int(values.get("KSPLIT", 1)) * int(values["NT"])
 
 
 @dataclass(frozen=True)

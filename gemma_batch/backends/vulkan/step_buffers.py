@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...model.config import Gemma3Config
+from .kernels import MATMUL_ROWS
 from .memory import Buffer, Memory
 
 PARAMS_DTYPE = np.dtype([  # mirrors RowParams in shaders/sample.comp
@@ -26,7 +27,6 @@ PARAMS_DTYPE = np.dtype([  # mirrors RowParams in shaders/sample.comp
     ("key0", np.uint32), ("key1", np.uint32), ("counter", np.uint32), ("pad", np.uint32),
 ])
 GRID_SLOTS = 64  # distinct indirect grids (3 uint32 each)
-MATMUL_ROWS, MATMUL_COLS = 8, 4  # MT and NT of shaders/matmul.comp
 
 
 @dataclass(frozen=True)
