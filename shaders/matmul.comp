@@ -32,6 +32,7 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 
 #define WG 128
@@ -123,7 +124,7 @@ void main() {
     uint K8 = pc.K / 8;
 
     uint xrow[MT];
-    for (uint m = 0; m < MT; m++) {
+    [[unroll]] for (uint m = 0; m < MT; m++) {
         uint mm = min(m0 + m, M - 1);
 #ifdef ROW_GATHER
         xrow[m] = uint(rows[mm]);
@@ -132,27 +133,27 @@ void main() {
 #endif
     }
     uint nrow[NT];
-    for (uint n = 0; n < NT; n++) nrow[n] = min(n0 + ogroup * NT + n, pc.N - 1);
+    [[unroll]] for (uint n = 0; n < NT; n++) nrow[n] = min(n0 + ogroup * NT + n, pc.N - 1);
 
     float sums[NV];
-    for (uint v = 0; v < NV; v++) sums[v] = 0.0;
+    [[unroll]] for (uint v = 0; v < NV; v++) sums[v] = 0.0;
 #define ACC(m, n) sums[(m) * NT + (n)]
 #define ACC2(m, n) sums[MT * NT + (m) * NT + (n)]
 #define SS(m) sums[NACC * MT * NT + (m)]
 
     for (uint k8 = kgroup * TEAM + lane; k8 < K8; k8 += KSPLIT * TEAM) {
         vec4 wlo[NT], whi[NT];
-        for (uint n = 0; n < NT; n++) LOAD8(w4, nrow[n], k8, wlo[n], whi[n]);
+        [[unroll]] for (uint n = 0; n < NT; n++) LOAD8(w4, nrow[n], k8, wlo[n], whi[n]);
 #ifdef GATED
         vec4 ulo[NT], uhi[NT];
-        for (uint n = 0; n < NT; n++) LOAD8(u4, nrow[n], k8, ulo[n], uhi[n]);
+        [[unroll]] for (uint n = 0; n < NT; n++) LOAD8(u4, nrow[n], k8, ulo[n], uhi[n]);
 #endif
 #ifdef NORM_IN
         vec4 glo = 1.0 + vec4(g[k8 * 8], g[k8 * 8 + 1], g[k8 * 8 + 2], g[k8 * 8 + 3]);
         vec4 ghi = 1.0 + vec4(g[k8 * 8 + 4], g[k8 * 8 + 5], g[k8 * 8 + 6], g[k8 * 8 + 7]);
 #endif
-        for (uint m = 0; m < MT; m++) {
-            if (m >= mcount) break;
+        [[unroll]] for (uint m = 0; m < MT; m++) {
+            if (m >= mcount) continue;  // uniform; unrolled, so sums[] stays in registers
             vec4 xlo = x4[xrow[m] * (pc.K / 4) + 2 * k8];
             vec4 xhi = x4[xrow[m] * (pc.K / 4) + 2 * k8 + 1];
 #ifdef NORM_IN
@@ -160,7 +161,7 @@ void main() {
             xlo *= glo;
             xhi *= ghi;
 #endif
-            for (uint n = 0; n < NT; n++) {
+            [[unroll]] for (uint n = 0; n < NT; n++) {
                 ACC(m, n) += dot(xlo, wlo[n]) + dot(xhi, whi[n]);
 #ifdef GATED
                 ACC2(m, n) += dot(xlo, ulo[n]) + dot(xhi, uhi[n]);
@@ -171,13 +172,13 @@ void main() {
 
     // Each team's sums over its 32 lanes.
     bool wide = gl_SubgroupSize >= TEAM;
-    for (uint v = 0; v < NV; v++) sums[v] = butterfly(sums[v], wide ? 5u : 3u);
+    [[unroll]] for (uint v = 0; v < NV; v++) sums[v] = butterfly(sums[v], wide ? 5u : 3u);
     if (!wide) {
         if (lane % 8 == 0) {
-            for (uint v = 0; v < NV; v++) cluster_sums[tid / 8][v] = sums[v];
+            [[unroll]] for (uint v = 0; v < NV; v++) cluster_sums[tid / 8][v] = sums[v];
         }
         barrier();
-        for (uint v = 0; v < NV; v++) {
+        [[unroll]] for (uint v = 0; v < NV; v++) {
             float t = 0.0;
             for (uint c = 0; c < TEAM / 8; c++) t += cluster_sums[team * (TEAM / 8) + c][v];
             sums[v] = t;
@@ -185,18 +186,18 @@ void main() {
     }
 #if KSPLIT > 1
     if (lane == 0) {
-        for (uint v = 0; v < NV; v++) team_sums[team][v] = sums[v];
+        [[unroll]] for (uint v = 0; v < NV; v++) team_sums[team][v] = sums[v];
     }
     barrier();
-    for (uint v = 0; v < NV; v++) {
+    [[unroll]] for (uint v = 0; v < NV; v++) {
         float t = 0.0;
         for (uint k = 0; k < KSPLIT; k++) t += team_sums[ogroup * KSPLIT + k][v];
         sums[v] = t;
     }
 #endif
     // Lane (m * NT + n) of the first team of each output group writes output (m, n).
-    for (uint m = 0; m < MT; m++) {
-        for (uint n = 0; n < NT; n++) {
+    [[unroll]] for (uint m = 0; m < MT; m++) {
+        [[unroll]] for (uint n = 0; n < NT; n++) {
             uint col = n0 + ogroup * NT + n;
             if (kgroup != 0 || lane != m * NT + n || m >= mcount || col >= pc.N) continue;
             float total = ACC(m, n);
