@@ -2,15 +2,20 @@
 
 Exit codes of `run`: 0 success, 2 usage error (bad flag, TOML or value; a job in progress with
 other settings), 1 job failure (unreadable input or model, no memory, a locked output; and row
-errors when --fail-on-row-error is given).
+errors when --fail-on-row-error is given). `bench`: 0, 2 for a bad flag, 1 when it cannot run.
 """
 
 from __future__ import annotations
 
+import shlex
+import sys
 from pathlib import Path
 
 import typer
 
+from .bench.report import format_table, write_json
+from .bench.runner import BenchError, BenchOptions, run_bench
+from .bench.shapes import SHAPES
 from .data.rows import DatasetError
 from .backends.vulkan.device import list_devices
 from .backends.vulkan.errors import DeviceMemoryError, VulkanUnavailable
@@ -118,3 +123,34 @@ def run(
     if spec.fail_on_row_error and stats.get("rows_failed", 0):
         typer.echo(f"error: {stats['rows_failed']} row(s) failed (--fail-on-row-error)", err=True)
         raise typer.Exit(1)
+
+
+@app.command()
+def bench(
+    shape: str = typer.Option("1b", help=f"Gemma 3 shape, random bf16 weights (no checkpoint): {', '.join(SHAPES)}."),
+    batch: str = typer.Option("1,8,32", help="Batch sizes, comma-separated; one case each."),
+    prompt_len: int = typer.Option(128, help="Prompt tokens per request."),
+    gen_len: int = typer.Option(128, help="Tokens generated per request (exactly: there is no stop token)."),
+    backend: str = typer.Option("auto", help="Device backend: auto, cpu or vulkan."),
+    device: str = typer.Option(None, help="Vulkan device: index or part of its name (see `gemma-batch devices`)."),
+    bandwidth_bytes: int = typer.Option(1 << 30, help="Buffer size of the read-bandwidth measurement (capped by the device)."),
+    json_path: Path = typer.Option(None, "--json", help="Also write the report as JSON to this file."),
+    seed: int = typer.Option(0, help="Seed of the random weights and prompts."),
+) -> None:
+    """Time the engine on a real Gemma 3 shape: prefill and decode tokens/s, time to first token,
+    host time per step, peak device memory, and the fraction of the measured bandwidth decode reaches."""
+    if shape not in SHAPES:
+        raise typer.BadParameter(f"{shape!r} is not one of {', '.join(SHAPES)}", param_hint="--shape")
+    try:
+        batches = tuple(int(b) for b in batch.split(","))
+    except ValueError:
+        raise typer.BadParameter(f"{batch!r}: expected comma-separated integers like 1,8,32", param_hint="--batch") from None
+    options = BenchOptions(shape, batches, prompt_len, gen_len, backend, device, bandwidth_bytes, seed)
+    try:
+        report = run_bench(options, command=shlex.join(["gemma-batch", *sys.argv[1:]]))
+    except (BenchError, ValueError, VulkanUnavailable, DeviceMemoryError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(format_table(report))
+    if json_path is not None:
+        write_json(report, json_path)

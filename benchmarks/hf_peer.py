@@ -1,0 +1,131 @@
+"""The peer of `gemma-batch bench`: Hugging Face transformers on the same Gemma 3 shape.
+
+`Gemma3ForCausalLM` built from the very shape dict the bench uses (`gemma_batch.bench.shapes`),
+random bf16 weights (transformers' own initialisation), sdpa attention, on CUDA (on the CPU when
+there is none, for a smoke test). Per batch size: a warm-up of the same batch, then
+the timed greedy `generate` of exactly --gen-len tokens (min_new_tokens = max_new_tokens, no
+eos), then one prefill forward alone. Prints a line per case and writes JSON.
+
+    python benchmarks/hf_peer.py --shape 1b --batch 1,8,32 --prompt-len 128 --gen-len 128 --json hf.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
+from gemma_batch.bench.shapes import SHAPES  # noqa: E402
+
+WARMUP_TOKENS = 4
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", default="1b", choices=list(SHAPES))
+    parser.add_argument("--batch", default="1,8,32", help="comma-separated batch sizes")
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--gen-len", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="write the report here")
+    return parser.parse_args(argv)
+
+
+def synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_case(model: Gemma3ForCausalLM, device: str, batch: int, prompt_len: int, gen_len: int,
+              generator: torch.Generator) -> dict:
+    """One batch size: warm-up (a short `generate` and a prefill), timed `generate`, timed prefill forward."""
+    cfg = model.config
+    ids = torch.randint(3, cfg.vocab_size, (batch, prompt_len), generator=generator).to(device)  # [B, P]
+    ids[:, 0] = cfg.bos_token_id
+    mask = torch.ones_like(ids)
+    greedy = dict(do_sample=False, pad_token_id=cfg.pad_token_id, eos_token_id=None)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    with torch.inference_mode():
+        model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=WARMUP_TOKENS,
+                       min_new_tokens=WARMUP_TOKENS, **greedy)
+        model(input_ids=ids, attention_mask=mask, logits_to_keep=1)
+        synchronize(device)
+        start = time.perf_counter()
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=gen_len, min_new_tokens=gen_len,
+                             **greedy)  # [B, P + G]
+        synchronize(device)
+        wall = time.perf_counter() - start
+        start = time.perf_counter()
+        model(input_ids=ids, attention_mask=mask, logits_to_keep=1)
+        synchronize(device)
+        prefill = time.perf_counter() - start
+    generated = batch * (out.shape[1] - prompt_len)
+    if generated != batch * gen_len:
+        raise RuntimeError(f"generate gave {out.shape[1] - prompt_len} tokens per sequence, not {gen_len}")
+    return {
+        "batch": batch,
+        "prompt_len": prompt_len,
+        "gen_len": gen_len,
+        "generated_tokens": generated,
+        "wall_s": wall,
+        "e2e_tokens_per_s": generated / wall,
+        "prefill_s": prefill,
+        "prefill_tokens_per_s": batch * prompt_len / prefill,
+        "peak_memory_bytes": torch.cuda.max_memory_allocated() if device == "cuda" else None,
+    }
+
+
+def main(argv: list[str]) -> dict:
+    args = parse_args(argv)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    cfg = Gemma3TextConfig(**SHAPES[args.shape], attn_implementation="sdpa")
+    torch.manual_seed(args.seed)
+    torch.set_default_dtype(torch.bfloat16)
+    started = time.perf_counter()
+    with torch.device(device):
+        model = Gemma3ForCausalLM(cfg).eval()
+    synchronize(device)
+    load_s = time.perf_counter() - started
+    generator = torch.Generator().manual_seed(args.seed)
+    name = torch.cuda.get_device_name() if device == "cuda" else "CPU"
+    print(f"transformers {transformers.__version__}, torch {torch.__version__} on {name}; shape {args.shape}, "
+          f"{sum(p.numel() for p in model.parameters()):,} parameters, bf16, sdpa", file=sys.stderr)
+    cases = []
+    for batch in (int(b) for b in args.batch.split(",")):
+        case = time_case(model, device, batch, args.prompt_len, args.gen_len, generator)
+        cases.append(case)
+        print(f"transformers shape={args.shape} batch={batch} prompt={args.prompt_len} new={args.gen_len}: "
+              f"{case['e2e_tokens_per_s']:.1f} generated tok/s end to end ({case['wall_s']:.2f} s), "
+              f"prefill alone {case['prefill_tokens_per_s']:.0f} tok/s")
+    report = {
+        "run": {
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": shlex.join(["python", "benchmarks/hf_peer.py", *argv]),
+            "peer": f"transformers {transformers.__version__}, torch {torch.__version__}, sdpa, generate",
+            "device": f"{device}: {name}",
+            "shape": args.shape,
+            "config": SHAPES[args.shape],
+            "dtype": "bf16",
+            "seed": args.seed,
+            "weight_init_s": load_s,
+        },
+        "cases": cases,
+    }
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2)
+    return report
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

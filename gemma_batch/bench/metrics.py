@@ -1,0 +1,113 @@
+"""From the timed steps of one benchmark case to its figures, and the decode roofline they are judged by.
+
+A decode step reads every weight once (the tied embedding once: the LM head reads it whole, the
+lookup only a row per sequence) plus, per sequence and KV group, the K/V of the tokens it
+attends to. The roofline is that many bytes at the measured read bandwidth:
+
+    decode bytes per step  = weight bytes + batch * sum_groups min(context, window) * KV bytes per token
+    roofline tokens/s      = batch * bandwidth / decode bytes per step
+    bandwidth fraction     = decode tokens/s / roofline tokens/s
+
+with `context` the mean context of a decode step (prompt + gen/2: a sequence's decode steps see
+prompt + 1 ... prompt + gen - 1 tokens).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..model.config import KVGroup
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """One engine step of the timed run: its times and what the engine counted in it."""
+
+    end_s: float  # since the run started (every request was submitted then)
+    wall_s: float  # perf_counter around `engine.step()`
+    device_s: float | None  # `backend.last_step_device_seconds()`; None where device and host are one
+    prefill_tokens: int  # prompt tokens fed in the step (0: a decode-only step)
+    sampled_tokens: int
+    first_tokens: int  # requests whose first token the step sampled
+
+
+@dataclass(frozen=True)
+class CaseRun:
+    """What one timed run of `batch` requests measured, before any derivation."""
+
+    batch: int
+    prompt_len: int
+    gen_len: int
+    step_token_budget: int
+    steps: list[StepTiming]
+    prefill_tokens: int  # engine counters over the run
+    generated_tokens: int
+    preemptions: int
+    peak_memory_bytes: int  # backend.peak_memory() after the run
+
+
+def decode_kv_bytes(groups: tuple[KVGroup, ...], bytes_per_token: Mapping[str, int], batch: int,
+                    context: float) -> int:
+    """KV bytes one decode step reads: each sequence's K/V of the min(context, window) tokens it sees."""
+    per_seq = sum((context if g.window is None else min(context, g.window)) * bytes_per_token[g.name]
+                  for g in groups)
+    return round(batch * per_seq)
+
+
+def roofline_tokens_per_s(batch: int, bytes_per_step: int, bandwidth: float) -> float:
+    """Decode tokens/s if each step took only the time to stream its bytes at `bandwidth` bytes/s."""
+    return batch * bandwidth / bytes_per_step
+
+
+def _median_ms(values: list[float]) -> float | None:
+    return 1000 * statistics.median(values) if values else None
+
+
+def case_metrics(run: CaseRun, groups: tuple[KVGroup, ...], kv_bytes_per_token: Mapping[str, int],
+                 weight_bytes: int, bandwidth: float) -> dict:
+    """The case's JSON row (units in the names; None where a figure does not apply)."""
+    steps = run.steps
+    prefill = [s for s in steps if s.prefill_tokens]
+    decode = [s for s in steps if not s.prefill_tokens]
+    wall = steps[-1].end_s
+    first_token_times = [s.end_s for s in steps for _ in range(s.first_tokens)]
+    decode_wall = sum(s.wall_s for s in decode)
+    decode_tps = sum(s.sampled_tokens for s in decode) / decode_wall if decode else None
+    timed = [s for s in decode if s.device_s is not None]
+    device_ms = _median_ms([s.device_s for s in timed])
+    host_ms = _median_ms([s.wall_s - s.device_s for s in timed])
+
+    context = run.prompt_len + run.gen_len / 2
+    kv_bytes = decode_kv_bytes(groups, kv_bytes_per_token, run.batch, context)
+    step_bytes = weight_bytes + kv_bytes
+    roofline = roofline_tokens_per_s(run.batch, step_bytes, bandwidth)
+    return {
+        "batch": run.batch,
+        "prompt_len": run.prompt_len,
+        "gen_len": run.gen_len,
+        "step_token_budget": run.step_token_budget,
+        "steps": len(steps),
+        "prefill_steps": len(prefill),
+        "decode_steps": len(decode),
+        "prefill_tokens": run.prefill_tokens,
+        "generated_tokens": run.generated_tokens,
+        "preemptions": run.preemptions,
+        "wall_s": wall,
+        "e2e_tokens_per_s": run.generated_tokens / wall,
+        "prefill_tokens_per_s": run.prefill_tokens / sum(s.wall_s for s in prefill),
+        "ttft_mean_s": statistics.fmean(first_token_times),
+        "ttft_max_s": max(first_token_times),
+        "decode_tokens_per_s": decode_tps,
+        "decode_step_ms_median": _median_ms([s.wall_s for s in decode]),
+        "decode_device_ms_median": device_ms,
+        "host_ms_per_decode_step": host_ms,
+        "host_percent_of_device": 100 * host_ms / device_ms if timed else None,
+        "peak_memory_bytes": run.peak_memory_bytes,
+        "mean_decode_context": context,
+        "kv_bytes_per_decode_step": kv_bytes,
+        "decode_bytes_per_step": step_bytes,
+        "roofline_decode_tokens_per_s": roofline,
+        "bandwidth_fraction": decode_tps / roofline if decode else None,
+    }

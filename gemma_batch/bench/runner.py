@@ -1,0 +1,175 @@
+"""`gemma-batch bench`: the real engine on random weights of a real Gemma 3 shape, timed step by step.
+
+Per run: resolve and create the backend, load random bf16 weights (timed), then per batch size
+one case: a KV cache for exactly that batch, a warm-up through the same engine (so pipelines are
+built and command buffers recorded before timing), the timed run, and at the end one
+measurement of the device's read bandwidth (last, so that its buffer stays out of the cases'
+peak memory).
+
+Each case submits `batch` requests of `prompt_len` random ids at once and runs them greedily to
+exactly `gen_len` tokens (no tokenizer, hence no stop token). The step token budget takes every
+prompt in one step (up to MAX_STEP_TOKENS), as the peer's `generate` does, so that decode steps
+run the whole batch in lockstep.
+"""
+
+from __future__ import annotations
+
+import datetime
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TextIO
+
+import numpy as np
+
+from ..backends import create_backend, resolve_backend
+from ..backends.base import Backend
+from ..engine.engine import Engine, Request
+from ..engine.kv_plan import KVPlan, blocks_per_sequence
+from ..engine.sampling_params import SamplingParams
+from ..engine.stats import EngineStats
+from ..model.config import Gemma3Config
+from .metrics import CaseRun, StepTiming, case_metrics
+from .random_weights import random_tensors, weight_bytes
+from .report import binary_size
+from .shapes import SHAPES, shape_config
+
+BLOCK_SIZE = 16
+MAX_STEP_TOKENS = 8192  # bounds the activations of one prefill step
+WARMUP_TOKENS = 4
+
+
+class BenchError(ValueError):
+    """The benchmark cannot run as asked (bad option, or the case does not fit the device)."""
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    shape: str = "1b"
+    batches: tuple[int, ...] = (1, 8, 32)
+    prompt_len: int = 128
+    gen_len: int = 128
+    backend: str = "auto"
+    device: str | None = None
+    bandwidth_bytes: int = 1 << 30
+    seed: int = 0
+
+
+def run_bench(options: BenchOptions, command: str = "", log: TextIO | None = None) -> dict:
+    """Run every case; return the report: `{"run": metadata, "cases": [one dict per batch size]}`."""
+    log = log or sys.stderr
+    cfg = shape_config(options.shape)
+    _check(options, cfg)
+    backend_name, why = resolve_backend(options.backend, options.device)
+    backend = create_backend(backend_name, cfg, options.device)
+    print(f"backend: {backend.identity} ({why})", file=log)
+
+    nbytes = weight_bytes(cfg)
+    held, available = backend.weight_bytes({"BF16": nbytes}), backend.available_memory()
+    if held >= available:
+        raise BenchError(f"the {options.shape} weights take {held / 2**30:.2f} GiB on {backend.identity} "
+                         f"but only {available / 2**30:.2f} GiB is free there")
+    started = time.perf_counter()
+    backend.load_weights(random_tensors(cfg, options.seed))
+    load_s = time.perf_counter() - started
+    print(f"weights: random {options.shape}, {binary_size(nbytes)} bf16, loaded in {load_s:.1f} s", file=log)
+
+    runs = []
+    for batch in options.batches:
+        print(f"batch {batch}: warm-up and timed run", file=log)
+        runs.append(run_case(backend, batch, options.prompt_len, options.gen_len, options.seed))
+    print(f"bandwidth: streaming read of {binary_size(options.bandwidth_bytes)}", file=log)
+    bandwidth = backend.measure_read_bandwidth(options.bandwidth_bytes)
+
+    groups = cfg.kv_groups()
+    kv_per_token = {g.name: backend.kv_bytes_per_token(g.name) for g in groups}
+    return {
+        "run": {
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": command,
+            "backend": backend.identity,
+            "backend_choice": why,
+            "shape": options.shape,
+            "config": SHAPES[options.shape],
+            "dtype": "bf16",
+            "seed": options.seed,
+            "block_size": BLOCK_SIZE,
+            "weight_bytes": nbytes,
+            "weight_load_s": load_s,
+            "kv_bytes_per_token": kv_per_token,
+            "bandwidth_test_bytes": options.bandwidth_bytes,
+            "bandwidth_bytes_per_s": bandwidth,
+        },
+        "cases": [case_metrics(run, groups, kv_per_token, nbytes, bandwidth) for run in runs],
+    }
+
+
+def run_case(backend: Backend, batch: int, prompt_len: int, gen_len: int, seed: int = 0) -> CaseRun:
+    """Warm up, then time `batch` requests of `prompt_len` + `gen_len` tokens through a fresh engine."""
+    cfg, length = backend.cfg, prompt_len + gen_len
+    budget = max(batch, min(batch * prompt_len, MAX_STEP_TOKENS))
+    engine = Engine(backend, bench_kv_plan(backend, batch, length, min(budget, length)), None, batch, budget)
+    rng = np.random.default_rng(seed)
+    # The warm-up reaches the run's longest context, so no buffer grows (and nothing is recorded again) later.
+    warm_gen = min(gen_len, WARMUP_TOKENS)
+    for i in range(batch):
+        engine.add(_request(rng, cfg, i, length - warm_gen, warm_gen))
+    while engine.num_unfinished:
+        engine.step()
+
+    engine.stats = stats = EngineStats()  # count the timed run alone
+    for i in range(batch):
+        engine.add(_request(rng, cfg, batch + i, prompt_len, gen_len))
+    steps, started = [], time.perf_counter()
+    while engine.num_unfinished:
+        before = (stats.prefill_tokens, stats.generated_tokens, stats.ttft_count)
+        step_start = time.perf_counter()
+        engine.step()
+        end = time.perf_counter()
+        steps.append(StepTiming(end - started, end - step_start, backend.last_step_device_seconds(),
+                                stats.prefill_tokens - before[0], stats.generated_tokens - before[1],
+                                stats.ttft_count - before[2]))
+    return CaseRun(batch, prompt_len, gen_len, budget, steps, stats.prefill_tokens, stats.generated_tokens,
+                   stats.preemptions, backend.peak_memory())
+
+
+def bench_kv_plan(backend: Backend, batch: int, length: int, max_chunk: int) -> KVPlan:
+    """KV blocks for `batch` sequences of `length` tokens at once, plus one spare block each: the
+    scheduler admits a sequence only while a block per running sequence stays free, and a
+    benchmark must neither hold sequences back nor preempt them."""
+    groups = backend.cfg.kv_groups()
+    per_token: Mapping[str, int] = {g.name: backend.kv_bytes_per_token(g.name) for g in groups}
+    blocks = {g.name: batch * (blocks_per_sequence(g, length, BLOCK_SIZE, max_chunk) + 1) for g in groups}
+    for g in groups:
+        limit = backend.max_kv_blocks(g.name, BLOCK_SIZE)
+        if limit is not None and blocks[g.name] > limit:
+            raise BenchError(f"batch {batch} of {length} tokens needs {blocks[g.name]} {g.name} KV blocks; "
+                             f"{backend.identity} holds at most {limit} in one buffer")
+    used, available = sum(n * BLOCK_SIZE * per_token[name] for name, n in blocks.items()), backend.available_memory()
+    if used > available:
+        raise BenchError(f"batch {batch} of {length} tokens needs {used / 2**30:.2f} GiB of KV cache but only "
+                         f"{available / 2**30:.2f} GiB is free on {backend.identity} after the weights")
+    return KVPlan(BLOCK_SIZE, blocks, length, available, used, batch)
+
+
+def _request(rng: np.random.Generator, cfg: Gemma3Config, request_id: int, prompt_len: int, gen_len: int) -> Request:
+    """<bos> and random ids, run greedily to exactly `gen_len` tokens."""
+    ids = [cfg.bos_token_id, *rng.integers(3, cfg.vocab_size, prompt_len - 1).tolist()]
+    return Request(request_id, ids, SamplingParams(max_tokens=gen_len))
+
+
+def _check(options: BenchOptions, cfg: Gemma3Config) -> None:
+    problems = [
+        (bool(options.batches) and min(options.batches) >= 1, f"batch sizes must be >= 1, got {list(options.batches)}"),
+        (options.prompt_len >= 1, f"--prompt-len must be >= 1, got {options.prompt_len}"),
+        (options.gen_len >= 1, f"--gen-len must be >= 1, got {options.gen_len}"),
+        (options.prompt_len + options.gen_len <= cfg.max_position_embeddings,
+         f"prompt + generated tokens {options.prompt_len + options.gen_len} exceed the {options.shape} context "
+         f"of {cfg.max_position_embeddings}"),
+        (options.bandwidth_bytes >= 1 << 20,
+         f"--bandwidth-bytes must be at least 1 MiB, got {options.bandwidth_bytes}"),
+    ]
+    bad = [message for ok, message in problems if not ok]
+    if bad:
+        raise BenchError("; ".join(bad))

@@ -1,0 +1,174 @@
+"""`gemma-batch bench`: its JSON report on both backends, the roofline arithmetic worked out by hand,
+the random weights, and the shapes against transformers and the published parameter counts.
+
+No assertion is on speed: benchmarks are measured, not tested. What is tested is that every
+figure is derived as documented from the run's own counts, bytes and bandwidth.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+
+import numpy as np
+import pytest
+from transformers import Gemma3TextConfig
+
+from gemma_batch.bench.metrics import CaseRun, StepTiming, case_metrics, decode_kv_bytes, roofline_tokens_per_s
+from gemma_batch.bench.random_weights import random_tensors, weight_bytes
+from gemma_batch.bench.shapes import SHAPES, shape_config
+from gemma_batch.model.checkpoint import to_float32
+from gemma_batch.model.config import FULL, SLIDING, Gemma3Config, KVGroup
+from gemma_batch.model.weights import tensor_shapes
+from tests.test_run_job import gemma_batch
+
+RUN_FIELDS = {
+    "date", "command", "backend", "backend_choice", "shape", "config", "dtype", "seed", "block_size", "weight_bytes",
+    "weight_load_s", "kv_bytes_per_token", "bandwidth_test_bytes", "bandwidth_bytes_per_s",
+}
+CASE_FIELDS = {
+    "batch", "prompt_len", "gen_len", "step_token_budget", "steps", "prefill_steps", "decode_steps", "prefill_tokens",
+    "generated_tokens", "preemptions", "wall_s", "e2e_tokens_per_s", "prefill_tokens_per_s", "ttft_mean_s",
+    "ttft_max_s", "decode_tokens_per_s", "decode_step_ms_median", "decode_device_ms_median",
+    "host_ms_per_decode_step", "host_percent_of_device", "peak_memory_bytes", "mean_decode_context",
+    "kv_bytes_per_decode_step", "decode_bytes_per_step", "roofline_decode_tokens_per_s", "bandwidth_fraction",
+}
+# tiny, by hand: embedding 512*64 = 32768; a layer: 4 norms of 64, q 64*64, k and v 32*64 each, q/k norms of 16,
+# o 64*64, gate/up/down 128*64 each = 37152, times 4 layers; final norm 64. Tied head: no more.
+TINY_PARAMS = 32768 + 4 * 37152 + 64
+PROMPT, GEN = 12, 6
+
+
+def run_bench_cli(tmp_path, backend: str, batches: str) -> tuple[dict, str]:
+    out = tmp_path / f"{backend}.json"
+    done = gemma_batch("bench", "--shape", "tiny", "--backend", backend, "--batch", batches, "--prompt-len", PROMPT,
+                       "--gen-len", GEN, "--bandwidth-bytes", 8 << 20, "--json", out, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(out.read_text()), done.stdout
+
+
+def check_report(report: dict, stdout: str, backend: str, batches: list[int], kv_bytes_per_token: int) -> None:
+    run, cases = report["run"], report["cases"]
+    assert set(run) == RUN_FIELDS and all(set(case) == CASE_FIELDS for case in cases)
+    assert run["shape"] == "tiny" and run["dtype"] == "bf16" and run["config"] == SHAPES["tiny"]
+    assert run["backend"].startswith(backend) and run["command"].startswith("gemma-batch bench --shape tiny")
+    assert datetime.datetime.fromisoformat(run["date"]).tzinfo is not None
+    shapes = tensor_shapes(shape_config("tiny"))
+    assert run["weight_bytes"] == 2 * TINY_PARAMS == 2 * sum(math.prod(s) for s in shapes.values())
+    assert run["bandwidth_test_bytes"] == 8 << 20 and run["bandwidth_bytes_per_s"] > 0
+    assert run["kv_bytes_per_token"] == {FULL: kv_bytes_per_token, SLIDING: kv_bytes_per_token}
+    for word in ("shape tiny", "bf16", f"device: {run['backend']}", "GB/s", "decode tok/s", "bw fraction"):
+        assert word in stdout
+
+    assert [c["batch"] for c in cases] == batches
+    for c in cases:
+        b = c["batch"]
+        assert (c["prompt_len"], c["gen_len"], c["step_token_budget"]) == (PROMPT, GEN, b * PROMPT)
+        assert c["prefill_tokens"] == b * PROMPT and c["generated_tokens"] == b * GEN and c["preemptions"] == 0
+        # Every prompt in one step, then the batch decodes in lockstep: one step per further token.
+        assert (c["steps"], c["prefill_steps"], c["decode_steps"]) == (GEN, 1, GEN - 1)
+        assert c["e2e_tokens_per_s"] == pytest.approx(b * GEN / c["wall_s"], rel=1e-12)
+        assert 0 < c["ttft_mean_s"] <= c["ttft_max_s"] < c["wall_s"]
+        assert c["ttft_max_s"] >= b * PROMPT / c["prefill_tokens_per_s"] * (1 - 1e-12)  # at least the prefill step
+        # KV read per decode step, at the mean context 12 + 6/2 = 15: the global layers see 15 tokens,
+        # the sliding ones their window of 8.
+        assert c["mean_decode_context"] == 15
+        assert c["kv_bytes_per_decode_step"] == b * (15 + 8) * kv_bytes_per_token
+        assert c["decode_bytes_per_step"] == run["weight_bytes"] + c["kv_bytes_per_decode_step"]
+        roofline = b * run["bandwidth_bytes_per_s"] / c["decode_bytes_per_step"]
+        assert c["roofline_decode_tokens_per_s"] == pytest.approx(roofline, rel=1e-12)
+        assert c["bandwidth_fraction"] == pytest.approx(c["decode_tokens_per_s"] / roofline, rel=1e-12)
+        assert c["decode_tokens_per_s"] > 0 and c["decode_step_ms_median"] > 0
+
+
+def test_bench_on_cpu_reports_every_figure_derived_from_its_own_counts(tmp_path):
+    report, stdout = run_bench_cli(tmp_path, "cpu", "1,3")
+    check_report(report, stdout, "cpu", [1, 3], kv_bytes_per_token=2 * 2 * 2 * 16 * 4)  # 2 layers, K+V, 2 heads, fp32
+    for c in report["cases"]:
+        assert c["decode_device_ms_median"] is c["host_ms_per_decode_step"] is c["host_percent_of_device"] is None
+        # fp32 weights plus the KV arrays: per group 3 blocks a sequence (ceil(18 / 16) = 2, and a spare) of 16 slots.
+        assert c["peak_memory_bytes"] == 4 * TINY_PARAMS + 2 * 3 * c["batch"] * 16 * 512
+    assert "n/a" in stdout
+
+
+def test_bench_on_vulkan_reports_device_and_host_time(tmp_path):
+    report, stdout = run_bench_cli(tmp_path, "vulkan", "1,2")
+    check_report(report, stdout, "vulkan", [1, 2], kv_bytes_per_token=2 * 2 * 2 * 16 * 2)  # fp16 pages
+    for c in report["cases"]:
+        assert c["decode_device_ms_median"] > 0 and c["host_ms_per_decode_step"] is not None
+        assert c["host_percent_of_device"] == pytest.approx(
+            100 * c["host_ms_per_decode_step"] / c["decode_device_ms_median"], rel=1e-12)
+        assert c["peak_memory_bytes"] >= report["run"]["weight_bytes"] + 2 * 3 * c["batch"] * 16 * 256
+
+
+def test_bad_options_are_usage_errors():
+    assert gemma_batch("bench", "--shape", "3b").returncode == 2
+    assert gemma_batch("bench", "--batch", "1,x").returncode == 2
+    done = gemma_batch("bench", "--shape", "tiny", "--backend", "cpu", "--prompt-len", "4000", "--gen-len", "200")
+    assert done.returncode == 1 and "exceed the tiny context of 4096" in done.stderr
+
+
+def test_decode_kv_bytes_by_hand():
+    groups = (KVGroup(FULL, (5, 11), None), KVGroup(SLIDING, (0, 1, 2, 3, 4, 6), 512))
+    per_token = {FULL: 1000, SLIDING: 300}
+    # Past the window: 4 sequences x (600.5 global tokens x 1000 B + 512 window tokens x 300 B).
+    assert decode_kv_bytes(groups, per_token, 4, 600.5) == 4 * (600_500 + 153_600) == 3_016_400
+    # Inside the window, both groups see every token.
+    assert decode_kv_bytes(groups, per_token, 4, 100) == 4 * 100 * 1300
+    assert roofline_tokens_per_s(8, 2_000_000_000, 3e12) == 12_000
+
+
+def test_case_metrics_by_hand():
+    steps = [  # a prefill step sampling both first tokens, then three decode steps
+        StepTiming(0.100, 0.100, 0.080, 16, 2, 2),
+        StepTiming(0.110, 0.010, 0.008, 0, 2, 0),
+        StepTiming(0.140, 0.030, 0.020, 0, 2, 0),
+        StepTiming(0.160, 0.020, 0.019, 0, 2, 0),
+    ]
+    run = CaseRun(2, 8, 4, 16, steps, 16, 8, 0, 12345)
+    groups = (KVGroup(FULL, (1,), None), KVGroup(SLIDING, (0,), 8))
+    m = case_metrics(run, groups, {FULL: 100, SLIDING: 100}, weight_bytes=10_000, bandwidth=1e6)
+    assert m["prefill_tokens_per_s"] == pytest.approx(160)  # 16 tokens in 0.1 s
+    assert m["ttft_mean_s"] == m["ttft_max_s"] == 0.1
+    assert m["decode_tokens_per_s"] == pytest.approx(6 / 0.06)
+    assert m["e2e_tokens_per_s"] == pytest.approx(8 / 0.16)
+    assert m["decode_step_ms_median"] == pytest.approx(20) and m["decode_device_ms_median"] == pytest.approx(19)
+    assert m["host_ms_per_decode_step"] == pytest.approx(2)  # median of 2, 10, 1 ms
+    assert m["host_percent_of_device"] == pytest.approx(100 * 2 / 19)
+    assert m["mean_decode_context"] == 10 and m["kv_bytes_per_decode_step"] == 2 * (10 + 8) * 100
+    assert m["decode_bytes_per_step"] == 13_600
+    assert m["roofline_decode_tokens_per_s"] == pytest.approx(2 * 1e6 / 13_600)
+    assert m["bandwidth_fraction"] == pytest.approx(100 / (2e6 / 13_600))
+    assert (m["steps"], m["prefill_steps"], m["decode_steps"], m["peak_memory_bytes"]) == (4, 1, 3, 12345)
+
+
+def test_random_weights_have_every_tensor_in_bf16_with_the_stated_spread():
+    cfg = shape_config("tiny")
+    tensors = dict(random_tensors(cfg, seed=3))
+    assert {n: t.data.shape for n, t in tensors.items()} == tensor_shapes(cfg)
+    assert all(t.dtype == "BF16" and t.data.dtype == np.uint16 for t in tensors.values())
+    values = {n: to_float32(t) for n, t in tensors.items()}
+    assert all(np.isfinite(v).all() for v in values.values())
+    assert np.std(values["embed_tokens.weight"]) == pytest.approx(0.02, rel=0.05)
+    norms = np.concatenate([v for v in values.values() if v.ndim == 1])
+    assert np.std(norms) == pytest.approx(0.1, rel=0.15)
+    q, k = values["layers.0.self_attn.q_proj.weight"], values["layers.1.self_attn.q_proj.weight"]
+    assert not np.array_equal(q, k)  # each tensor its own slice of the pool
+    again = dict(random_tensors(cfg, seed=3))
+    assert all(np.array_equal(again[n].data, t.data) for n, t in tensors.items())
+
+
+def test_weight_bytes_match_the_published_parameter_counts():
+    # gemma3_spec.md §1: keras-hub's counts (vocab 262144) 999,885,952 (1B), 3,880,099,328 (4B text),
+    # 11,765,788,416 (12B text); the 4B/12B checkpoints have 64 more embedding rows (vocab 262208).
+    assert weight_bytes(shape_config("1b")) == 2 * 999_885_952
+    assert weight_bytes(shape_config("4b")) == 2 * (3_880_099_328 + 64 * 2560)
+    assert weight_bytes(shape_config("12b")) == 2 * (11_765_788_416 + 64 * 3840)
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_shapes_resolve_as_transformers_resolves_them(name):
+    """The peer builds its model from the same dict: both sides must run the same shape."""
+    theirs = Gemma3TextConfig(**SHAPES[name]).to_dict()
+    assert Gemma3Config.from_dict({**theirs, "architectures": ["Gemma3ForCausalLM"]}) == shape_config(name)
