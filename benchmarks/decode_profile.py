@@ -1,0 +1,58 @@
+"""GPU time per kernel of a Vulkan decode step, at a real Gemma 3 shape on random bf16 weights.
+
+    python benchmarks/decode_profile.py 1b [--batch 1,8,32] [--prompt-len 128] [--gen-len 64]
+
+Per batch size: prefill `batch` random prompts in one step, decode to `gen-len` tokens, and print
+the median decode step (wall), the GPU time of the last step by kernel (timestamps after every
+dispatch, `VulkanBackend(profile=True)`), and the weight bytes streamed per second. Complements
+`gemma-batch bench` (whole-run figures) when deciding which kernel to work on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from gemma_batch.backends.vulkan import VulkanBackend
+from gemma_batch.bench.random_weights import random_tensors, weight_bytes
+from gemma_batch.bench.runner import bench_kv_plan
+from gemma_batch.bench.shapes import shape_config
+from gemma_batch.engine.engine import Engine, Request
+from gemma_batch.engine.sampling_params import SamplingParams
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("shape")
+    parser.add_argument("--batch", default="1,8,32")
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--gen-len", type=int, default=64)
+    args = parser.parse_args()
+    cfg = shape_config(args.shape)
+    backend = VulkanBackend(cfg, profile=True)
+    backend.load_weights(random_tensors(cfg, 0))
+    nbytes = weight_bytes(cfg)
+    rng = np.random.default_rng(0)
+    for batch in (int(b) for b in args.batch.split(",")):
+        length = args.prompt_len + args.gen_len
+        engine = Engine(backend, bench_kv_plan(backend, batch, length, batch * args.prompt_len), None, batch,
+                        batch * args.prompt_len)
+        for i in range(batch):
+            ids = [cfg.bos_token_id, *rng.integers(3, cfg.vocab_size, args.prompt_len - 1).tolist()]
+            engine.add(Request(i, ids, SamplingParams(max_tokens=args.gen_len)))
+        engine.step()  # the whole prefill
+        times = []
+        while engine.num_unfinished:
+            start = time.perf_counter()
+            engine.step()
+            times.append(time.perf_counter() - start)
+        step = float(np.median(times[2:]))
+        kernels = ", ".join(f"{k} {v * 1e3:.3f}" for k, v in backend.profile_seconds().items())
+        print(f"{args.shape} batch {batch}: decode step {step * 1e3:.2f} ms, {batch / step:.0f} tok/s, "
+              f"weights {nbytes / step / 1e9:.0f} GB/s; GPU ms by kernel: {kernels}")
+
+
+if __name__ == "__main__":
+    main()
