@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from gemma_batch.backends.vulkan import VulkanBackend
+from gemma_batch.backends.vulkan.attention import DEFAULT_CHUNK, chunk_counts
 from gemma_batch.engine.engine import Engine, Request
 from gemma_batch.engine.generate import generate_greedy
 from gemma_batch.engine.kv_plan import KVPlan
@@ -30,9 +31,10 @@ from tests.test_cpu_vs_transformers import PROMPTS, NEW_TOKENS, checkpoints, cpu
 TOL = {"float32": 1e-4, "float16": 1e-2}
 
 
-def vulkan_backend(model_dir, kv_dtype: str = "float16", **config_changes) -> VulkanBackend:
+def vulkan_backend(model_dir, kv_dtype: str = "float16", attention_chunk: int = DEFAULT_CHUNK,
+                   **config_changes) -> VulkanBackend:
     cfg = Gemma3Config.from_dir(model_dir)
-    backend = VulkanBackend(dataclasses.replace(cfg, **config_changes), kv_dtype=kv_dtype)
+    backend = VulkanBackend(dataclasses.replace(cfg, **config_changes), kv_dtype=kv_dtype, attention_chunk=attention_chunk)
     backend.load_weights(Checkpoint.open(model_dir, cfg).tensors())
     return backend
 
@@ -101,11 +103,13 @@ def test_sampled_generations_match_the_cpu_backend(checkpoints, cpu_runs):
     assert all(ours[i] != cpu_runs["bf16"][0][i] for i in range(3))  # the sampled rows did sample
 
 
-def test_released_and_unused_kv_pages_are_never_read(checkpoints, cpu_runs):
+@pytest.mark.parametrize("chunk", [DEFAULT_CHUNK, 3])
+def test_released_and_unused_kv_pages_are_never_read(checkpoints, cpu_runs, chunk):
     """After each step, fill every KV block no sequence in the step holds with NaN (fp32 pages):
-    logits still match, so attention reads only the blocks in the tables."""
+    logits still match, so attention reads only the blocks in the tables (with one chunk per
+    context, and with many)."""
     model_dir = checkpoints["bf16"][0]
-    backend = vulkan_backend(model_dir, "float32")
+    backend = vulkan_backend(model_dir, "float32", chunk)
     cfg = backend.cfg
     slot_bytes = cfg.num_kv_heads * cfg.head_dim * 4
     pools = {"full_attention": 64, "sliding_attention": 20}
@@ -142,3 +146,77 @@ def test_generate_greedy_runs_a_long_prompt_in_one_chunk(checkpoints, cpu_runs):
     long_prompts = [PROMPTS[-1] * 4, PROMPTS[0]]
     ours = generate_greedy(backend, long_prompts, 8, step_token_budget=512)
     assert ours == generate_greedy(cpu_backend(checkpoints["bf16"][0]), long_prompts, 8, step_token_budget=512)
+
+
+# Contexts of several attention chunks. The prompts above reach 61 positions, one chunk of the
+# default 64: chunks of 1 and 3 positions split them into many (1: 61 positions double the span
+# to 2, the MAX_CHUNKS rule), and prompts of 300 and 140 tokens take 5 and 3 default chunks on
+# the global layers (the tiny window, 8, keeps sliding layers at one or two).
+LONG_PROMPTS = [
+    [2] + [(i * 53) % 290 + 5 for i in range(299)],
+    [2, 250, 4, 9, 9, 9, 120, 77],
+    [2] + [(i * 11) % 290 + 5 for i in range(139)],
+]
+LONG_NEW_TOKENS = 12
+
+
+def greedy_with_logits(backend, prompts, step_token_budget: int) -> tuple[list[list[int]], list[dict[int, np.ndarray]]]:
+    """Greedy completions, and per prompt the logits of every token fed, by position."""
+    fed = [dict() for _ in prompts]
+
+    def record(prompt_indices, batch, result):
+        for s, i in enumerate(prompt_indices):
+            for t in range(batch.seq_starts[s], batch.seq_starts[s + 1]):
+                fed[i][int(batch.positions[t])] = result.logits[t]
+
+    completions = generate_greedy(backend, prompts, LONG_NEW_TOKENS, step_token_budget=step_token_budget, on_step=record)
+    return completions, fed
+
+
+def test_the_test_contexts_span_several_attention_chunks():
+    global_chunks = chunk_counts(np.array([len(p) + LONG_NEW_TOKENS - 2 for p in LONG_PROMPTS]), None, DEFAULT_CHUNK)
+    assert global_chunks.tolist() == [5, 1, 3]
+    assert chunk_counts(np.array([60]), None, 1).tolist() == [31]  # span 2
+    assert chunk_counts(np.array([60]), 8, 3).tolist() == [4]  # keys 53..60: [51, 54) .. [60, 63)
+
+
+@pytest.mark.parametrize("chunk", [1, 3])
+@pytest.mark.parametrize("kv_dtype", ["float32", "float16"])
+def test_logits_match_the_cpu_backend_with_many_attention_chunks(checkpoints, cpu_runs, kv_dtype, chunk):
+    """The mixed, chunked batch of the first test with every context split into many chunks: each
+    chunk's partial and the merge in chunk order agree with the CPU's one softmax."""
+    completions, logits = run_batched(vulkan_backend(checkpoints["bf16"][0], kv_dtype, chunk), step_token_budget=7)
+    ref_completions, ref_logits = cpu_runs["bf16"]
+    assert completions == ref_completions
+    for ours, ref in zip(logits, ref_logits):
+        assert np.abs(ours - ref).max() < TOL[kv_dtype]
+
+
+@pytest.fixture(scope="module")
+def cpu_long_runs(checkpoints):
+    return greedy_with_logits(cpu_backend(checkpoints["bf16"][0]), LONG_PROMPTS, step_token_budget=128)
+
+
+@pytest.mark.parametrize("kv_dtype", ["float32", "float16"])
+def test_prompts_longer_than_several_attention_chunks_match_the_cpu_backend(checkpoints, cpu_long_runs, kv_dtype):
+    """300- and 140-token prompts beside a short one at the default chunk, prefill in 128-token
+    steps, then decode: the same greedy tokens, logits within the tolerance."""
+    completions, logits = greedy_with_logits(vulkan_backend(checkpoints["bf16"][0], kv_dtype), LONG_PROMPTS, 128)
+    ref_completions, ref_logits = cpu_long_runs
+    assert completions == ref_completions
+    for ours, ref in zip(logits, ref_logits):
+        assert ours.keys() == ref.keys()
+        assert max(np.abs(ours[p] - ref[p]).max() for p in ref) < TOL[kv_dtype]
+
+
+@pytest.mark.parametrize("chunk", [DEFAULT_CHUNK, 3])
+def test_long_contexts_are_batch_invariant(checkpoints, chunk):
+    """Each long prompt alone (prefill in one step) and all together (prefill in 37-token steps
+    beside the others' decode): bit-identical logits at every position, so chunk boundaries and
+    merge order do not depend on the batch, the grid or the prefill chunking."""
+    backend = vulkan_backend(checkpoints["bf16"][0], "float16", chunk)
+    alone = [greedy_with_logits(backend, [prompt], 512)[1][0] for prompt in LONG_PROMPTS]
+    _, together = greedy_with_logits(backend, LONG_PROMPTS, 37)
+    for ours, ref in zip(together, alone):
+        assert ours.keys() == ref.keys()
+        assert all(ours[p].tobytes() == ref[p].tobytes() for p in ref)

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gemma_batch.backends.vulkan.attention import MAX_CHUNKS, chunk_counts
 from gemma_batch.backends.vulkan.kernels import PUSH, PUSH_BYTES, VARIANTS
 
 SHADERS = Path(__file__).resolve().parent.parent / "shaders"
@@ -52,3 +53,15 @@ def test_every_variant_has_its_source():
     for variant in VARIANTS.values():
         assert (SHADERS / f"{variant.source}.comp").exists()
         assert variant.source in PUSH
+
+
+def test_the_attention_chunk_rule_is_mirrored_on_the_host():
+    """attention.py sizes grids and scratch by the shader's rule; worked out by hand for chunk 64."""
+    source = (SHADERS / "attention.comp").read_text()
+    assert int(re.search(r"#define MAX_CHUNKS (\d+)", source).group(1)) == MAX_CHUNKS == 32
+    # Global layer, keys [0, p]: p // 64 + 1 chunks up to 32, then the span doubles (128, 256).
+    positions = np.array([0, 63, 64, 2047, 2048, 4095, 4096])
+    assert chunk_counts(positions, None, 64).tolist() == [1, 1, 2, 32, 17, 32, 17]
+    # Sliding window 512, keys [p - 511, p]: aligned chunks of absolute positions.
+    positions = np.array([511, 512, 600, 639, 640])
+    assert chunk_counts(positions, 512, 64).tolist() == [8, 9, 9, 8, 9]

@@ -21,6 +21,7 @@ from ...model.checkpoint import Tensor
 from ...model.config import Gemma3Config
 from ..base import Backend, StepBatch, StepResult
 from ..cpu import rope_inv_freq
+from .attention import DEFAULT_CHUNK
 from .bandwidth import measure_read_bandwidth
 from .device import Device
 from .graph import StepGraph
@@ -37,14 +38,20 @@ class VulkanBackend(Backend):
     name = "vulkan"
 
     def __init__(self, cfg: Gemma3Config, device: str | None = None, kv_dtype: str = "float16",
-                 profile: bool = False) -> None:
-        """`profile`: time every dispatch (`profile_seconds`), not only the whole step."""
+                 profile: bool = False, attention_chunk: int = DEFAULT_CHUNK) -> None:
+        """`profile`: time every dispatch (`profile_seconds`), not only the whole step.
+        `attention_chunk`: the smallest span of key positions one attention workgroup takes
+        (`attention.py`); it changes summation orders, so it is part of `identity` when not the
+        default. Tests make it small to split short contexts into many chunks."""
         super().__init__(cfg)
         _check_supported(cfg)
         if kv_dtype not in KV_DTYPES:
             raise ValueError(f"KV dtype {kv_dtype!r}: expected one of {', '.join(KV_DTYPES)}")
+        if attention_chunk < 1:
+            raise ValueError(f"attention chunk {attention_chunk}: expected at least one key per chunk")
         self.kv_dtype = kv_dtype
         self.profile = profile
+        self.attention_chunk = attention_chunk
         self.device = Device(device)
         self.mem = Memory(self.device)
         self.kernels = Kernels(self.device)
@@ -62,7 +69,8 @@ class VulkanBackend(Backend):
 
     @property
     def identity(self) -> str:
-        return f"vulkan on {self.device.info.name} ({self.device.info.driver}), KV {self.kv_dtype}"
+        chunk = "" if self.attention_chunk == DEFAULT_CHUNK else f", attention chunk {self.attention_chunk}"
+        return f"vulkan on {self.device.info.name} ({self.device.info.driver}), KV {self.kv_dtype}{chunk}"
 
     def load_weights(self, tensors: Iterable[tuple[str, Tensor]]) -> None:
         self.weights.load(tensors)
@@ -114,7 +122,7 @@ class VulkanBackend(Backend):
         params = b.view(b.params, PARAMS_DTYPE, R)
         seq_of_row = np.searchsorted(batch.seq_starts, rows, side="right") - 1
         _fill_params(params, batch, seq_of_row, rows == last[seq_of_row])
-        b.view(b.grids, np.uint32, b.grids.size // 4)[:] = self.graph.grids(T, R).ravel()
+        b.view(b.grids, np.uint32, b.grids.size // 4)[:] = self.graph.grids(T, R, batch.positions).ravel()
         self.device.submit_and_wait(self.graph.cb)
 
         ids = b.view(b.ids, np.int32, R).copy()
@@ -148,9 +156,9 @@ class VulkanBackend(Backend):
         start = Capacity(64, 32, 32, tuple((g, 16) for g, _ in need.widths))
         capacity = (self.buffers.capacity if self.buffers is not None else start).grown_to(need)
         self._drop_graph()
-        self.buffers = StepBuffers(self.cfg, self.mem, capacity)
+        self.buffers = StepBuffers(self.cfg, self.mem, capacity, self.block_size, self.attention_chunk)
         self.graph = StepGraph(self.cfg, self.kernels, self.weights, self.buffers, self.k_pages, self.v_pages,
-                               self.inv_freq, self.kv_dtype, self.block_size, self.profile)
+                               self.inv_freq, self.kv_dtype, self.block_size, self.attention_chunk, self.profile)
 
     def _drop_graph(self) -> None:
         """Free the recorded step and its buffers; the next step records them again."""
@@ -197,7 +205,10 @@ def _check_supported(cfg: Gemma3Config) -> None:
         (cfg.q_width % 8 == 0, f"num_heads * head_dim {cfg.q_width} is not a multiple of 8"),
         (cfg.intermediate_size % 8 == 0, f"intermediate_size {cfg.intermediate_size} is not a multiple of 8"),
         (cfg.head_dim % cols == 0 and cfg.head_dim <= 256, f"head_dim {cfg.head_dim} must be a multiple of {cols} and at most 256"),
-        (group <= 16 and group * cfg.head_dim <= 2048, f"{group} query heads per KV head of {cfg.head_dim} exceed the attention kernel's 2048"),
+        (cfg.head_dim % 8 == 0, f"head_dim {cfg.head_dim} is not a multiple of 8 (attention reads rows in 16-byte pieces)"),
+        (group <= 16, f"{group} query heads per KV head exceed the attention kernel's 16"),
+        (group * cfg.head_dim <= 2048,
+         f"{group} query heads per KV head of head_dim {cfg.head_dim} ({group * cfg.head_dim} values) exceed the attention kernel's 2048"),
     ]
     bad = [message for ok, message in problems if not ok]
     if bad:

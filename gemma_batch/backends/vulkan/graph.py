@@ -5,17 +5,19 @@ dispatch (`profile_seconds`: time per kernel name).
 
 Nothing in the recording depends on the step's size: kernels read T, S and R from the step
 header and every dispatch takes its grid from the indirect buffer, which the host fills per step
-(`write_grids`). The command buffer is recorded again only when the step buffers grow.
+(`grids`). The command buffer is recorded again only when the step buffers grow.
 
 Per step (shapes for T tokens, R logits rows):
 
-    fill counters    0 (the matmul epilogues' counters)
+    fill counters    0 (the matmul epilogues' and the attention merge's counters)
     embed            x [T, H]          = E[tokens] * sqrt(H)
     per layer:
       matmul norm_qk_rope
                      qkv [T, q+2kv]    = rms(x)(1 + input_ln) . Wqkv, then per head: QK-norm, RoPE,
                                          q [T, nh, hd], K/V pages at the tokens' slots
-      attention      attn [T, nh, hd]  over each token's visible keys
+      attention      attn [T, nh, hd]  over each token's visible keys, split into chunks of
+                                         positions (a workgroup per chunk, token and kv head; the
+                                         last chunk to finish merges them, see attention.comp)
       matmul post_norm
                      y [T, H]          = attn . Wo, then x += rms(y)(1 + post_attention_ln)
       matmul gated   act [T, I]        = gelu(rms(x)(1 + pre_ff_ln) . Wgate) * (... . Wup)
@@ -30,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...model.config import Gemma3Config
+from .attention import most_chunks
 from .kernels import MATMUL_ROWS, META_BINDING, Kernels, matmul_cols, matmul_variant
 from .memory import Buffer
 from .step_buffers import GRID_SLOTS, StepBuffers
@@ -40,7 +43,7 @@ MAX_GROUPS_X = 32768
 
 
 class StepGraph:
-    """Records the step once; `grids(T, R)` gives the indirect grid of every dispatch."""
+    """Records the step once; `grids(T, R, positions)` gives the indirect grid of every dispatch."""
 
     def __init__(
         self,
@@ -53,9 +56,11 @@ class StepGraph:
         inv_freq: dict[str, Buffer],
         kv_dtype: str,
         block_size: int,
+        attention_chunk: int,
         profile: bool = False,
     ) -> None:
         self.cfg, self.kernels, self.w, self.b = cfg, kernels, weights, buffers
+        self.attention_chunk = attention_chunk  # the smallest chunk span (attention.py)
         self.k_pages, self.v_pages, self.inv_freq = k_pages, v_pages, inv_freq
         self.kv_name = kv_dtype  # the suffix of the KV-page kernel variants
         self.block_size = block_size
@@ -68,7 +73,8 @@ class StepGraph:
 
     def _grid(self, kind: str, n: int) -> int:
         """Byte offset of the indirect grid for `kind`: "tokens" (T * n groups), "rows" (R * n),
-        "matmul_tokens" / "matmul_rows" (row tiles of M times n column tiles)."""
+        "matmul_tokens" / "matmul_rows" (row tiles of M times n column tiles), "attention <group>"
+        (T * n times the step's most chunks of a token in that KV group)."""
         spec = (kind, n)
         if spec not in self._grid_specs:
             if len(self._grid_specs) == GRID_SLOTS:
@@ -76,12 +82,16 @@ class StepGraph:
             self._grid_specs.append(spec)
         return 12 * self._grid_specs.index(spec)
 
-    def grids(self, num_tokens: int, num_rows: int) -> np.ndarray:
-        """[GRID_SLOTS, 3] uint32 workgroup counts for a step of T tokens and R logits rows."""
+    def grids(self, num_tokens: int, num_rows: int, positions: np.ndarray) -> np.ndarray:
+        """[GRID_SLOTS, 3] uint32 workgroup counts for a step of T tokens at `positions` [T] and R
+        logits rows."""
         out = np.zeros((GRID_SLOTS, 3), np.uint32)
+        windows = {g.name: g.window for g in self.cfg.kv_groups()}
         for i, (kind, n) in enumerate(self._grid_specs):
             m = num_rows if kind.endswith("rows") else num_tokens
             count = -(-m // MATMUL_ROWS) * n if kind.startswith("matmul") else m * n
+            if kind.startswith("attention "):
+                count *= most_chunks(positions, windows[kind.split()[1]], self.attention_chunk)
             x = min(count, MAX_GROUPS_X)
             out[i] = (x, -(-count // x) if x else 1, 1)
         return out
@@ -127,6 +137,7 @@ class StepGraph:
         self.stamps.reset(self.cb)
         self.stamps.write(self.cb, 0)
         vk.vkCmdFillBuffer(self.cb, b.counters.handle, 0, b.counters.size, 0)
+        vk.vkCmdFillBuffer(self.cb, b.attn_counters.handle, 0, b.attn_counters.size, 0)
         filled = vk.VkMemoryBarrier(sType=vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER, srcAccessMask=vk.VK_ACCESS_TRANSFER_WRITE_BIT,
                                     dstAccessMask=vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT)
         vk.vkCmdPipelineBarrier(self.cb, vk.VK_PIPELINE_STAGE_TRANSFER_BIT, vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
@@ -142,10 +153,12 @@ class StepGraph:
             width = dict(b.capacity.widths)[group.name]
             self._dispatch(f"attention_{self.kv_name}",
                            {0: b.q, 1: b.attn, 2: b.positions, 3: b.token_seq, 4: b.tables[group.name],
-                            6: self.k_pages[layer], 8: self.v_pages[layer]},
+                            5: b.part_acc, 6: self.k_pages[layer], 8: self.v_pages[layer], 9: b.part_ml,
+                            10: b.attn_counters},
                            {"num_heads": cfg.num_heads, "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
                             "window": group.window or 0, "block_size": self.block_size, "table_stride": width,
-                            "scale": cfg.attn_scale}, ("tokens", cfg.num_kv_heads))
+                            "chunk": self.attention_chunk, "scale": cfg.attn_scale},
+                           (f"attention {group.name}", cfg.num_kv_heads))
             self._matmul("post_norm", layer, "o_proj", b.attn, b.y, H, cfg.q_width,
                          extra={9: lw["post_attention_layernorm"], 10: b.x})
             self._matmul("norm_gated", layer, "gate_proj", b.x, b.act, I, H, lw["pre_feedforward_layernorm"],

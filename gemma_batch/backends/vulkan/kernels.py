@@ -30,7 +30,7 @@ PUSH = {
     "matmul": np.dtype([("N", _u), ("K", _u), ("eps", _f), ("num_heads", _u), ("num_kv_heads", _u), ("head_dim", _u)]),
     "attention": np.dtype([
         ("num_heads", _u), ("num_kv_heads", _u), ("head_dim", _u), ("window", _u),
-        ("block_size", _u), ("table_stride", _u), ("scale", _f),
+        ("block_size", _u), ("table_stride", _u), ("chunk", _u), ("scale", _f),
     ]),
     "sample": np.dtype([("row_stride", _u)]),
     "read_bandwidth": np.dtype([("n", _u), ("iterations", _u)]),

@@ -5,8 +5,12 @@ Host-visible inputs, written by the host before each submit (a few KiB per step)
 token), per KV group `slots` and `tables` ([S, width] block ids), `rows` (the flat token of each
 logits row), `params` (per-row sampling parameters), `grids` (the indirect dispatch sizes) and
 the output `ids`. Device-local scratch: the residual stream `x` [T, H], `qkv`, `q`, `attn`,
-`y` [T, H], `act` [T, I] and `logits` [R, V], all fp32; and the `counters` of the matmul
-epilogues (one per row tile and head, zeroed at the start of each step).
+`y` [T, H], `act` [T, I] and `logits` [R, V], all fp32; the `counters` of the matmul
+epilogues (one per row tile and head, zeroed at the start of each step); and attention's partial
+results per (chunk, token, kv head), `part_acc` [records, G * hd] and `part_ml` [records, 2, G]
+(running max and sum), with `attn_counters` [T, nkv] (zeroed at the start of each step). Records
+are T * nkv times the most chunks of any position the capacity's block tables can hold
+(`attention.py`: at most MAX_CHUNKS; none when every context fits in one chunk).
 
 When a step needs more than the capacity, everything here is reallocated (doubling), and the
 backend records its command buffer again; steady state allocates nothing.
@@ -19,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...model.config import Gemma3Config
+from .attention import most_chunks
 from .kernels import MATMUL_ROWS
 from .memory import Buffer, Memory
 
@@ -53,7 +58,8 @@ class Capacity:
 
 
 class StepBuffers:
-    def __init__(self, cfg: Gemma3Config, memory: Memory, capacity: Capacity) -> None:
+    def __init__(self, cfg: Gemma3Config, memory: Memory, capacity: Capacity, block_size: int,
+                 attention_chunk: int) -> None:
         self.cfg, self.mem, self.capacity = cfg, memory, capacity
         T, S, R = capacity.tokens, capacity.seqs, capacity.rows
         host = memory.alloc_host
@@ -79,12 +85,19 @@ class StepBuffers:
         self.logits = dev(4 * R * V, f"logits of {R} rows")
         heads = cfg.num_heads + 2 * cfg.num_kv_heads
         self.counters = dev(4 * -(-T // MATMUL_ROWS) * heads, "epilogue counters")
+        widths = dict(capacity.widths)
+        chunks = max(most_chunks(np.arange(widths[g.name] * block_size), g.window, attention_chunk)
+                     for g in cfg.kv_groups())
+        records = T * cfg.num_kv_heads * chunks if chunks > 1 else 0
+        self.part_acc = dev(4 * records * cfg.q_width // cfg.num_kv_heads, f"attention partials ({chunks} chunks)")
+        self.part_ml = dev(4 * records * 2 * cfg.num_heads // cfg.num_kv_heads, "attention partial maxima and sums")
+        self.attn_counters = dev(4 * T * cfg.num_kv_heads, "attention merge counters")
         self.dummy = self.meta
 
     def all(self) -> list[Buffer]:
         named = [self.meta, self.tokens, self.positions, self.token_seq, self.rows, self.params, self.grids,
                  self.ids, self.x, self.qkv, self.q, self.attn, self.y, self.act, self.logits,
-                 self.counters]
+                 self.counters, self.part_acc, self.part_ml, self.attn_counters]
         return named + list(self.slots.values()) + list(self.tables.values())
 
     def free(self) -> None:
