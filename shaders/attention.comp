@@ -39,6 +39,7 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_EXT_control_flow_attributes : require  // [[unroll]]: the per-head arrays stay in registers
 #include "common.glsl"
 
 #define WG 128
@@ -128,7 +129,7 @@ void main() {
     uint piece = unit % hd8, g0 = unit / hd8 * 4u;
     bool valued = unit < units;
     vec4 acc[8];  // heads g0 .. g0 + 3, elements 8 piece .. 8 piece + 7: acc[2 gg], acc[2 gg + 1]
-    for (uint i = 0u; i < 8u; i++) acc[i] = vec4(0.0);
+    [[unroll]] for (uint i = 0u; i < 8u; i++) acc[i] = vec4(0.0);
     uint team = tid / KL, lane = tid % KL;
     barrier();
 
@@ -139,21 +140,21 @@ void main() {
             uint key = base + k;
             uint row = (uint(block_table[table + key / pc.block_size]) * pc.block_size + key % pc.block_size) * nkv + j;
             float s[GMAX];
-            for (uint g = 0u; g < GMAX; g++) s[g] = 0.0;
+            [[unroll]] for (uint g = 0u; g < GMAX; g++) s[g] = 0.0;
             for (uint c = lane; c < hd8; c += KL) {
                 vec4 klo, khi;
                 LOAD8(k4, row, c, klo, khi);
-                for (uint g = 0u; g < GMAX; g++) {
+                [[unroll]] for (uint g = 0u; g < GMAX; g++) {
                     if (g >= G) break;
                     s[g] += dot(qs[2u * (g * hd8 + c)], klo) + dot(qs[2u * (g * hd8 + c) + 1u], khi);
                 }
             }
-            for (uint g = 0u; g < GMAX; g++) {
+            [[unroll]] for (uint g = 0u; g < GMAX; g++) {
                 if (g >= G) break;
                 s[g] = cluster_sum(s[g], KL);
             }
             if (lane == 0u) {
-                for (uint g = 0u; g < GMAX; g++) {
+                [[unroll]] for (uint g = 0u; g < GMAX; g++) {
                     if (g >= G) break;
                     sc[g * KB + k] = s[g];
                 }
@@ -184,7 +185,7 @@ void main() {
         barrier();
         // Probabilities times V rows, per key group in key order.
         if (valued) {
-            for (uint gg = 0u; gg < 4u; gg++) {
+            [[unroll]] for (uint gg = 0u; gg < 4u; gg++) {
                 if (g0 + gg >= G) break;
                 acc[2u * gg] *= rescale[g0 + gg];
                 acc[2u * gg + 1u] *= rescale[g0 + gg];
@@ -192,7 +193,7 @@ void main() {
             for (uint k = kg; k < n; k += KG) {
                 vec4 vlo, vhi;
                 LOAD8(v4, krow[k], piece, vlo, vhi);
-                for (uint gg = 0u; gg < 4u; gg++) {
+                [[unroll]] for (uint gg = 0u; gg < 4u; gg++) {
                     if (g0 + gg >= G) break;
                     float w = sc[(g0 + gg) * KB + k];
                     acc[2u * gg] += w * vlo;
@@ -202,12 +203,12 @@ void main() {
         }
         barrier();  // sc and krow are reused by the next pass
     }
-    for (uint i = 0u; i < 8u; i++) acc[i] = cluster_sum4(acc[i], KG);
+    [[unroll]] for (uint i = 0u; i < 8u; i++) acc[i] = cluster_sum4(acc[i], KG);
     bool writer = valued && kg == 0u;
 
     if (nchunks == 1u) {
         if (writer) {
-            for (uint gg = 0u; gg < 4u; gg++) {
+            [[unroll]] for (uint gg = 0u; gg < 4u; gg++) {
                 uint g = g0 + gg;
                 if (g >= G) break;
                 uint e = qbase + (g * hd8 + piece) * 2u;
@@ -221,7 +222,7 @@ void main() {
     // This chunk's partial, then the merge by the last of the token's chunks.
     uint rec = G * hd / 4u;  // vec4 per record of part_acc
     if (writer) {
-        for (uint gg = 0u; gg < 4u; gg++) {
+        [[unroll]] for (uint gg = 0u; gg < 4u; gg++) {
             uint g = g0 + gg;
             if (g >= G) break;
             uint e = id * rec + (g * hd8 + piece) * 2u;

@@ -4,8 +4,9 @@ In CI this runs on Mesa's llvmpipe; on a GPU machine on the GPU (GEMMA_BATCH_VK_
 
 Tolerances, on logits (max abs; the tiny models' logits reach about 3):
 - KV pages fp32: 1e-4. Both backends use the same weights (bf16/fp32 widened exactly) and fp32
-  everywhere; only summation orders differ (fused norms, subgroup sums, online softmax), worth a
-  few 1e-6, as between the CPU backend and transformers (same bound as that test).
+  everywhere; only summation orders differ (fused norms, subgroup sums, online softmax, the merge
+  of attention chunks), worth a few 1e-6, as between the CPU backend and transformers (same bound
+  as that test).
 - KV pages fp16 (the default): 1e-2. Rounding K and V to fp16 moves each by up to 2^-11
   relative (4.9e-4); through six layers that measured 1.6e-3 on these models. Every modelling
   mistake moves logits by 1e-1 or more (the negative control below fails by > 10x).
