@@ -9,10 +9,8 @@ output, "<output>.partial/" holds:
 - part-<start>-<end>.parquet (12-digit, zero-padded): rows [start, end) in order. Parts tile
   [0, frontier) with no gap; names sort in row order and carry their range, so open() recovers
   the frontier from a directory listing. Each part is written atomically (tmp, fsync, rename).
-- pending.jsonl: the journal, rows committed but not yet in a part, in commit order, one JSON
-  line each (`codec.RowCodec`). A row is appended with one os.write, so it survives SIGKILL as
-  soon as commit returns (fsync at most once a second, and at every compaction). A last line
-  torn by a kill (no newline) is cut off on open.
+- pending.jsonl: the journal (`journal.py`), rows committed but not yet in a part, in commit
+  order, one JSON line each. A row survives SIGKILL as soon as commit returns.
 
 Compaction: once >= `compact_every` rows form a contiguous run from the frontier (and at
 finalize), they become the next part, then the journal is rewritten without them (tmp, fsync,
@@ -32,7 +30,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -40,14 +37,14 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from ..data import writers
-from .codec import RowCodec, journal_line_index
+from .codec import RowCodec
 from .fingerprint import fingerprint_differences
+from .journal import Journal
 
 KIND_KEY = "_kind"  # extra row key (not a schema column) with the request kind, "chat" or "text"
 _JOB = "job.json"
 _JOURNAL = "pending.jsonl"
 _PART = re.compile(r"part-(\d{12})-(\d{12})\.parquet")
-_SYNC_INTERVAL_S = 1.0
 
 
 class JobMismatch(Exception):
@@ -108,8 +105,7 @@ class ResultStore:
         self._contig = 0  # first uncommitted row (rows [frontier, contig) are pending)
         self._pending: dict[int, bytes] = {}  # index -> journal line, for rows >= frontier
         self._parts: list[Path] = []
-        self._fd: int | None = None
-        self._synced_at = 0.0
+        self._journal = Journal(self.partial_dir / _JOURNAL)
 
     @property
     def num_done(self) -> int:
@@ -172,7 +168,7 @@ class ResultStore:
             f.write(json.dumps(job).encode())
         os.replace(building, self.partial_dir)
         writers.fsync_dir(self.partial_dir.parent)
-        self._open_journal()
+        self._journal.open()
 
     def _load(self) -> None:
         for stale in self.partial_dir.glob("*.tmp-*"):
@@ -185,41 +181,26 @@ class ResultStore:
                                    "of the earlier parts; rerun with --force to start over")
             self._parts.append(path)
             self._frontier = end
-        journal = self.partial_dir / _JOURNAL
-        good = 0
-        with open(journal, "rb") as f:
-            for line in f:
-                index = journal_line_index(line)
-                if index is None:  # torn by a kill: cut here
-                    break
-                good += len(line)
-                if index >= self._frontier and index not in self._pending:
-                    self._pending[index] = line
-        if good < journal.stat().st_size:
-            os.truncate(journal, good)
+        for index, line in self._journal.read():
+            if index >= self._frontier and index not in self._pending:
+                self._pending[index] = line
         self._contig = self._frontier
         self._advance()
-        self._open_journal()
-
-    def _open_journal(self) -> None:
-        journal = self.partial_dir / _JOURNAL
-        self._fd = os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._synced_at = time.monotonic()
+        self._journal.open()
 
     def _advance(self) -> None:
         while self._contig in self._pending:
             self._contig += 1
 
-    def _require_open(self) -> int:
-        if self._fd is None:
+    def _require_open(self) -> None:
+        if not self._journal.is_open:
             raise RuntimeError("the result store is not open for writing (call open() first)")
-        return self._fd
 
     def commit(self, row: Mapping[str, Any]) -> None:
         """Record one output row (keys: the schema's field names, plus KIND_KEY for "openai").
         Survives SIGKILL once this returns. ValueError if the row is already committed or does
         not fit the schema (TypeError for a value of the wrong type)."""
-        fd = self._require_open()
+        self._require_open()
         index = row.get("row")
         if type(index) is not int or index < 0:
             raise ValueError(f"row index must be an int >= 0, got {index!r}")
@@ -231,16 +212,13 @@ class ResultStore:
         elif KIND_KEY in row:
             row = {k: v for k, v in row.items() if k != KIND_KEY}
         line = self._codec.encode(row)
-        view = memoryview(line)
-        while view:
-            view = view[os.write(fd, view):]
+        self._journal.append(line)
         self._pending[index] = line
         self._advance()
         if self._contig - self._frontier >= self._compact_every:
             self._compact()
-        elif time.monotonic() - self._synced_at >= _SYNC_INTERVAL_S:
-            os.fsync(fd)
-            self._synced_at = time.monotonic()
+        else:
+            self._journal.sync_if_due()
 
     def _compact(self) -> None:
         """Move rows [frontier, contig) from the journal into a new part."""
@@ -252,11 +230,7 @@ class ResultStore:
             del self._pending[i]
         self._frontier = end
         self._parts.append(part)
-        os.close(self._require_open())
-        self._fd = None
-        with writers.atomic_file(self.partial_dir / _JOURNAL) as f:
-            f.writelines(self._pending[i] for i in sorted(self._pending))
-        self._open_journal()
+        self._journal.rewrite(self._pending[i] for i in sorted(self._pending))
 
     def finalize(self, num_rows: int) -> Path:
         """Write the final output (rows 0..num_rows-1 in input order, all committed, none beyond)
@@ -290,9 +264,7 @@ class ResultStore:
 
     def close(self) -> None:
         """Close the journal without finalizing (committed rows stay on disk for a resume)."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self._journal.close()
 
     def write_stats(self, stats: Mapping[str, int | float | str]) -> Path:
         """Write `stats` as the one-row Parquet file "<output stem>.stats.parquet" beside the
