@@ -64,7 +64,8 @@ class StepGraph:
         self.k_pages, self.v_pages, self.inv_freq = k_pages, v_pages, inv_freq
         self.kv_name = kv_dtype  # the suffix of the KV-page kernel variants
         self.block_size = block_size
-        self._grid_specs: list[tuple[str, int]] = []  # (count kind, multiplier or N)
+        self._grid_specs: list[tuple[str, int]] = []  # (count kind, multiplier)
+        self._windows = {g.name: g.window for g in cfg.kv_groups()}
         self.profile = profile
         self.stamped: list[str] = []  # the kernel before each timestamp after the first
         self.stamps = Timestamps(kernels.dev, 8 * cfg.num_layers + 16)
@@ -86,12 +87,11 @@ class StepGraph:
         """[GRID_SLOTS, 3] uint32 workgroup counts for a step of T tokens at `positions` [T] and R
         logits rows."""
         out = np.zeros((GRID_SLOTS, 3), np.uint32)
-        windows = {g.name: g.window for g in self.cfg.kv_groups()}
         for i, (kind, n) in enumerate(self._grid_specs):
             m = num_rows if kind.endswith("rows") else num_tokens
             count = -(-m // MATMUL_ROWS) * n if kind.startswith("matmul") else m * n
             if kind.startswith("attention "):
-                count *= most_chunks(positions, windows[kind.split()[1]], self.attention_chunk)
+                count *= most_chunks(positions, self._windows[kind.split()[1]], self.attention_chunk)
             x = min(count, MAX_GROUPS_X)
             out[i] = (x, -(-count // x) if x else 1, 1)
         return out
