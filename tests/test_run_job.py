@@ -255,6 +255,10 @@ def test_a_job_killed_at_random_moments_resumes_to_the_same_file(tmp_path):
     reference = gemma_batch("run", src, *flags, "--output", tmp_path / "reference.parquet")
     assert reference.returncode == 0, reference.stderr
 
+    def resumed_with_rows(err: str) -> bool:
+        return any(f"of {len(prompts)} rows already done" in line and not line.startswith("resuming: 0 ")
+                   for line in err.splitlines())
+
     target = tmp_path / "killed.parquet"
     rng = random.Random(3)
     resumed_midway = 0
@@ -265,14 +269,19 @@ def test_a_job_killed_at_random_moments_resumes_to_the_same_file(tmp_path):
         deadline = time.monotonic() + 60
         while not partial.exists() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)  # kill only once the job has started writing, at a random moment after
+        if not resumed_midway:  # until one kill has landed after a commit, wait for a committed row
+            journal = partial / "pending.jsonl"
+            while proc.poll() is None and time.monotonic() < deadline and not (
+                    journal.exists() and b"\n" in journal.read_bytes()) and not any(partial.glob("part-*")):
+                time.sleep(0.005)
         time.sleep(rng.uniform(0.0, 0.8))
         proc.send_signal(signal.SIGKILL)
         _, err = proc.communicate()
-        resumed_midway += any(f"of {len(prompts)} rows already done" in line and not line.startswith("resuming: 0 ")
-                              for line in err.splitlines())
+        resumed_midway += resumed_with_rows(err)
         if target.exists():
             break
     final = gemma_batch("run", src, *flags, "--output", target)
     assert final.returncode == 0, final.stderr
+    resumed_midway += resumed_with_rows(final.stderr)
     assert resumed_midway > 0  # some kill landed after rows were committed
     assert target.read_bytes() == (tmp_path / "reference.parquet").read_bytes()
