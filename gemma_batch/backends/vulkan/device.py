@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from . import coopmat
 from .errors import VulkanUnavailable
 
 DEVICE_ENV = "GEMMA_BATCH_VK_DEVICE"
@@ -51,7 +52,7 @@ class DeviceInfo:
     bf16: bool
     storage16: bool
     subgroup_size: int
-    cooperative_matrix: bool
+    cooperative_matrix: bool  # the extension is listed
     max_storage_buffer_range: int
     max_shared_memory: int
     max_push_constants: int
@@ -59,6 +60,7 @@ class DeviceInfo:
     max_storage_buffers: int = 0  # per shader stage
     subgroup_ops: bool = False  # subgroup arithmetic and shuffles in compute shaders
     timestamp_period: float = 1.0  # nanoseconds per timestamp tick
+    coopmat_fp16: bool = False  # runs shaders/matmul_coop.comp (coopmat.supported)
     extensions: frozenset[str] = field(repr=False, default=frozenset())
 
     @property
@@ -86,7 +88,7 @@ class DeviceInfo:
         heaps = ", ".join(f"{size / 2**30:.1f} GiB{' device-local' if local else ''}" for size, local in self.heaps)
         flags = [f"fp16 {'yes' if self.fp16 else 'no'}", f"int8 {'yes' if self.int8 else 'no'}",
                  f"bf16 {'yes' if self.bf16 else 'no'}", f"subgroup {self.subgroup_size}",
-                 f"cooperative matrix {'yes' if self.cooperative_matrix else 'no'}"]
+                 f"cooperative matrix {'fp16 tiles (used)' if self.coopmat_fp16 else 'yes' if self.cooperative_matrix else 'no'}"]
         return (f"[{self.index}] {self.name} ({self.type}); driver {self.driver}, Vulkan {self.api_version}\n"
                 f"    memory heaps: {heaps}\n    {', '.join(flags)}; "
                 f"max buffer {self.max_storage_buffer_range / 2**20:.0f} MiB, shared memory {self.max_shared_memory // 1024} KiB"
@@ -109,7 +111,7 @@ def create_instance(vk):
                                 "install one (e.g. mesa-vulkan-drivers) or run with --backend cpu") from None
 
 
-def describe_device(vk, index: int, pd) -> DeviceInfo:
+def describe_device(vk, instance, index: int, pd) -> DeviceInfo:
     props = vk.vkGetPhysicalDeviceProperties(pd)
     exts = frozenset(e.extensionName for e in vk.vkEnumerateDeviceExtensionProperties(pd, None))
     sub = vk.VkPhysicalDeviceSubgroupProperties(sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES)
@@ -144,6 +146,7 @@ def describe_device(vk, index: int, pd) -> DeviceInfo:
         max_push_constants=int(props.limits.maxPushConstantsSize),
         max_workgroup_invocations=int(props.limits.maxComputeWorkGroupInvocations),
         timestamp_period=float(props.limits.timestampPeriod),
+        coopmat_fp16=coopmat.supported(vk, instance, pd, exts, int(sub.subgroupSize)),
         max_storage_buffers=int(props.limits.maxPerStageDescriptorStorageBuffers),
         subgroup_ops=bool(sub.supportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT
                           and sub.supportedOperations & vk.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT
@@ -157,7 +160,7 @@ def list_devices() -> list[DeviceInfo]:
     vk = load_vulkan()
     instance = create_instance(vk)
     try:
-        return [describe_device(vk, i, pd) for i, pd in enumerate(vk.vkEnumeratePhysicalDevices(instance))]
+        return [describe_device(vk, instance, i, pd) for i, pd in enumerate(vk.vkEnumeratePhysicalDevices(instance))]
     finally:
         vk.vkDestroyInstance(instance, None)
 
@@ -186,7 +189,7 @@ class Device:
         vk = self.vk = load_vulkan()
         self.instance = create_instance(vk)
         physical = vk.vkEnumeratePhysicalDevices(self.instance)
-        infos = [describe_device(vk, i, pd) for i, pd in enumerate(physical)]
+        infos = [describe_device(vk, self.instance, i, pd) for i, pd in enumerate(physical)]
         self.info = choose_device(infos, wanted if wanted is not None else os.environ.get(DEVICE_ENV))
         self.physical = physical[self.info.index]
         if self.info.shortfalls():
@@ -204,9 +207,15 @@ class Device:
             pQueuePriorities=[1.0])
         extensions = [e for e in ("VK_EXT_memory_budget",) if e in self.info.extensions]
         self.memory_budget_ext = bool(extensions)
+        self.coopmat = self.info.coopmat_fp16 and coopmat.wanted()  # matmuls on matmul_coop.comp
+        features, keep = s16, None
+        if self.coopmat:
+            features, keep = coopmat.enable_chain(vk, s16, f16)
+            extensions.append(coopmat.EXTENSION)
         self.device = vk.vkCreateDevice(self.physical, vk.VkDeviceCreateInfo(
-            sType=vk.VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, pNext=s16, queueCreateInfoCount=1,
+            sType=vk.VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, pNext=features, queueCreateInfoCount=1,
             pQueueCreateInfos=[queue_info], enabledExtensionCount=len(extensions), ppEnabledExtensionNames=extensions), None)
+        del keep
         self.queue = vk.vkGetDeviceQueue(self.device, self.queue_family, 0)
         self.command_pool = vk.vkCreateCommandPool(self.device, vk.VkCommandPoolCreateInfo(
             sType=vk.VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, queueFamilyIndex=self.queue_family,

@@ -25,6 +25,12 @@ Per step (shapes for T tokens, R logits rows):
                      y [T, H]          = act . Wdown, then x += rms(y)(1 + post_ff_ln)
     matmul rows      logits [R, V]     = rms(x[rows])(1 + norm) . E
     sample           ids [R]
+
+On a device with cooperative matrices (`Device.coopmat`), each matmul whose weights are bf16 or
+fp16 and whose shape fits (kernels.coop_fits) is three dispatches instead: `split` writes its
+input (normalised where the kind fuses the norm; the gathered rows for the LM head) as fp16
+hi + lo, `coop` multiplies on the matrix units into partial sums per K chunk, and `reduce` adds
+the chunks and runs the kind's epilogue (the same code as matmul.comp's).
 """
 
 from __future__ import annotations
@@ -33,13 +39,15 @@ import numpy as np
 
 from ...model.config import Gemma3Config
 from .attention import most_chunks
-from .kernels import MATMUL_ROWS, META_BINDING, Kernels, matmul_cols, matmul_variant
+from .kernels import (COOP_COLS, COOP_FOLD_ROWS, COOP_KINDS, COOP_ROWS, MATMUL_ROWS, META_BINDING, Kernels, coop_chunks,
+                      coop_fits, coop_variant, matmul_cols, matmul_variant)
 from .memory import Buffer
 from .step_buffers import GRID_SLOTS, StepBuffers
 from .timestamps import Timestamps
 from .weights import DeviceWeights
 
 MAX_GROUPS_X = 32768
+REDUCE_WG = 128  # WG of reduce.comp
 
 
 class StepGraph:
@@ -58,24 +66,30 @@ class StepGraph:
         block_size: int,
         attention_chunk: int,
         profile: bool = False,
+        coop_min_chunk: int | None = None,
     ) -> None:
+        """`coop_min_chunk`: the cooperative-matrix path's shortest K chunk (kernels.coop_chunks),
+        None to run every matmul on matmul.comp."""
         self.cfg, self.kernels, self.w, self.b = cfg, kernels, weights, buffers
         self.attention_chunk = attention_chunk  # the smallest chunk span (attention.py)
         self.k_pages, self.v_pages, self.inv_freq = k_pages, v_pages, inv_freq
         self.kv_name = kv_dtype  # the suffix of the KV-page kernel variants
         self.block_size = block_size
+        self.coop_min_chunk = coop_min_chunk
         self._grid_specs: list[tuple[str, int]] = []  # (count kind, multiplier)
         self._windows = {g.name: g.window for g in cfg.kv_groups()}
         self.profile = profile
         self.stamped: list[str] = []  # the kernel before each timestamp after the first
-        self.stamps = Timestamps(kernels.dev, 8 * cfg.num_layers + 16)
+        self.stamps = Timestamps(kernels.dev, 16 * cfg.num_layers + 16)
         self.cb = kernels.dev.command_buffer()
         self._record()
 
     def _grid(self, kind: str, n: int) -> int:
         """Byte offset of the indirect grid for `kind`: "tokens" (T * n groups), "rows" (R * n),
-        "matmul_tokens" / "matmul_rows" (row tiles of M times n column tiles), "attention <group>"
-        (T * n times the step's most chunks of a token in that KV group)."""
+        "matmul_tokens" / "matmul_rows" (row tiles of M times n column tiles), "coop_tokens C" /
+        "coop_rows C" (the same for matmul_coop.comp's tiles, times its C chunks of K when M is
+        small enough for them to be separate workgroups), "attention <group>" (T * n times the
+        step's most chunks of a token in that KV group)."""
         spec = (kind, n)
         if spec not in self._grid_specs:
             if len(self._grid_specs) == GRID_SLOTS:
@@ -88,8 +102,13 @@ class StepGraph:
         logits rows."""
         out = np.zeros((GRID_SLOTS, 3), np.uint32)
         for i, (kind, n) in enumerate(self._grid_specs):
-            m = num_rows if kind.endswith("rows") else num_tokens
-            count = -(-m // MATMUL_ROWS) * n if kind.startswith("matmul") else m * n
+            m = num_rows if kind.split()[0].endswith("rows") else num_tokens
+            if kind.startswith("matmul"):
+                count = -(-m // MATMUL_ROWS) * n
+            elif kind.startswith("coop"):
+                count = -(-m // COOP_ROWS) * n * (1 if m > COOP_FOLD_ROWS else int(kind.split()[1]))
+            else:
+                count = m * n
             if kind.startswith("attention "):
                 count *= most_chunks(positions, self._windows[kind.split()[1]], self.attention_chunk)
             x = min(count, MAX_GROUPS_X)
@@ -121,14 +140,40 @@ class StepGraph:
                 norm: Buffer | None = None, extra: dict[int, Buffer] | None = None) -> None:
         """y = x . W[layer][key]^T with the variant `kind` (kernels.MATMUL_KINDS); `norm` is the
         fused input RMSNorm weight, `extra` the variant's other buffers by binding."""
+        dtype = self.w.dtype(layer, key)
+        # (gate and up run as one matmul of 2 I outputs: I must fit, so that no tile spans both)
+        if self.coop_min_chunk is not None and dtype in ("BF16", "F16") and coop_fits(N, K):
+            self._coop_matmul(kind, layer, key, x, y, N, K, norm, extra)
+            return
         buffers = {0: self.w.buffer(layer, key), 1: x, 2: y, 6: self.b.counters, **(extra or {})}
         if norm is not None:
             buffers[3] = norm
         cfg = self.cfg
         push = {"N": N, "K": K, "eps": cfg.rms_norm_eps, "num_heads": cfg.num_heads,
                 "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim}
-        self._dispatch(matmul_variant(kind, self.w.dtype(layer, key)), buffers, push,
+        self._dispatch(matmul_variant(kind, dtype), buffers, push,
                        ("matmul_rows" if kind == "norm_rows" else "matmul_tokens", -(-N // matmul_cols(kind))))
+
+    def _coop_matmul(self, kind: str, layer: int, key: str, x: Buffer, y: Buffer, N: int, K: int,
+                     norm: Buffer | None, extra: dict[int, Buffer] | None) -> None:
+        """`_matmul` on the cooperative-matrix path: split, coop, reduce (see the module doc)."""
+        cfg, b = self.cfg, self.b
+        split, gemm, reduce = COOP_KINDS[kind]
+        gated, rows = kind == "norm_gated", kind == "norm_rows"
+        count = "rows" if rows else "tokens"
+        inputs = {1: x, 2: b.split, 4: b.split_scale, **({3: norm} if norm is not None else {}), **({5: b.rows} if rows else {})}
+        self._dispatch(split, inputs, {"K": K, "eps": cfg.rms_norm_eps}, (count, 1))
+        cols = 2 * N if gated else N
+        chunks = coop_chunks(cols, K, self.coop_min_chunk)
+        weights = {0: self.w.buffer(layer, key), **({4: self.w.buffer(layer, "up_proj")} if gated else {})}
+        self._dispatch(coop_variant(gemm, self.w.dtype(layer, key)), {**weights, 1: b.split, 2: b.partial},
+                       {"N": cols, "K": K, "kchunk": K // chunks, "pad": 0}, (f"coop_{count} {chunks}", cols // COOP_COLS))
+        epilogue = {} if gated or rows else (extra or {})  # the post-norm's or QK-norm/RoPE/KV buffers
+        groups = {"reduce_post_norm": 1, "reduce_gated": -(-N // REDUCE_WG), "reduce_rows": -(-N // REDUCE_WG)}.get(
+            reduce, cfg.num_heads + 2 * cfg.num_kv_heads)
+        self._dispatch(reduce, {0: b.partial, 2: y, 4: b.split_scale, **epilogue},
+                       {"N": N, "chunks": chunks, "eps": cfg.rms_norm_eps, "num_heads": cfg.num_heads,
+                        "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim}, (count, groups))
 
     def _record(self) -> None:
         vk, cfg, b, w = self.kernels.vk, self.cfg, self.b, self.w

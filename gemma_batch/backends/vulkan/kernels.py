@@ -34,6 +34,9 @@ PUSH = {
     ]),
     "sample": np.dtype([("row_stride", _u)]),
     "read_bandwidth": np.dtype([("n", _u), ("iterations", _u)]),
+    "matmul_coop": np.dtype([("N", _u), ("K", _u), ("kchunk", _u), ("pad", _u)]),
+    "split": np.dtype([("K", _u), ("eps", _f)]),
+    "reduce": np.dtype([("N", _u), ("chunks", _u), ("eps", _f), ("num_heads", _u), ("num_kv_heads", _u), ("head_dim", _u)]),
 }
 
 WEIGHT_DEFINES = {"BF16": "W_BF16", "F16": "W_F16", "F32": "W_F32"}
@@ -46,6 +49,45 @@ MATMUL_KINDS = {  # kind -> defines (see the header of shaders/matmul.comp)
 }
 MATMUL_TEAMS = 4  # teams of 32 invocations per workgroup in matmul.comp
 MATMUL_ROWS = 8  # MT: rows per workgroup
+EPILOGUE_VEC4 = 12  # EPI_VEC of shaders/matmul_epilogue.glsl: vec4 of a row per invocation
+POST_NORM_MAX_ROW = EPILOGUE_VEC4 * 4 * MATMUL_TEAMS * 32  # the longest row the post-norm epilogue holds
+
+# The cooperative-matrix path (coopmat.py): per matmul kind, the split.comp variant that writes
+# its input, the matmul_coop.comp defines, and the reduce.comp variant that sums its K chunks and
+# runs the kind's epilogue.
+COOP_KINDS = {
+    "post_norm": ("split_plain", (), "reduce_post_norm"),
+    "norm_gated": ("split_norm", ("GATED",), "reduce_gated"),
+    "norm_rows": ("split_norm_rows", ("ROWS",), "reduce_rows"),
+    **{f"norm_qk_rope_{kv}": ("split_norm", (), f"reduce_qk_rope_{kv}") for kv in KV_DEFINES},
+}
+COOP_COLS, COOP_ROWS = 64, 32  # outputs and rows per workgroup of matmul_coop.comp (BN, BM)
+COOP_KU = 64  # k per stage of matmul_coop.comp
+COOP_FOLD_ROWS = 64  # FOLD_ROWS of matmul_coop.comp and reduce.comp
+COOP_TARGET_GROUPS = 512  # K is cut into chunks until a decode matmul has this many workgroups
+COOP_MIN_CHUNK = 256  # ... or until a chunk would be shorter than this
+
+
+def coop_fits(N: int, K: int) -> bool:
+    """matmul_coop.comp's shape limits: whole workgroup tiles of outputs, whole stages of K."""
+    return N % COOP_COLS == 0 and K % COOP_KU == 0
+
+
+def coop_chunks(N: int, K: int, min_chunk: int = COOP_MIN_CHUNK) -> int:
+    """The number of K chunks of a cooperative matmul of N outputs (fixed per matrix: it sets the
+    summation order, see matmul_coop.comp): doubled while the decode grid is small and the
+    chunks stay at least `min_chunk` long and whole stages."""
+    chunks = 1
+    while (N // COOP_COLS * chunks < COOP_TARGET_GROUPS and K // (2 * chunks) >= min_chunk
+           and K % (2 * chunks * COOP_KU) == 0):
+        chunks *= 2
+    return chunks
+
+
+def coop_partial_floats(M: int, N: int, chunks: int) -> int:
+    """Floats of matmul_coop.comp's partial sums for M rows (rows padded to whole tiles)."""
+    padded = -(-M // COOP_ROWS) * COOP_ROWS
+    return padded * N * (1 if M > COOP_FOLD_ROWS else chunks)
 
 
 def matmul_cols(kind: str) -> int:
@@ -61,6 +103,7 @@ class Variant:
     name: str
     source: str
     defines: tuple[str, ...] = ()
+    compiler: str = "glslc"  # "glslang": cooperative matrices, which Debian's glslc cannot compile
 
     @property
     def spv(self) -> Path:
@@ -75,7 +118,20 @@ def _variants() -> dict[str, Variant]:
             out.append(Variant(f"matmul_{kind}_{dtype.lower()}", "matmul", (define, *extra)))
     for kv, define in KV_DEFINES.items():
         out.append(Variant(f"attention_{kv}", "attention", (define,)))
+    for dtype in ("BF16", "F16"):
+        for gemm in dict.fromkeys(defines for _, defines, _ in COOP_KINDS.values()):
+            out.append(Variant(coop_variant(gemm, dtype), "matmul_coop", (WEIGHT_DEFINES[dtype], *gemm), "glslang"))
+    out += [Variant("split_plain", "split"), Variant("split_norm", "split", ("NORM",)),
+            Variant("split_norm_rows", "split", ("NORM", "ROW_GATHER")),
+            Variant("reduce_post_norm", "reduce", ("EPI_NORM_ADD",)), Variant("reduce_gated", "reduce", ("GATED",)),
+            Variant("reduce_rows", "reduce", ("ROWS",)),
+            *(Variant(f"reduce_qk_rope_{kv}", "reduce", ("EPI_QK_ROPE", d)) for kv, d in KV_DEFINES.items())]
     return {v.name: v for v in out}
+
+
+def coop_variant(defines: tuple[str, ...], dtype: str) -> str:
+    """The matmul_coop.comp variant for weights of `dtype` with `defines` (GATED, ROWS or none)."""
+    return "_".join(["coop", *(d.lower() for d in defines), dtype.lower()])
 
 
 VARIANTS = _variants()

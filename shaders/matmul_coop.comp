@@ -1,0 +1,171 @@
+#version 450
+// Cooperative-matrix (tensor core) matmul: partial[c, m, n] = sum over chunk c of K of
+// W[n, k] * x[m, k], as 16 x 16 x 16 fp16 tiles with fp32 accumulation.
+//
+// x comes from split.comp: each row as fp16 hi and lo halves of the row times a power of two
+// (hi + lo keeps 22 significant bits), so every tile is multiplied twice, W.hi then W.lo, and
+// the product keeps near-fp32 accuracy. W is bf16 (converted to fp16 while staged: exact in
+// fp16's normal range, which holds every weight of a real checkpoint) or fp16.
+//
+// Sum order, the same for every M and every tile shape (batch invariance): K is cut into
+// chunks of pc.kchunk; inside a chunk the 16-wide k blocks are accumulated in order; the chunks'
+// sums are then added in chunk order. For M <= FOLD_ROWS (decode) each chunk is its own
+// workgroup (more workgroups streaming weights) and reduce.comp adds the chunks; above it
+// (prefill) a workgroup runs the chunks in order itself and writes their sum as chunk 0.
+//
+// Tile: a workgroup owns BN = SG_N * TN * 16 outputs x BM = SG_M * TM * 16 rows; its
+// SG_N * SG_M subgroups of 32 each own TN x TM tiles. Per stage of KU = 64 k, the workgroup
+// copies W [BN, 64] and x hi/lo [BM, 64] to shared memory with 16-byte loads (the next stage's
+// loads are issued before this stage's multiplies), then each subgroup multiplies its tiles.
+// Rows past M read row M - 1 and are written only into the padding of partial (rows up to the
+// tile's end); whole row tiles past M are skipped.
+//
+// Variants: W_BF16 | W_F16; GATED (N = 2 I: output columns [0, I) from W at binding 0, [I, 2 I)
+// from the up weights at binding 4); ROWS (M = meta.num_rows: the LM head's gathered rows).
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_EXT_control_flow_attributes : require
+#include "common.glsl"
+
+#ifndef SG_N
+#define SG_N 4
+#define SG_M 1
+#define TN 1
+#define TM 2
+#endif
+#define WG (32 * SG_N * SG_M)
+#define BN (16 * SG_N * TN)     // kernels.COOP_TILES
+#define BM (16 * SG_M * TM)
+#define KU 64                   // k per stage (kernels.COOP_KU)
+#define FOLD_ROWS 64            // kernels.COOP_FOLD_ROWS
+#define PAD 9                   // uvec4 per staged row: 8 of data, 1 of padding against bank conflicts
+layout(local_size_x = WG) in;
+
+layout(std430, binding = 0) readonly buffer Wb { uvec4 w4[]; };
+layout(std430, binding = 1) readonly buffer Xb { uvec4 xs4[]; };   // split rows [hi K | lo K], fp16
+layout(std430, binding = 2) writeonly buffer Pb { float part[]; };  // [chunks, Mpad, N]
+layout(std430, binding = 4) readonly buffer W2b { uvec4 u4[]; };
+layout(push_constant) uniform Push {
+    uint N;
+    uint K;
+    uint kchunk;   // K per chunk, a multiple of KU dividing K
+    uint pad;
+} pc;
+
+shared uvec4 wsh[BN * PAD];      // W stage [BN rows][64 k] as fp16
+shared uvec4 xsh[2 * BM * PAD];  // x stage: hi rows, then lo rows
+
+#define ACC coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
+#define MAT_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
+#define MAT_B coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
+#define W_LOADS (BN * 8 / WG)        // uvec4 of W per invocation per stage
+#define X_LOADS (2 * BM * 8 / WG)    // uvec4 of x per invocation per stage
+
+uint fp16_pair(float a, float b) {  // two weights as fp16, clamped into fp16's range
+    return packHalf2x16(clamp(vec2(a, b), vec2(-65504.0), vec2(65504.0)));
+}
+
+uvec4 to_fp16(uvec4 v) {  // 8 weights of W's storage type as 8 fp16
+#ifdef W_BF16
+    return uvec4(fp16_pair(bf16_lo(v.x), bf16_hi(v.x)), fp16_pair(bf16_lo(v.y), bf16_hi(v.y)),
+                 fp16_pair(bf16_lo(v.z), bf16_hi(v.z)), fp16_pair(bf16_lo(v.w), bf16_hi(v.w)));
+#else
+    return v;
+#endif
+}
+
+void main() {
+#ifdef ROWS
+    uint M = meta.num_rows;
+#else
+    uint M = meta.num_tokens;
+#endif
+    uint m_groups = (M + BM - 1) / BM, n_groups = pc.N / BN, chunks = pc.K / pc.kchunk;
+    bool fold = M > FOLD_ROWS;
+    uint id = linear_group();
+    if (id >= m_groups * n_groups * (fold ? 1u : chunks)) return;
+    uint m0 = (id % m_groups) * BM;  // neighbouring workgroups share W rows: they stay in cache
+    uint n0 = ((id / m_groups) % n_groups) * BN;
+    uint c_first = fold ? 0u : id / (m_groups * n_groups);
+    uint k_begin = c_first * pc.kchunk, k_end = fold ? pc.K : k_begin + pc.kchunk;
+    uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID;
+    uint sg_n = sg % SG_N, sg_m = sg / SG_N;
+    uint K8 = pc.K / 8, xrow = pc.K / 4;  // uvec4 per W row and per split x row
+#ifdef GATED
+    bool up = n0 >= pc.N / 2;
+    uint wrow0 = up ? n0 - pc.N / 2 : n0;
+#else
+    bool up = false;
+    uint wrow0 = n0;
+#endif
+    // Which of this subgroup's row tiles hold rows below M (uniform per subgroup).
+    uint live_tm = min(TM, (M - min(M, m0 + sg_m * TM * 16) + 15) / 16);
+
+    uvec4 wr[W_LOADS], xr[X_LOADS];
+#define LOAD_STAGE(k0) { \
+        [[unroll]] for (uint i = 0; i < W_LOADS; i++) { \
+            uint e = tid + WG * i, at = (wrow0 + e / 8) * K8 + (k0) / 8 + e % 8; \
+            if (up) wr[i] = u4[at]; else wr[i] = w4[at]; \
+        } \
+        [[unroll]] for (uint i = 0; i < X_LOADS; i++) { \
+            uint e = tid + WG * i, row = e / 16, half_ = (e / 8) % 2; \
+            xr[i] = xs4[min(m0 + row, M - 1) * xrow + half_ * K8 + (k0) / 8 + e % 8]; \
+        } }
+
+    ACC acc[TN * TM];  // tile (tn, tm) at tn * TM + tm
+    ACC total[TN * TM];
+    [[unroll]] for (uint i = 0; i < TN * TM; i++) { acc[i] = ACC(0.0); total[i] = ACC(0.0); }
+    LOAD_STAGE(k_begin);
+    for (uint k0 = k_begin; k0 < k_end; k0 += KU) {
+        barrier();  // the last stage's multiplies are done with shared memory
+        [[unroll]] for (uint i = 0; i < W_LOADS; i++) {
+            uint e = tid + WG * i;
+            wsh[(e / 8) * PAD + e % 8] = to_fp16(wr[i]);
+        }
+        [[unroll]] for (uint i = 0; i < X_LOADS; i++) {
+            uint e = tid + WG * i, row = e / 16, half_ = (e / 8) % 2;
+            xsh[(half_ * BM + row) * PAD + e % 8] = xr[i];
+        }
+        barrier();
+        if (k0 + KU < k_end) LOAD_STAGE(k0 + KU);  // in flight during the multiplies
+        [[unroll]] for (uint j = 0; j < KU / 16; j++) {
+            MAT_A a[TN];
+            [[unroll]] for (uint tn = 0; tn < TN; tn++)
+                coopMatLoad(a[tn], wsh, ((sg_n * TN + tn) * 16) * PAD + 2 * j, PAD, gl_CooperativeMatrixLayoutRowMajor);
+            [[unroll]] for (uint tm = 0; tm < TM; tm++) {
+                if (tm >= live_tm) break;
+                uint r = (sg_m * TM + tm) * 16;
+                MAT_B hi;
+                MAT_B lo;
+                coopMatLoad(hi, xsh, r * PAD + 2 * j, PAD, gl_CooperativeMatrixLayoutColumnMajor);
+                coopMatLoad(lo, xsh, (BM + r) * PAD + 2 * j, PAD, gl_CooperativeMatrixLayoutColumnMajor);
+                [[unroll]] for (uint tn = 0; tn < TN; tn++) {
+                    acc[tn * TM + tm] = coopMatMulAdd(a[tn], hi, acc[tn * TM + tm]);
+                    acc[tn * TM + tm] = coopMatMulAdd(a[tn], lo, acc[tn * TM + tm]);
+                }
+            }
+        }
+        uint done = k0 + KU - k_begin;
+        if (done % pc.kchunk == 0) {  // a chunk ends: add its sum to the running total, in chunk order
+            [[unroll]] for (uint tn = 0; tn < TN; tn++) {
+                [[unroll]] for (uint tm = 0; tm < TM; tm++) {
+                    if (done == pc.kchunk) total[tn * TM + tm] = acc[tn * TM + tm];
+                    else total[tn * TM + tm] = total[tn * TM + tm] + acc[tn * TM + tm];
+                    acc[tn * TM + tm] = ACC(0.0);
+                }
+            }
+        }
+    }
+    uint Mpad = m_groups * BM;
+    uint base = (fold ? 0u : c_first) * Mpad * pc.N;
+    [[unroll]] for (uint tn = 0; tn < TN; tn++) {
+        [[unroll]] for (uint tm = 0; tm < TM; tm++) {
+            if (tm >= live_tm) break;
+            uint m = m0 + (sg_m * TM + tm) * 16, n = n0 + (sg_n * TN + tn) * 16;
+            // the tile is y^T (n, m): column-major with stride N puts (n, m) at m * N + n
+            coopMatStore(total[tn * TM + tm], part, base + m * pc.N + n, pc.N, gl_CooperativeMatrixLayoutColumnMajor);
+        }
+    }
+}

@@ -1,0 +1,99 @@
+#version 450
+// After a cooperative-matrix matmul (matmul_coop.comp): y[m, n] = (sum over chunks c, in order,
+// of partial[c, m, n]) * scale[m] (split.comp's power of two), then the matmul's epilogue.
+// Chunks are pc.chunks for M <= FOLD_ROWS and 1 above (the matmul summed them itself).
+//
+// Variants (the epilogues of matmul.comp, on rows of y):
+//   (none) / ROWS  y to binding 2, a workgroup per WG outputs of a row (ROWS: M = meta.num_rows)
+//   GATED          partial holds [gate | up] (2 N columns): act[m, n] = gelu_tanh(gate) * up
+//   EPI_NORM_ADD   a workgroup per row: x_res[m] += rms_norm(y[m]) * (1 + g_epi), y kept in registers
+//   EPI_QK_ROPE    a workgroup per (row, head): y, then QK-norm, RoPE, q out and the KV pages
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : require
+#include "common.glsl"
+
+#define WG 128
+#define MT 1                  // rows per workgroup, for matmul_epilogue.glsl
+#define FOLD_ROWS 64          // matmul_coop.comp's
+#define BM 32                 // matmul_coop.comp's row padding of partial (kernels.COOP_ROW_PAD)
+layout(local_size_x = WG) in;
+
+layout(std430, binding = 0) readonly buffer Partb { float part[]; };
+layout(std430, binding = 4) readonly buffer Scaleb { float scale[]; };
+#if defined(EPI_NORM_ADD) || defined(EPI_QK_ROPE)
+#define EPILOGUE
+layout(std430, binding = 2) coherent buffer Yb { float y[]; };
+layout(std430, binding = 9) readonly buffer Eb { float g_epi[]; };
+#else
+layout(std430, binding = 2) writeonly buffer Yb { float y[]; };
+#endif
+layout(push_constant) uniform Push {
+    uint N;             // columns of y, or of act with GATED, whose partial has 2 N
+    uint chunks;
+    float eps;
+    uint num_heads;     // EPI_QK_ROPE: q heads, kv heads and head size of y's columns
+    uint num_kv_heads;
+    uint head_dim;
+} pc;
+
+#include "matmul_epilogue.glsl"
+
+uint M_rows() {
+#ifdef ROWS
+    return meta.num_rows;
+#else
+    return meta.num_tokens;
+#endif
+}
+
+// The chunks' sum for (m, column n) of a partial with `width` columns, times the row's scale.
+float gather(uint M, uint width, uint m, uint n) {
+    uint chunks = M > FOLD_ROWS ? 1u : pc.chunks;
+    uint slot = (M + BM - 1) / BM * BM * width;
+    float s = part[m * width + n];
+    for (uint c = 1; c < chunks; c++) s += part[c * slot + m * width + n];
+    return s * scale[m];
+}
+
+void main() {
+    uint M = M_rows(), id = linear_group(), tid = gl_LocalInvocationID.x;
+#if defined(EPI_NORM_ADD)
+    // matmul_epilogue.glsl's post-norm with the row summed straight into registers: every
+    // invocation issues all its loads (EPI_VEC vec4 per chunk) before the first add.
+    uint m = id;
+    if (m >= M) return;
+    uint chunks = M > FOLD_ROWS ? 1u : pc.chunks, slot = (M + BM - 1) / BM * BM * pc.N;
+    vec4 v[EPI_VEC];
+    [[unroll]] for (uint i = 0; i < EPI_VEC; i++) {
+        uint n = 4 * (i * WG + tid), at = m * pc.N + n;
+        v[i] = n < pc.N ? vec4(part[at], part[at + 1], part[at + 2], part[at + 3]) : vec4(0.0);
+    }
+    for (uint c = 1; c < chunks; c++) {
+        [[unroll]] for (uint i = 0; i < EPI_VEC; i++) {
+            uint n = 4 * (i * WG + tid), at = c * slot + m * pc.N + n;
+            if (n < pc.N) v[i] += vec4(part[at], part[at + 1], part[at + 2], part[at + 3]);
+        }
+    }
+    [[unroll]] for (uint i = 0; i < EPI_VEC; i++) v[i] *= scale[m];
+    post_norm_add(m, v);
+#elif defined(EPI_QK_ROPE)
+    uint heads = pc.num_heads + 2 * pc.num_kv_heads, m = id / heads, h = id % heads;
+    if (m >= M) return;
+    for (uint d = tid; d < pc.head_dim; d += WG) {
+        uint n = h * pc.head_dim + d;
+        y[m * pc.N + n] = gather(M, pc.N, m, n);
+    }
+    memoryBarrierBuffer();
+    barrier();
+    epilogue(m, M, h);
+#else
+    uint per_row = (pc.N + WG - 1) / WG, m = id / per_row, n = (id % per_row) * WG + tid;
+    if (m >= M || n >= pc.N) return;
+#ifdef GATED
+    y[m * pc.N + n] = gelu_tanh(gather(M, 2 * pc.N, m, n)) * gather(M, 2 * pc.N, m, pc.N + n);
+#else
+    y[m * pc.N + n] = gather(M, pc.N, m, n);
+#endif
+#endif
+}

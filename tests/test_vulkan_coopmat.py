@@ -1,0 +1,115 @@
+"""The cooperative-matrix matmuls (split.comp, matmul_coop.comp, reduce.comp) against the CPU reference.
+
+They run only on a device with fp16 cooperative matrices and subgroups of 32 (the GPU machine's
+H100); Mesa's llvmpipe in CI has none, so there these tests skip and test_vulkan_backend.py
+covers the portable kernels. On such a device every other Vulkan test runs them too, since they
+are the default there; these tests also check that they ran and force several K chunks.
+
+Tolerance, logits max abs with fp32 KV pages: 1e-4, as for the portable kernels. The input of
+each matmul is split into fp16 hi + lo after scaling its row by a power of two (22 significant
+bits: relative error <= 2^-22 = 2.4e-7 per element, over the row's largest value); weights are
+bf16, exact in fp16; the matrix units accumulate in fp32. A dot product moves by a few 1e-7
+relative, far below the bound. A matmul on plain fp16 inputs (2^-11 = 4.9e-4 relative) moves
+it by orders of magnitude more: the negative control shows that in numpy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gemma_batch.backends.vulkan import VulkanBackend
+from gemma_batch.backends.vulkan.coopmat import DISABLE_ENV
+from gemma_batch.backends.vulkan.device import Device
+from gemma_batch.job.spec import DEMO_MODEL
+from gemma_batch.model.checkpoint import Checkpoint
+from gemma_batch.model.config import Gemma3Config
+from tests.test_cpu_vs_transformers import checkpoints, cpu_backend, run_batched  # noqa: F401
+
+
+def _device_has_coopmat() -> bool:
+    try:
+        device = Device()
+    except Exception:  # noqa: BLE001 - no Vulkan at all: test_vulkan_backend reports that
+        return False
+    try:
+        return device.coopmat
+    finally:
+        device.close()
+
+
+needs_coopmat = pytest.mark.skipif(not _device_has_coopmat(), reason="the Vulkan device has no fp16 cooperative matrices")
+
+
+def backend_for(model_dir, **kwargs) -> VulkanBackend:
+    cfg = Gemma3Config.from_dir(model_dir)
+    backend = VulkanBackend(cfg, kv_dtype="float32", profile=True, **kwargs)
+    backend.load_weights(Checkpoint.open(model_dir, cfg).tensors())
+    return backend
+
+
+@needs_coopmat
+@pytest.mark.parametrize("min_chunk", [256, 64])  # one K chunk per matrix; up to 2 (sums added by reduce.comp)
+@pytest.mark.parametrize("model", ["demo", "tiny bf16"])
+def test_cooperative_matmuls_match_the_cpu_backend(checkpoints, model, min_chunk):
+    model_dir = DEMO_MODEL if model == "demo" else checkpoints["bf16"][0]
+    backend = backend_for(model_dir, coop_min_chunk=min_chunk)
+    completions, logits = run_batched(backend, step_token_budget=7)
+    ran = set(backend.profile_seconds())
+    assert {"split_norm", "coop_bf16", "reduce_qk_rope_float32"} <= ran  # the fast path ran (qkv fits both)
+    if model == "demo":  # every matmul fits; the tiny model's others (64, 96, 300 wide) stay on matmul.comp
+        assert {"coop_gated_bf16", "reduce_gated", "reduce_post_norm", "coop_rows_bf16"} <= ran
+    ref_completions, ref_logits = run_batched(cpu_backend(model_dir), step_token_budget=7)
+    assert completions == ref_completions
+    for ours, ref in zip(logits, ref_logits):
+        assert np.abs(ours - ref).max() < 1e-4
+
+
+@needs_coopmat
+def test_prefill_above_the_fold_matches_decode_sized_steps():
+    """Steps of more than 64 tokens sum the K chunks inside matmul_coop.comp; smaller ones in
+    reduce.comp. A prompt run in one 80-token step and in 7-token steps gives identical logits."""
+    from gemma_batch.engine.generate import generate_greedy
+
+    prompt = list(range(3, 83))
+    runs = []
+    for budget in (128, 7):
+        backend = backend_for(DEMO_MODEL, coop_min_chunk=64)
+        rows = {}
+
+        def record(_, batch, result, rows=rows):
+            for t in range(batch.num_tokens):
+                rows[int(batch.positions[t])] = result.logits[t].copy()
+
+        generate_greedy(backend, [prompt], 4, step_token_budget=budget, on_step=record)
+        runs.append(rows)
+        backend.close()
+    assert runs[0].keys() == runs[1].keys()
+    for pos in runs[0]:
+        assert np.array_equal(runs[0][pos], runs[1][pos]), pos
+
+
+@needs_coopmat
+def test_the_switch_turns_the_cooperative_path_off(monkeypatch):
+    monkeypatch.setenv(DISABLE_ENV, "1")
+    backend = backend_for(DEMO_MODEL)
+    run_batched(backend, step_token_budget=7)
+    assert not any(name.startswith(("coop_", "split", "reduce")) for name in backend.profile_seconds())
+    assert "cooperative" not in backend.identity
+
+
+def test_negative_control_plain_fp16_inputs_miss_the_tolerance():
+    """What the hi/lo split of split.comp buys, in numpy: products of bf16 weights with x rounded
+    to fp16 are off by far more than the same products with hi + lo."""
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((256, 1152)) * 0.05).astype(np.float32)
+    w = (w.view(np.uint32) & 0xFFFF0000).view(np.float32)  # bf16 weights, exactly
+    x = rng.standard_normal((8, 1152)).astype(np.float32) * 40.0
+    exact = x.astype(np.float64) @ w.T.astype(np.float64)
+    s = 2.0 ** (15 - np.frexp(np.abs(x).max(axis=1, keepdims=True))[1])  # split.comp's scale
+    hi = (x * s).astype(np.float16).astype(np.float32)
+    lo = (x * s - hi).astype(np.float16).astype(np.float32)
+    split_err = np.abs((hi.astype(np.float64) + lo) @ w.T / s - exact).max() / np.abs(exact).max()
+    plain_err = np.abs(hi.astype(np.float64) @ w.T / s - exact).max() / np.abs(exact).max()
+    assert split_err < 1e-6
+    assert plain_err > 100 * split_err

@@ -1,0 +1,106 @@
+"""split.comp, the input stage of the cooperative-matrix matmuls, against numpy on any Vulkan device;
+and one whole cooperative matmul (split, matmul_coop, reduce) against float64 where the device
+has cooperative matrices.
+
+Row m of x (RMS-normalised with (1 + g) in the NORM variant) must come back as fp16 hi + lo rows
+of s * v with s a power of two putting max |s v| in [2^14, 2^15), and scale[m] = 1 / s: then
+(hi + lo) * scale reconstructs v to 22 significant bits. Bound: |(hi + lo) / s - v| <= 2^-21
+max |v| per row (lo is rounded to fp16, half an ulp of 2^-11 of hi's ulp; a factor 2 of slack
+for the fp32 normalisation), which a hi-only split (2^-12) misses by far.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gemma_batch.backends.vulkan.device import Device
+from gemma_batch.backends.vulkan.kernels import Kernels
+from gemma_batch.backends.vulkan.memory import Memory
+
+
+def run_split(variant: str, x: np.ndarray, g: np.ndarray, eps: float, w: np.ndarray | None = None,
+              chunks: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(hi + lo as fp32 [M, K], scale [M]) from one dispatch of split.comp's `variant`; with
+    `w` (bf16 bits [N, K]) also y = x . w^T from matmul_coop.comp and reduce.comp (rows variants)."""
+    device = Device()
+    mem, kernels = Memory(device), Kernels(device)
+    try:
+        M, K = x.shape
+        meta = mem.alloc_host(16, "meta")
+        meta.array[:16] = np.array([M, 1, M, 0], np.uint32).view(np.uint8)
+        split, scale = mem.alloc(4 * M * K, "split"), mem.alloc(4 * M, "scale")
+        bufs = {1: mem.alloc(x.nbytes, "x"), 2: split, 3: mem.alloc(g.nbytes, "g"), 4: scale, 7: meta}
+        mem.upload(bufs[1], x)
+        mem.upload(bufs[3], g)
+        cb = device.command_buffer()
+        vk = device.vk
+        vk.vkBeginCommandBuffer(cb, vk.VkCommandBufferBeginInfo(sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO))
+        kernels.record_direct(cb, variant, kernels.descriptor_set(bufs, meta), {"K": K, "eps": eps}, M)
+        if w is not None:
+            N = w.shape[0]
+            wbuf, part, y = mem.alloc(w.nbytes, "w"), mem.alloc(4 * 64 * N * chunks, "partial"), mem.alloc(4 * M * N, "y")
+            mem.upload(wbuf, w)
+            kernels.record_direct(cb, "coop_rows_bf16", kernels.descriptor_set({0: wbuf, 1: split, 2: part, 7: meta}, meta),
+                                  {"N": N, "K": K, "kchunk": K // chunks, "pad": 0}, -(-M // 32) * N // 64 * chunks)
+            kernels.record_direct(cb, "reduce_rows", kernels.descriptor_set({0: part, 2: y, 4: scale, 7: meta}, meta),
+                                  {"N": N, "chunks": chunks, "eps": eps, "num_heads": 0, "num_kv_heads": 0, "head_dim": 0},
+                                  M * -(-N // 128))
+        vk.vkEndCommandBuffer(cb)
+        device.submit_and_wait(cb)
+        halves = mem.download(split).view(np.float16).reshape(M, 2, K).astype(np.float32)
+        out = mem.download(y).view(np.float32).reshape(M, N) if w is not None else None
+        return halves[:, 0] + halves[:, 1], mem.download(scale).view(np.float32), out
+    finally:
+        kernels.close()
+        mem.close()
+        device.close()
+
+
+@pytest.mark.parametrize("variant", ["split_plain", "split_norm"])
+def test_split_rows_reconstruct_their_input_to_22_bits(variant):
+    rng = np.random.default_rng(7)
+    M, K, eps = 5, 384, 1e-6
+    x = rng.standard_normal((M, K)).astype(np.float32) * np.array([[1e-3], [1.0], [40.0], [3e4], [2e5]], np.float32)
+    g = (rng.standard_normal(K) * 0.5).astype(np.float32)
+    v = x.astype(np.float64)
+    if variant == "split_norm":
+        v = v / np.sqrt((v * v).mean(axis=1, keepdims=True) + eps) * (1.0 + g)
+    both, scale, _ = run_split(variant, x, g, eps)
+    peak = np.abs(v).max(axis=1)
+    assert np.all(np.log2(scale) == np.round(np.log2(scale)))  # powers of two
+    assert np.all((peak / scale >= 2.0**14 * (1 - 1e-6)) & (peak / scale < 2.0**15))
+    err = np.abs(both * scale[:, None] - v).max(axis=1) / peak
+    assert np.all(err <= 2.0**-21), err
+    hi_only = np.abs((v / scale[:, None]).astype(np.float16).astype(np.float64) * scale[:, None] - v).max(axis=1) / peak
+    assert np.all(hi_only > 8 * 2.0**-21)  # the bound would catch a split that dropped lo
+
+
+def _has_coopmat() -> bool:
+    try:
+        device = Device()
+    except Exception:  # noqa: BLE001 - no Vulkan at all: other tests report that
+        return False
+    try:
+        return device.coopmat
+    finally:
+        device.close()
+
+
+@pytest.mark.skipif(not _has_coopmat(), reason="the Vulkan device has no fp16 cooperative matrices")
+@pytest.mark.parametrize("M", [1, 20, 33])
+@pytest.mark.parametrize("chunks", [1, 4])
+def test_a_cooperative_matmul_matches_float64(M, chunks):
+    """Relative error over the output's largest value: about 1e-7 for the split (fp32 sums of
+    exact products); 1e-5 bounds it, and plain fp16 inputs (about 1e-4) would fail."""
+    rng = np.random.default_rng(M + chunks)
+    N, K = 128, 1024
+    x = (rng.standard_normal((M, K)) * 3).astype(np.float32)
+    w = (rng.standard_normal((N, K)) * 0.05).astype(np.float32)
+    bits = (w.view(np.uint32) >> 16).astype(np.uint16)
+    w = (bits.astype(np.uint32) << 16).view(np.float32)
+    _, _, y = run_split("split_plain", x, np.zeros(K, np.float32), 1e-6, bits, chunks)
+    exact = x.astype(np.float64) @ w.T.astype(np.float64)
+    err = np.abs(y - exact).max() / np.abs(exact).max()
+    print(f"M {M} chunks {chunks}: relative error {err:.2e}")
+    assert err < 1e-5
