@@ -36,7 +36,9 @@ float workgroup_sum(float v) {
 #endif
 
 #ifdef EPI_NORM_ADD
+#ifndef EPI_VEC
 #define EPI_VEC 12  // vec4 of y per invocation: rows of up to EPI_VEC * 4 * WG values (kernels.POST_NORM_MAX_ROW)
+#endif
 // x_res[t] += y[t] / rms(y[t]) * (1 + g) for the tile's rows. The row is read once into
 // registers, every load issued up front (this runs after the rest of the dispatch has finished,
 // so its latency is the dispatch's tail); sum of squares per invocation in index order, then

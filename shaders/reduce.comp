@@ -13,13 +13,19 @@
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 
+#ifdef EPI_NORM_ADD
+#define WG 512                // a workgroup per row: many loads in flight at batch 1
+#define EPI_VEC 3             // rows of up to 3 * 4 * 512 = kernels.POST_NORM_MAX_ROW values
+#else
 #define WG 128
+#endif
 #define MT 1                  // rows per workgroup, for matmul_epilogue.glsl
 #define FOLD_ROWS 64          // matmul_coop.comp's
 #define BM 32                 // matmul_coop.comp's row padding of partial (kernels.COOP_ROW_PAD)
 layout(local_size_x = WG) in;
 
 layout(std430, binding = 0) readonly buffer Partb { float part[]; };
+layout(std430, binding = 0) readonly buffer Part4b { vec4 part4[]; };  // the same, 16 bytes at a time
 layout(std430, binding = 4) readonly buffer Scaleb { float scale[]; };
 #if defined(EPI_NORM_ADD) || defined(EPI_QK_ROPE)
 #define EPILOGUE
@@ -59,20 +65,26 @@ float gather(uint M, uint width, uint m, uint n) {
 void main() {
     uint M = M_rows(), id = linear_group(), tid = gl_LocalInvocationID.x;
 #if defined(EPI_NORM_ADD)
-    // matmul_epilogue.glsl's post-norm with the row summed straight into registers: every
-    // invocation issues all its loads (EPI_VEC vec4 per chunk) before the first add.
+    // matmul_epilogue.glsl's post-norm with the row summed straight into registers, chunks in
+    // order, their loads issued 4 chunks at a time.
     uint m = id;
     if (m >= M) return;
-    uint chunks = M > FOLD_ROWS ? 1u : pc.chunks, slot = (M + BM - 1) / BM * BM * pc.N;
+    uint chunks = M > FOLD_ROWS ? 1u : pc.chunks;
+    uint slot4 = (M + BM - 1) / BM * BM * pc.N / 4, row4 = m * pc.N / 4;
     vec4 v[EPI_VEC];
-    [[unroll]] for (uint i = 0; i < EPI_VEC; i++) {
-        uint n = 4 * (i * WG + tid), at = m * pc.N + n;
-        v[i] = n < pc.N ? vec4(part[at], part[at + 1], part[at + 2], part[at + 3]) : vec4(0.0);
-    }
-    for (uint c = 1; c < chunks; c++) {
-        [[unroll]] for (uint i = 0; i < EPI_VEC; i++) {
-            uint n = 4 * (i * WG + tid), at = c * slot + m * pc.N + n;
-            if (n < pc.N) v[i] += vec4(part[at], part[at + 1], part[at + 2], part[at + 3]);
+    [[unroll]] for (uint i = 0; i < EPI_VEC; i++) v[i] = vec4(0.0);
+    for (uint c0 = 0; c0 < chunks; c0 += 4) {
+        vec4 p[4][EPI_VEC];
+        [[unroll]] for (uint c = 0; c < 4; c++) {
+            [[unroll]] for (uint i = 0; i < EPI_VEC; i++) {
+                uint n4 = i * WG + tid;
+                p[c][i] = c0 + c < chunks && 4 * n4 < pc.N ? part4[(c0 + c) * slot4 + row4 + n4] : vec4(0.0);
+            }
+        }
+        [[unroll]] for (uint c = 0; c < 4; c++) {
+            [[unroll]] for (uint i = 0; i < EPI_VEC; i++) {
+                if (c0 + c < chunks) v[i] += p[c][i];
+            }
         }
     }
     [[unroll]] for (uint i = 0; i < EPI_VEC; i++) v[i] *= scale[m];
