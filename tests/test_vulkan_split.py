@@ -17,6 +17,7 @@ import pytest
 from gemma_batch.backends.vulkan.device import Device
 from gemma_batch.backends.vulkan.kernels import Kernels
 from gemma_batch.backends.vulkan.memory import Memory
+from tests.test_vulkan_coopmat import needs_coopmat
 
 
 def run_split(variant: str, x: np.ndarray, g: np.ndarray, eps: float, w: np.ndarray | None = None,
@@ -76,18 +77,7 @@ def test_split_rows_reconstruct_their_input_to_22_bits(variant):
     assert np.all(hi_only > 8 * 2.0**-21)  # the bound would catch a split that dropped lo
 
 
-def _has_coopmat() -> bool:
-    try:
-        device = Device()
-    except Exception:  # noqa: BLE001 - no Vulkan at all: other tests report that
-        return False
-    try:
-        return device.coopmat
-    finally:
-        device.close()
-
-
-@pytest.mark.skipif(not _has_coopmat(), reason="the Vulkan device has no fp16 cooperative matrices")
+@needs_coopmat
 @pytest.mark.parametrize("M", [1, 20, 33])
 @pytest.mark.parametrize("chunks", [1, 4])
 def test_a_cooperative_matmul_matches_float64(M, chunks):

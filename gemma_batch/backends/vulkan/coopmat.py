@@ -61,7 +61,8 @@ def wanted() -> bool:
 def enable_chain(vk, pnext, f16):
     """Feature structs that enable cooperative matrices and the Vulkan memory model, chained
     before `pnext`; `f16` (a VkPhysicalDeviceShaderFloat16Int8Features already in that chain)
-    gets shaderFloat16. Returns the new head of the chain (keep it alive until the device exists)."""
+    gets shaderFloat16. Returns (the new head of the chain, the struct it points to): keep both
+    alive until the device exists."""
     f16.shaderFloat16 = vk.VK_TRUE
     model = vk.VkPhysicalDeviceVulkanMemoryModelFeatures(
         sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES, pNext=pnext,

@@ -39,15 +39,14 @@ import numpy as np
 
 from ...model.config import Gemma3Config
 from .attention import most_chunks
-from .kernels import (COOP_COLS, COOP_FOLD_ROWS, COOP_KINDS, COOP_ROWS, MATMUL_ROWS, META_BINDING, Kernels, coop_chunks,
-                      coop_fits, coop_variant, matmul_cols, matmul_variant)
+from .kernels import (COOP_COLS, COOP_DTYPES, COOP_FOLD_ROWS, COOP_KINDS, COOP_REDUCE_WG, COOP_ROWS, MATMUL_ROWS, META_BINDING, Kernels,
+                      coop_chunks, coop_fits, coop_variant, matmul_cols, matmul_variant)
 from .memory import Buffer
 from .step_buffers import GRID_SLOTS, StepBuffers
 from .timestamps import Timestamps
 from .weights import DeviceWeights
 
 MAX_GROUPS_X = 32768
-REDUCE_WG = 128  # WG of reduce.comp
 
 
 class StepGraph:
@@ -141,9 +140,8 @@ class StepGraph:
         """y = x . W[layer][key]^T with the variant `kind` (kernels.MATMUL_KINDS); `norm` is the
         fused input RMSNorm weight, `extra` the variant's other buffers by binding."""
         dtype = self.w.dtype(layer, key)
-        # (gate and up run as one matmul of 2 I outputs: I must fit, so that no tile spans both)
-        if self.coop_min_chunk is not None and dtype in ("BF16", "F16") and coop_fits(N, K):
-            self._coop_matmul(kind, layer, key, x, y, N, K, norm, extra)
+        if self.coop_min_chunk is not None and dtype in COOP_DTYPES and coop_fits(N, K):
+            self._coop_matmul(kind, layer, key, dtype, x, y, N, K, norm, extra)
             return
         buffers = {0: self.w.buffer(layer, key), 1: x, 2: y, 6: self.b.counters, **(extra or {})}
         if norm is not None:
@@ -154,7 +152,7 @@ class StepGraph:
         self._dispatch(matmul_variant(kind, dtype), buffers, push,
                        ("matmul_rows" if kind == "norm_rows" else "matmul_tokens", -(-N // matmul_cols(kind))))
 
-    def _coop_matmul(self, kind: str, layer: int, key: str, x: Buffer, y: Buffer, N: int, K: int,
+    def _coop_matmul(self, kind: str, layer: int, key: str, dtype: str, x: Buffer, y: Buffer, N: int, K: int,
                      norm: Buffer | None, extra: dict[int, Buffer] | None) -> None:
         """`_matmul` on the cooperative-matrix path: split, coop, reduce (see the module doc)."""
         cfg, b = self.cfg, self.b
@@ -166,10 +164,10 @@ class StepGraph:
         cols = 2 * N if gated else N
         chunks = coop_chunks(cols, K, self.coop_min_chunk)
         weights = {0: self.w.buffer(layer, key), **({4: self.w.buffer(layer, "up_proj")} if gated else {})}
-        self._dispatch(coop_variant(gemm, self.w.dtype(layer, key)), {**weights, 1: b.split, 2: b.partial},
+        self._dispatch(coop_variant(gemm, dtype), {**weights, 1: b.split, 2: b.partial},
                        {"N": cols, "K": K, "kchunk": K // chunks, "pad": 0}, (f"coop_{count} {chunks}", cols // COOP_COLS))
         epilogue = {} if gated or rows else (extra or {})  # the post-norm's or QK-norm/RoPE/KV buffers
-        groups = {"reduce_post_norm": 1, "reduce_gated": -(-N // REDUCE_WG), "reduce_rows": -(-N // REDUCE_WG)}.get(
+        groups = {"reduce_post_norm": 1, "reduce_gated": -(-N // COOP_REDUCE_WG), "reduce_rows": -(-N // COOP_REDUCE_WG)}.get(
             reduce, cfg.num_heads + 2 * cfg.num_kv_heads)
         self._dispatch(reduce, {0: b.partial, 2: y, 4: b.split_scale, **epilogue},
                        {"N": N, "chunks": chunks, "eps": cfg.rms_norm_eps, "num_heads": cfg.num_heads,

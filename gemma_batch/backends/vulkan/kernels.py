@@ -61,15 +61,18 @@ COOP_KINDS = {
     "norm_rows": ("split_norm_rows", ("ROWS",), "reduce_rows"),
     **{f"norm_qk_rope_{kv}": ("split_norm", (), f"reduce_qk_rope_{kv}") for kv in KV_DEFINES},
 }
+COOP_DTYPES = ("BF16", "F16")  # weight dtypes matmul_coop.comp reads
 COOP_COLS, COOP_ROWS = 64, 32  # outputs and rows per workgroup of matmul_coop.comp (BN, BM)
 COOP_KU = 64  # k per stage of matmul_coop.comp
 COOP_FOLD_ROWS = 64  # FOLD_ROWS of matmul_coop.comp and reduce.comp
 COOP_TARGET_GROUPS = 512  # K is cut into chunks until a decode matmul has this many workgroups
 COOP_MIN_CHUNK = 256  # ... or until a chunk would be shorter than this
+COOP_REDUCE_WG = 128  # WG of reduce.comp's elementwise variants (gated, rows)
 
 
 def coop_fits(N: int, K: int) -> bool:
-    """matmul_coop.comp's shape limits: whole workgroup tiles of outputs, whole stages of K."""
+    """matmul_coop.comp's shape limits: whole workgroup tiles of each weight's N outputs (gated:
+    gate and up are one matmul of 2 N, and no tile may span both), whole stages of K."""
     return N % COOP_COLS == 0 and K % COOP_KU == 0
 
 
@@ -84,10 +87,12 @@ def coop_chunks(N: int, K: int, min_chunk: int = COOP_MIN_CHUNK) -> int:
     return chunks
 
 
-def coop_partial_floats(M: int, N: int, chunks: int) -> int:
-    """Floats of matmul_coop.comp's partial sums for M rows (rows padded to whole tiles)."""
-    padded = -(-M // COOP_ROWS) * COOP_ROWS
-    return padded * N * (1 if M > COOP_FOLD_ROWS else chunks)
+def coop_partial_floats(max_rows: int, N: int, chunks: int) -> int:
+    """Floats of matmul_coop.comp's partial sums for any step of up to `max_rows` rows: rows
+    padded to whole tiles, times the chunks for steps of at most COOP_FOLD_ROWS rows."""
+    def floats(M: int) -> int:
+        return -(-M // COOP_ROWS) * COOP_ROWS * N * (1 if M > COOP_FOLD_ROWS else chunks)
+    return max(floats(min(max_rows, COOP_FOLD_ROWS)), floats(max_rows))
 
 
 def matmul_cols(kind: str) -> int:
@@ -118,7 +123,7 @@ def _variants() -> dict[str, Variant]:
             out.append(Variant(f"matmul_{kind}_{dtype.lower()}", "matmul", (define, *extra)))
     for kv, define in KV_DEFINES.items():
         out.append(Variant(f"attention_{kv}", "attention", (define,)))
-    for dtype in ("BF16", "F16"):
+    for dtype in COOP_DTYPES:
         for gemm in dict.fromkeys(defines for _, defines, _ in COOP_KINDS.values()):
             out.append(Variant(coop_variant(gemm, dtype), "matmul_coop", (WEIGHT_DEFINES[dtype], *gemm), "glslang"))
     out += [Variant("split_plain", "split"), Variant("split_norm", "split", ("NORM",)),

@@ -57,20 +57,22 @@ class Capacity:
                         tuple((g, up(mine.get(g, 1), w)) for g, w in need.widths))
 
 
-def coop_matmuls(cfg: Gemma3Config) -> dict[str, tuple[int, int, bool]]:
-    """The step's matmuls as the cooperative path sees them: key -> (N, K, rows are logits rows)."""
-    return {"qkv": (cfg.q_width + 2 * cfg.kv_width, cfg.hidden_size, False),
-            "o_proj": (cfg.hidden_size, cfg.q_width, False),
-            "gate_proj": (2 * cfg.intermediate_size, cfg.hidden_size, False),  # gate and up together
-            "down_proj": (cfg.hidden_size, cfg.intermediate_size, False),
-            "lm_head": (cfg.vocab_size, cfg.hidden_size, True)}
+def coop_matmuls(cfg: Gemma3Config) -> dict[str, tuple[int, int, int, bool]]:
+    """The step's matmuls as the cooperative path sees them: key -> (N per weight, weights, K,
+    rows are logits rows); gate and up are one matmul of 2 I outputs."""
+    return {"qkv": (cfg.q_width + 2 * cfg.kv_width, 1, cfg.hidden_size, False),
+            "o_proj": (cfg.hidden_size, 1, cfg.q_width, False),
+            "gate_proj": (cfg.intermediate_size, 2, cfg.hidden_size, False),
+            "down_proj": (cfg.hidden_size, 1, cfg.intermediate_size, False),
+            "lm_head": (cfg.vocab_size, 1, cfg.hidden_size, True)}
 
 
 class StepBuffers:
     def __init__(self, cfg: Gemma3Config, memory: Memory, capacity: Capacity, block_size: int,
                  attention_chunk: int, coop_min_chunk: int | None = None) -> None:
         """`coop_min_chunk`: with the cooperative-matrix path (coopmat.py), its shortest K chunk
-        (kernels.coop_chunks); None without it."""
+        (kernels.coop_chunks); None without it. Its buffers are sized for every matmul whose
+        shape fits, whatever its weights' dtype."""
         self.cfg, self.mem, self.capacity = cfg, memory, capacity
         T, S, R = capacity.tokens, capacity.seqs, capacity.rows
         host = memory.alloc_host
@@ -104,15 +106,14 @@ class StepBuffers:
         self.part_ml = dev(4 * records * 2 * cfg.num_heads // cfg.num_kv_heads, "attention partial maxima and sums")
         self.attn_counters = dev(4 * T * cfg.num_kv_heads, "attention merge counters")
         # The cooperative path: split rows [hi K | lo K] fp16 with their scales, and partial sums.
-        coop = {} if coop_min_chunk is None else {
-            key: (N, K, R if rows else T) for key, (N, K, rows) in coop_matmuls(cfg).items()
-            if coop_fits(N // 2 if key == "gate_proj" else N, K)}
+        coop = {} if coop_min_chunk is None else {  # (outputs, K, rows) of each matmul on the path
+            key: (N * weights, K, R if rows else T) for key, (N, weights, K, rows) in coop_matmuls(cfg).items()
+            if coop_fits(N, K)}
         M = max(T, R) if coop else 0
         self.split = dev(4 * M * max([K for _, K, _ in coop.values()], default=0), "split matmul inputs")
         self.split_scale = dev(4 * M, "split row scales")
-        self.partial = dev(4 * max([max(coop_partial_floats(min(m, 64), N, coop_chunks(N, K, coop_min_chunk)),
-                                        coop_partial_floats(m, N, 1)) for N, K, m in coop.values()], default=0),
-                           "matmul partial sums")
+        self.partial = dev(4 * max([coop_partial_floats(m, N, coop_chunks(N, K, coop_min_chunk))
+                                    for N, K, m in coop.values()], default=0), "matmul partial sums")
         self.dummy = self.meta
 
     def all(self) -> list[Buffer]:
