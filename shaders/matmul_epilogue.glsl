@@ -44,8 +44,8 @@ float workgroup_sum(float v) {
 // so its latency is the dispatch's tail); sum of squares per invocation in index order, then
 // workgroup_sum.
 // x_res[t] += v / rms(v) * (1 + g) for row t, given as this invocation's vec4 (elements
-// 4 (i WG + tid) ..., zero past N); also reduce.comp's.
-void post_norm_add(uint t, vec4 v[EPI_VEC]) {
+// 4 (i WG + tid) ..., zero past N); also reduce.comp's. v becomes the new x_res (zero past N).
+void post_norm_add(uint t, inout vec4 v[EPI_VEC]) {
     uint tid = gl_LocalInvocationID.x;
     float s = 0.0;
     [[unroll]] for (uint i = 0; i < EPI_VEC; i++) s += dot(v[i], v[i]);
@@ -53,7 +53,11 @@ void post_norm_add(uint t, vec4 v[EPI_VEC]) {
     [[unroll]] for (uint i = 0; i < EPI_VEC; i++) {
         uint n = 4 * (i * WG + tid), at = t * pc.N + n;
         if (n >= pc.N) break;
-        [[unroll]] for (uint c = 0; c < 4; c++) x_res[at + c] += v[i][c] / denom * (1.0 + g_epi[n + c]);
+        [[unroll]] for (uint c = 0; c < 4; c++) {
+            float r = x_res[at + c] + v[i][c] / denom * (1.0 + g_epi[n + c]);
+            x_res[at + c] = r;
+            v[i][c] = r;
+        }
     }
 }
 

@@ -8,14 +8,19 @@
 //   GATED          partial holds [gate | up] (2 N columns): act[m, n] = gelu_tanh(gate) * up
 //   EPI_NORM_ADD   a workgroup per row: x_res[m] += rms_norm(y[m]) * (1 + g_epi), y kept in registers
 //   EPI_QK_ROPE    a workgroup per (row, head): y, then QK-norm, RoPE, q out and the KV pages
+// and with SPLIT_NEXT, the next matmul's input written as split.comp would (split.glsl), which
+// saves that dispatch: after EPI_NORM_ADD, the new x_res row RMS-normalised with (1 + g_next);
+// with GATED (a workgroup per row), act itself (not written to y).
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
+#include "split.glsl"
 
-#ifdef EPI_NORM_ADD
+#if defined(EPI_NORM_ADD) || (defined(GATED) && defined(SPLIT_NEXT))
 #define WG 512                // a workgroup per row: many loads in flight at batch 1
 #define EPI_VEC 3             // rows of up to 3 * 4 * 512 = kernels.POST_NORM_MAX_ROW values
+#define ACT_VEC 12            // GATED rows of up to 12 * 4 * 512 = kernels.GATED_SPLIT_MAX_ROW values
 #else
 #define WG 128
 #endif
@@ -26,9 +31,15 @@ layout(local_size_x = WG) in;
 
 layout(std430, binding = 0) readonly buffer Partb { float part[]; };
 layout(std430, binding = 0) readonly buffer Part4b { vec4 part4[]; };  // the same, 16 bytes at a time
+#ifdef SPLIT_NEXT
+layout(std430, binding = 4) buffer Scaleb { float scale[]; };  // read for this matmul, then written for the next
+layout(std430, binding = 3) readonly buffer Gnb { vec4 g_next4[]; };
+layout(std430, binding = 5) writeonly buffer Ob { uint out_words[]; };
+#else
 layout(std430, binding = 4) readonly buffer Scaleb { float scale[]; };
-#if defined(EPI_NORM_ADD) || defined(EPI_QK_ROPE)
-#define EPILOGUE
+#endif
+#if defined(EPI_NORM_ADD) || defined(EPI_QK_ROPE) || defined(SPLIT_NEXT)
+#define EPILOGUE  // matmul_epilogue.glsl's workgroup_sum
 layout(std430, binding = 2) coherent buffer Yb { float y[]; };
 layout(std430, binding = 9) readonly buffer Eb { float g_epi[]; };
 #else
@@ -62,6 +73,40 @@ float gather(uint M, uint width, uint m, uint n) {
     return s * scale[m];
 }
 
+#ifdef SPLIT_NEXT
+// Write row m, this invocation's vec4 v[i] at 4 (i WG + tid) (zero past N), as the next
+// matmul's input (split.glsl); with NORM_NEXT RMS-normalised with (1 + g_next) first.
+#define SPLIT_ROW(VEC, m, v) { \
+    uint tid_ = gl_LocalInvocationID.x; \
+    float inv = 1.0; \
+    if (NORM_NEXT) { \
+        float ss = 0.0; \
+        [[unroll]] for (uint i = 0; i < VEC; i++) ss += dot(v[i], v[i]); \
+        inv = 1.0 / sqrt(workgroup_sum(ss) / float(pc.N) + pc.eps); \
+    } \
+    float mx = 0.0; \
+    [[unroll]] for (uint i = 0; i < VEC; i++) { \
+        uint n4 = i * WG + tid_; \
+        if (4 * n4 >= pc.N) break; \
+        if (NORM_NEXT) v[i] = v[i] * (1.0 + g_next4[n4]); \
+        vec4 a = abs(v[i]); \
+        mx = max(mx, max(max(a.x, a.y), max(a.z, a.w))); \
+    } \
+    float s = split_scale(workgroup_max(mx) * inv); \
+    [[unroll]] for (uint i = 0; i < VEC; i++) { \
+        uint n4 = i * WG + tid_; \
+        if (4 * n4 >= pc.N) break; \
+        vec4 sv = NORM_NEXT ? v[i] * inv * s : v[i] * s; \
+        uvec2 a = split_words(sv.xy), b = split_words(sv.zw); \
+        uint at = m * pc.N + 2 * n4; \
+        out_words[at] = a.x; \
+        out_words[at + 1] = b.x; \
+        out_words[at + pc.N / 2] = a.y; \
+        out_words[at + pc.N / 2 + 1] = b.y; \
+    } \
+    if (tid_ == 0) scale[m] = 1.0 / s; }
+#endif
+
 void main() {
     uint M = M_rows(), id = linear_group(), tid = gl_LocalInvocationID.x;
 #if defined(EPI_NORM_ADD)
@@ -89,6 +134,33 @@ void main() {
     }
     [[unroll]] for (uint i = 0; i < EPI_VEC; i++) v[i] *= scale[m];
     post_norm_add(m, v);
+#ifdef SPLIT_NEXT
+#define NORM_NEXT true
+    SPLIT_ROW(EPI_VEC, m, v);
+#endif
+#elif defined(GATED) && defined(SPLIT_NEXT)
+    // act for the whole row into registers (chunks in order, as gather()), then split.
+    uint m = id;
+    if (m >= M) return;
+    uint chunks = M > FOLD_ROWS ? 1u : pc.chunks;
+    uint slot4 = (M + BM - 1) / BM * BM * 2 * pc.N / 4, row4 = m * 2 * pc.N / 4, up4 = pc.N / 4;
+    vec4 v[ACT_VEC];
+    float sc = scale[m];
+    [[unroll]] for (uint i = 0; i < ACT_VEC; i++) {
+        uint n4 = i * WG + tid;
+        v[i] = vec4(0.0);
+        if (4 * n4 >= pc.N) continue;
+        vec4 g = part4[row4 + n4], u = part4[row4 + up4 + n4];
+        for (uint c = 1; c < chunks; c++) {
+            g += part4[c * slot4 + row4 + n4];
+            u += part4[c * slot4 + row4 + up4 + n4];
+        }
+        g *= sc;
+        u *= sc;
+        v[i] = vec4(gelu_tanh(g.x), gelu_tanh(g.y), gelu_tanh(g.z), gelu_tanh(g.w)) * u;
+    }
+#define NORM_NEXT false
+    SPLIT_ROW(ACT_VEC, m, v);
 #elif defined(EPI_QK_ROPE)
     uint heads = pc.num_heads + 2 * pc.num_kv_heads, m = id / heads, h = id % heads;
     if (m >= M) return;

@@ -1,11 +1,6 @@
 #version 450
-// The input of a cooperative-matrix matmul (matmul_coop.comp): row m of x as two fp16 rows.
-//
-// v = x[m] (RMS-normalised with (1 + g) with NORM) is scaled by s = 2^e, the power of two
-// that puts max |v| in [2^14, 2^15) (fp16 overflows at 65504), then hi = fp16(s v) and
-// lo = fp16(s v - hi): hi + lo carries 22 significant bits. scale[m] = 1 / s (exact), which
-// reduce.comp applies to the matmul's sums. Output row m: [hi (K) | lo (K)], fp16 pairs in
-// 32-bit words, K words per row.
+// The input of a cooperative-matrix matmul (matmul_coop.comp): row m of x, RMS-normalised with
+// (1 + g) with NORM, as two fp16 rows hi and lo and a scale (split.glsl).
 //
 // A workgroup per row. Variants: NORM (the sum of squares in a fixed order: per invocation
 // along K, then subgroupAdd, then the subgroups in index order), ROW_GATHER (row m is
@@ -13,6 +8,7 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
+#include "split.glsl"
 
 #define WG 256
 layout(local_size_x = WG) in;
@@ -28,14 +24,6 @@ layout(push_constant) uniform Push {
 } pc;
 
 shared float red[WG];
-
-// v rounded to fp16's 11 significant bits (nearest, ties to even) in fp32 by integer arithmetic:
-// exact in fp16 for the scaled values (|v| < 2^15). Not unpackHalf2x16(packHalf2x16(v)): NVIDIA's
-// compiler (driver 580) folds that round trip to v, which left lo = 0.
-vec2 fp16_round(vec2 v) {
-    uvec2 u = floatBitsToUint(v);
-    return uintBitsToFloat((u + 0xfffu + ((u >> 13) & 1u)) & 0xffffe000u);
-}
 
 void main() {
     uint m = linear_group(), tid = gl_LocalInvocationID.x;
@@ -66,25 +54,16 @@ void main() {
     inv = 1.0 / sqrt(total / float(pc.K) + pc.eps);
     barrier();
 #endif
-    mx = subgroupMax(mx);
-    if (subgroupElect()) red[gl_SubgroupID] = mx;
-    barrier();
-    for (uint j = 0; j < gl_NumSubgroups; j++) mx = max(mx, red[j]);
-    mx *= inv;
-    int e = 0;
-    if (mx > 0.0) frexp(mx, e);  // mx < 2^e
-    float s = exp2(float(clamp(15 - e, -100, 100)));
+    mx = workgroup_max(mx) * inv;
+    float s = split_scale(mx);
     for (uint k = tid; k < K2; k += WG) {
         vec2 v = x2[src * K2 + k];
 #ifdef NORM
         v = v * (1.0 + g2[k]) * inv;
 #endif
-        v *= s;
-        vec2 h = fp16_round(v);
-        uint hi = packHalf2x16(h);
-        uint lo = packHalf2x16(v - h);
-        out_words[m * pc.K + k] = hi;
-        out_words[m * pc.K + K2 + k] = lo;
+        uvec2 words = split_words(v * s);
+        out_words[m * pc.K + k] = words.x;
+        out_words[m * pc.K + K2 + k] = words.y;
     }
     if (tid == 0) scale[m] = 1.0 / s;
 }

@@ -40,10 +40,13 @@ def run_split(variant: str, x: np.ndarray, g: np.ndarray, eps: float, w: np.ndar
         kernels.record_direct(cb, variant, kernels.descriptor_set(bufs, meta), {"K": K, "eps": eps}, M)
         if w is not None:
             N = w.shape[0]
-            wbuf, part, y = mem.alloc(w.nbytes, "w"), mem.alloc(4 * 64 * N * chunks, "partial"), mem.alloc(4 * M * N, "y")
+            wbuf, part, y = mem.alloc(w.nbytes, "w"), mem.alloc(4 * 96 * N * chunks, "partial"), mem.alloc(4 * M * N, "y")
             mem.upload(wbuf, w)
-            kernels.record_direct(cb, "coop_rows_bf16", kernels.descriptor_set({0: wbuf, 1: split, 2: part, 7: meta}, meta),
-                                  {"N": N, "K": K, "kchunk": K // chunks, "pad": 0}, -(-M // 32) * N // 64 * chunks)
+            fold = M > 64  # the prefill tile, which sums the chunks itself (kernels.COOP_FOLD_DEFINES)
+            kernels.record_direct(cb, "coop_rows_bf16_fold" if fold else "coop_rows_bf16",
+                                  kernels.descriptor_set({0: wbuf, 1: split, 2: part, 7: meta}, meta),
+                                  {"N": N, "K": K, "kchunk": K // chunks, "pad": 0},
+                                  -(-M // 128) * N // 64 if fold else -(-M // 32) * N // 64 * chunks)
             kernels.record_direct(cb, "reduce_rows", kernels.descriptor_set({0: part, 2: y, 4: scale, 7: meta}, meta),
                                   {"N": N, "chunks": chunks, "eps": eps, "num_heads": 0, "num_kv_heads": 0, "head_dim": 0},
                                   M * -(-N // 128))
@@ -78,7 +81,7 @@ def test_split_rows_reconstruct_their_input_to_22_bits(variant):
 
 
 @needs_coopmat
-@pytest.mark.parametrize("M", [1, 20, 33])
+@pytest.mark.parametrize("M", [1, 20, 33, 80])  # 80: the prefill tile
 @pytest.mark.parametrize("chunks", [1, 4])
 def test_a_cooperative_matmul_matches_float64(M, chunks):
     """Relative error over the output's largest value: about 1e-7 for the split (fp32 sums of
@@ -94,3 +97,75 @@ def test_a_cooperative_matmul_matches_float64(M, chunks):
     err = np.abs(y - exact).max() / np.abs(exact).max()
     print(f"M {M} chunks {chunks}: relative error {err:.2e}")
     assert err < 1e-5
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x**3)))
+
+
+def run_fused_reduce(variant: str, part: np.ndarray, scale: np.ndarray, N: int, eps: float,
+                     buffers: dict[int, np.ndarray]) -> dict[str, np.ndarray]:
+    """One dispatch of reduce.comp's SPLIT_NEXT `variant` (a workgroup per row) over partial sums
+    `part` [chunks, Mpad, width] and the input scales; returns the split (hi + lo as fp32 [M, N]),
+    the new scales and the buffers at bindings 10 (x_res) after the dispatch."""
+    device = Device()
+    mem, kernels = Memory(device), Kernels(device)
+    try:
+        chunks, M = part.shape[0], len(scale)
+        meta = mem.alloc_host(16, "meta")
+        meta.array[:16] = np.array([M, 1, M, 0], np.uint32).view(np.uint8)
+        arrays = {0: part, 4: scale, **buffers}
+        bufs = {b: mem.alloc(a.nbytes, f"binding {b}") for b, a in arrays.items()}
+        for b, a in arrays.items():
+            mem.upload(bufs[b], a)
+        bufs.update({2: mem.alloc(4 * M * N, "y"), 5: mem.alloc(4 * M * N, "split"), 7: meta})
+        cb = device.command_buffer()
+        vk = device.vk
+        vk.vkBeginCommandBuffer(cb, vk.VkCommandBufferBeginInfo(sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO))
+        kernels.record_direct(cb, variant, kernels.descriptor_set(bufs, meta),
+                              {"N": N, "chunks": chunks, "eps": eps, "num_heads": 0, "num_kv_heads": 0, "head_dim": 0}, M)
+        vk.vkEndCommandBuffer(cb)
+        device.submit_and_wait(cb)
+        halves = mem.download(bufs[5]).view(np.float16).reshape(M, 2, N).astype(np.float32)
+        out = {"split": halves[:, 0] + halves[:, 1], "scale": mem.download(bufs[4]).view(np.float32)}
+        if 10 in buffers:
+            out["x_res"] = mem.download(bufs[10]).view(np.float32).reshape(M, N)
+        return out
+    finally:
+        kernels.close()
+        mem.close()
+        device.close()
+
+
+@pytest.mark.parametrize("variant", ["reduce_post_norm_split", "reduce_gated_split"])
+def test_reduces_that_write_the_next_split_match_float64(variant):
+    """The fused reduces (graph.py: o, gate/up and down write the next matmul's split) against
+    float64 of the same fp32 inputs: the new residual to 1e-6 of its row's largest value (fp32
+    sums), and the split to 2^-20 of the row's largest value (split.comp's 2^-21, doubled for the
+    fp32 arithmetic before it)."""
+    rng = np.random.default_rng(3)
+    M, N, chunks, eps = 5, 640, 3, 1e-6
+    gated = variant == "reduce_gated_split"
+    width = 2 * N if gated else N
+    part = rng.standard_normal((chunks, 32, width)).astype(np.float32) * 50
+    scale = np.float32(2.0) ** rng.integers(-12, -2, M).astype(np.float32)
+    total = part[:, :M].astype(np.float64).sum(axis=0) * scale[:, None]
+    buffers = {}
+    if gated:
+        v = gelu_tanh(total[:, :N]) * total[:, N:]
+    else:
+        x_res = (rng.standard_normal((M, N)) * np.array([[1e-2], [1], [30], [1e3], [5e4]])).astype(np.float32)
+        g_epi, g_next = (rng.standard_normal((2, N)) * 0.5).astype(np.float32)
+        buffers = {3: g_next, 9: g_epi, 10: x_res}
+        rms = lambda a: np.sqrt((a * a).mean(axis=1, keepdims=True) + eps)  # noqa: E731
+        new_res = x_res + total / rms(total) * (1.0 + g_epi)
+        v = new_res / rms(new_res) * (1.0 + g_next)
+    out = run_fused_reduce(variant, part, scale, N, eps, buffers)
+    peak = np.abs(v).max(axis=1)
+    s = out["scale"]
+    assert np.all(np.log2(s) == np.round(np.log2(s))) and np.all((peak / s >= 2.0**14 * (1 - 1e-6)) & (peak / s < 2.0**15))
+    err = np.abs(out["split"] * s[:, None] - v).max(axis=1) / peak
+    assert np.all(err <= 2.0**-20), err
+    if not gated:
+        res_err = np.abs(out["x_res"] - new_res).max(axis=1) / np.abs(new_res).max(axis=1)
+        assert np.all(res_err <= 1e-6), res_err

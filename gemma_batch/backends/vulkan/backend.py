@@ -129,7 +129,7 @@ class VulkanBackend(Backend):
         seq_of_row = np.searchsorted(batch.seq_starts, rows, side="right") - 1
         _fill_params(params, batch, seq_of_row, rows == last[seq_of_row])
         b.view(b.grids, np.uint32, b.grids.size // 4)[:] = self.graph.grids(T, R, batch.positions).ravel()
-        self.device.submit_and_wait(self.graph.cb)
+        self.device.submit_and_wait(self.graph.command_buffer(T))
 
         ids = b.view(b.ids, np.int32, R).copy()
         next_ids = np.full(S, -1, np.int32)

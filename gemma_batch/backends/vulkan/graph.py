@@ -5,7 +5,9 @@ dispatch (`profile_seconds`: time per kernel name).
 
 Nothing in the recording depends on the step's size: kernels read T, S and R from the step
 header and every dispatch takes its grid from the indirect buffer, which the host fills per step
-(`grids`). The command buffer is recorded again only when the step buffers grow.
+(`grids`). The command buffer is recorded again only when the step buffers grow. (The
+cooperative path records two, for steps of up to COOP_FOLD_ROWS tokens and for longer ones,
+whose matmuls use another tile: `command_buffer(T)` picks.)
 
 Per step (shapes for T tokens, R logits rows):
 
@@ -30,7 +32,10 @@ On a device with cooperative matrices (`Device.coopmat`), each matmul whose weig
 fp16 and whose shape fits (kernels.coop_fits) is three dispatches instead: `split` writes its
 input (normalised where the kind fuses the norm; the gathered rows for the LM head) as fp16
 hi + lo, `coop` multiplies on the matrix units into partial sums per K chunk, and `reduce` adds
-the chunks and runs the kind's epilogue (the same code as matmul.comp's).
+the chunks and runs the kind's epilogue (the same code as matmul.comp's). Where the next matmul
+is on that path too, the reduces of o (post-norm), gate/up and down (post-norm) write its split
+themselves (reduce.comp SPLIT_NEXT), so a layer is 10 dispatches: split, qkv, reduce, attention,
+split, o, reduce, gate/up, reduce, down, reduce.
 """
 
 from __future__ import annotations
@@ -39,7 +44,9 @@ import numpy as np
 
 from ...model.config import Gemma3Config
 from .attention import most_chunks
-from .kernels import (COOP_COLS, COOP_DTYPES, COOP_FOLD_ROWS, COOP_KINDS, COOP_REDUCE_WG, COOP_ROWS, MATMUL_ROWS, META_BINDING, Kernels,
+from .kernels import (COOP_COLS, COOP_DTYPES, COOP_FOLD_ROWS, COOP_FOLD_TILE_ROWS, COOP_KINDS, COOP_REDUCE_WG, COOP_ROWS,
+                      GATED_SPLIT_MAX_ROW,
+                      MATMUL_ROWS, META_BINDING, Kernels,
                       coop_chunks, coop_fits, coop_variant, matmul_cols, matmul_variant)
 from .memory import Buffer
 from .step_buffers import GRID_SLOTS, StepBuffers
@@ -78,16 +85,31 @@ class StepGraph:
         self._grid_specs: list[tuple[str, int]] = []  # (count kind, multiplier)
         self._windows = {g.name: g.window for g in cfg.kv_groups()}
         self.profile = profile
-        self.stamped: list[str] = []  # the kernel before each timestamp after the first
         self.stamps = Timestamps(kernels.dev, 16 * cfg.num_layers + 16)
-        self.cb = kernels.dev.command_buffer()
-        self._record()
+        # The cooperative path records the step twice: for steps of up to COOP_FOLD_ROWS tokens
+        # (decode tiles only) and for longer ones (prefill tiles; both for the LM head, whose rows
+        # may be fewer), so that neither replays dispatches of the other's tile without work.
+        self._recorded: dict[bool, tuple[object, list[str]]] = {}
+        for prefill in (False, True) if coop_min_chunk is not None else (False,):
+            self.prefill = prefill
+            self.cb = kernels.dev.command_buffer()
+            self.stamped: list[str] = []  # the kernel before each timestamp after the first
+            self._record()
+            self._recorded[prefill] = (self.cb, self.stamped)
+
+    def command_buffer(self, num_tokens: int):
+        """The recording to submit for a step of `num_tokens` tokens (`device_seconds` and
+        `profile_seconds` then read its timestamps)."""
+        prefill = num_tokens > COOP_FOLD_ROWS and True in self._recorded
+        self.cb, self.stamped = self._recorded[prefill]
+        return self.cb
 
     def _grid(self, kind: str, n: int) -> int:
         """Byte offset of the indirect grid for `kind`: "tokens" (T * n groups), "rows" (R * n),
         "matmul_tokens" / "matmul_rows" (row tiles of M times n column tiles), "coop_tokens C" /
-        "coop_rows C" (the same for matmul_coop.comp's tiles, times its C chunks of K when M is
-        small enough for them to be separate workgroups), "attention <group>" (T * n times the
+        "coop_rows C" (the same for matmul_coop.comp's decode tiles, times its C chunks of K, and
+        none above COOP_FOLD_ROWS rows), "coopfold_tokens" / "coopfold_rows" (its prefill tiles,
+        none up to COOP_FOLD_ROWS rows), "attention <group>" (T * n times the
         step's most chunks of a token in that KV group)."""
         spec = (kind, n)
         if spec not in self._grid_specs:
@@ -104,8 +126,10 @@ class StepGraph:
             m = num_rows if kind.split()[0].endswith("rows") else num_tokens
             if kind.startswith("matmul"):
                 count = -(-m // MATMUL_ROWS) * n
-            elif kind.startswith("coop"):
-                count = -(-m // COOP_ROWS) * n * (1 if m > COOP_FOLD_ROWS else int(kind.split()[1]))
+            elif kind.startswith("coopfold"):  # the prefill tile: no workgroups at decode sizes
+                count = -(-m // COOP_FOLD_TILE_ROWS) * n if m > COOP_FOLD_ROWS else 0
+            elif kind.startswith("coop"):  # the decode tile: none above the fold
+                count = -(-m // COOP_ROWS) * n * int(kind.split()[1]) if m <= COOP_FOLD_ROWS else 0
             else:
                 count = m * n
             if kind.startswith("attention "):
@@ -135,14 +159,24 @@ class StepGraph:
             out[name] = out.get(name, 0.0) + float(sec)
         return out
 
+    def _on_coop(self, layer: int, key: str, N: int, K: int) -> bool:
+        """Whether matmul `key` of `layer` (N outputs per weight; -1: the LM head, no layer past
+        the last) runs on the cooperative path."""
+        return (self.coop_min_chunk is not None and layer < self.cfg.num_layers
+                and self.w.dtype(layer, key) in COOP_DTYPES and coop_fits(N, K))
+
     def _matmul(self, kind: str, layer: int, key: str, x: Buffer, y: Buffer, N: int, K: int,
-                norm: Buffer | None = None, extra: dict[int, Buffer] | None = None) -> None:
+                norm: Buffer | None = None, extra: dict[int, Buffer] | None = None,
+                presplit: bool = False, split_next: dict[int, Buffer] | None = None) -> None:
         """y = x . W[layer][key]^T with the variant `kind` (kernels.MATMUL_KINDS); `norm` is the
-        fused input RMSNorm weight, `extra` the variant's other buffers by binding."""
+        fused input RMSNorm weight, `extra` the variant's other buffers by binding. On the
+        cooperative path only: `presplit`, the previous reduce wrote this input's split;
+        `split_next`, this reduce writes the next matmul's (its norm weight at binding 3, if any)."""
         dtype = self.w.dtype(layer, key)
-        if self.coop_min_chunk is not None and dtype in COOP_DTYPES and coop_fits(N, K):
-            self._coop_matmul(kind, layer, key, dtype, x, y, N, K, norm, extra)
+        if self._on_coop(layer, key, N, K):
+            self._coop_matmul(kind, layer, key, dtype, x, y, N, K, norm, extra, presplit, split_next)
             return
+        assert not presplit and split_next is None, "split fusion needs both matmuls on the cooperative path"
         buffers = {0: self.w.buffer(layer, key), 1: x, 2: y, 6: self.b.counters, **(extra or {})}
         if norm is not None:
             buffers[3] = norm
@@ -153,22 +187,30 @@ class StepGraph:
                        ("matmul_rows" if kind == "norm_rows" else "matmul_tokens", -(-N // matmul_cols(kind))))
 
     def _coop_matmul(self, kind: str, layer: int, key: str, dtype: str, x: Buffer, y: Buffer, N: int, K: int,
-                     norm: Buffer | None, extra: dict[int, Buffer] | None) -> None:
+                     norm: Buffer | None, extra: dict[int, Buffer] | None, presplit: bool,
+                     split_next: dict[int, Buffer] | None) -> None:
         """`_matmul` on the cooperative-matrix path: split, coop, reduce (see the module doc)."""
         cfg, b = self.cfg, self.b
         split, gemm, reduce = COOP_KINDS[kind]
         gated, rows = kind == "norm_gated", kind == "norm_rows"
         count = "rows" if rows else "tokens"
-        inputs = {1: x, 2: b.split, 4: b.split_scale, **({3: norm} if norm is not None else {}), **({5: b.rows} if rows else {})}
-        self._dispatch(split, inputs, {"K": K, "eps": cfg.rms_norm_eps}, (count, 1))
+        if not presplit:
+            inputs = {1: x, 2: b.split, 4: b.split_scale, **({3: norm} if norm is not None else {}),
+                      **({5: b.rows} if rows else {})}
+            self._dispatch(split, inputs, {"K": K, "eps": cfg.rms_norm_eps}, (count, 1))
         cols = 2 * N if gated else N
         chunks = coop_chunks(cols, K, self.coop_min_chunk)
         weights = {0: self.w.buffer(layer, key), **({4: self.w.buffer(layer, "up_proj")} if gated else {})}
-        self._dispatch(coop_variant(gemm, dtype), {**weights, 1: b.split, 2: b.partial},
-                       {"N": cols, "K": K, "kchunk": K // chunks, "pad": 0}, (f"coop_{count} {chunks}", cols // COOP_COLS))
+        for fold in ((False, True) if rows else (True,)) if self.prefill else (False,):
+            grid = (f"coopfold_{count}", cols // COOP_COLS) if fold else (f"coop_{count} {chunks}", cols // COOP_COLS)
+            self._dispatch(coop_variant(gemm, dtype, fold), {**weights, 1: b.split, 2: b.partial},
+                           {"N": cols, "K": K, "kchunk": K // chunks, "pad": 0}, grid)
         epilogue = {} if gated or rows else (extra or {})  # the post-norm's or QK-norm/RoPE/KV buffers
-        groups = {"reduce_post_norm": 1, "reduce_gated": -(-N // COOP_REDUCE_WG), "reduce_rows": -(-N // COOP_REDUCE_WG)}.get(
-            reduce, cfg.num_heads + 2 * cfg.num_kv_heads)
+        if split_next is not None:  # a workgroup per row, which also writes the next input's split
+            reduce, groups, epilogue = f"{reduce}_split", 1, {**epilogue, 5: b.split, **split_next}
+        else:
+            groups = {"reduce_post_norm": 1, "reduce_gated": -(-N // COOP_REDUCE_WG),
+                      "reduce_rows": -(-N // COOP_REDUCE_WG)}.get(reduce, cfg.num_heads + 2 * cfg.num_kv_heads)
         self._dispatch(reduce, {0: b.partial, 2: y, 4: b.split_scale, **epilogue},
                        {"N": N, "chunks": chunks, "eps": cfg.rms_norm_eps, "num_heads": cfg.num_heads,
                         "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim}, (count, groups))
@@ -188,11 +230,19 @@ class StepGraph:
         self._dispatch(f"embed_{w.dtype(-1, 'embed').lower()}", {0: w.buffer(-1, "embed"), 1: b.tokens, 2: b.x},
                        {"H": H, "scale": cfg.embed_scale}, ("tokens", 1))
         groups = {layer: g for g in cfg.kv_groups() for layer in g.layers}
+        qkv_n = cfg.q_width + 2 * cfg.kv_width
+        qkv_presplit = False  # the last post-norm reduce wrote qkv's split (reduce.comp SPLIT_NEXT)
         for layer in range(cfg.num_layers):
             lw, group = w.layers[layer], groups[layer]
-            self._matmul(f"norm_qk_rope_{self.kv_name}", layer, "qkv", b.x, b.qkv, cfg.q_width + 2 * cfg.kv_width, H,
+            o_coop, gate_coop = self._on_coop(layer, "o_proj", H, cfg.q_width), self._on_coop(layer, "gate_proj", I, H)
+            down_coop = self._on_coop(layer, "down_proj", H, I)
+            fuse_gate = o_coop and gate_coop  # o's reduce splits gate/up's input
+            fuse_down = gate_coop and down_coop and I <= GATED_SPLIT_MAX_ROW  # gate/up's reduce splits down's
+            fuse_qkv = down_coop and self._on_coop(layer + 1, "qkv", qkv_n, H)  # down's splits the next qkv's
+            self._matmul(f"norm_qk_rope_{self.kv_name}", layer, "qkv", b.x, b.qkv, qkv_n, H,
                          lw["input_layernorm"], {9: lw["qk_norm"], 10: b.q, 11: b.positions, 12: self.inv_freq[group.name],
-                                                 13: b.slots[group.name], 14: self.k_pages[layer], 15: self.v_pages[layer]})
+                                                 13: b.slots[group.name], 14: self.k_pages[layer], 15: self.v_pages[layer]},
+                         presplit=qkv_presplit)
             width = dict(b.capacity.widths)[group.name]
             self._dispatch(f"attention_{self.kv_name}",
                            {0: b.q, 1: b.attn, 2: b.positions, 3: b.token_seq, 4: b.tables[group.name],
@@ -203,11 +253,14 @@ class StepGraph:
                             "chunk": self.attention_chunk, "scale": cfg.attn_scale},
                            (f"attention {group.name}", cfg.num_kv_heads))
             self._matmul("post_norm", layer, "o_proj", b.attn, b.y, H, cfg.q_width,
-                         extra={9: lw["post_attention_layernorm"], 10: b.x})
+                         extra={9: lw["post_attention_layernorm"], 10: b.x},
+                         split_next={3: lw["pre_feedforward_layernorm"]} if fuse_gate else None)
             self._matmul("norm_gated", layer, "gate_proj", b.x, b.act, I, H, lw["pre_feedforward_layernorm"],
-                         {4: w.buffer(layer, "up_proj")})
+                         {4: w.buffer(layer, "up_proj")}, presplit=fuse_gate, split_next={} if fuse_down else None)
             self._matmul("post_norm", layer, "down_proj", b.act, b.y, H, I,
-                         extra={9: lw["post_feedforward_layernorm"], 10: b.x})
+                         extra={9: lw["post_feedforward_layernorm"], 10: b.x}, presplit=fuse_down,
+                         split_next={3: w.layers[layer + 1]["input_layernorm"]} if fuse_qkv else None)
+            qkv_presplit = fuse_qkv
         self._matmul("norm_rows", -1, "lm_head", b.x, b.logits, cfg.vocab_size, H, w.buffer(-1, "norm"), {5: b.rows})
         self._dispatch("sample", {0: b.logits, 1: b.params, 2: b.ids}, {"row_stride": cfg.vocab_size}, ("rows", 1))
         if not self.profile:
@@ -220,4 +273,5 @@ class StepGraph:
 
     def free(self) -> None:
         self.stamps.free()
-        self.kernels.vk.vkFreeCommandBuffers(self.kernels.dev.device, self.kernels.dev.command_pool, 1, [self.cb])
+        for cb, _ in self._recorded.values():
+            self.kernels.vk.vkFreeCommandBuffers(self.kernels.dev.device, self.kernels.dev.command_pool, 1, [cb])

@@ -63,11 +63,17 @@ COOP_KINDS = {
 }
 COOP_DTYPES = ("BF16", "F16")  # weight dtypes matmul_coop.comp reads
 COOP_COLS, COOP_ROWS = 64, 32  # outputs and rows per workgroup of matmul_coop.comp (BN, BM)
+# Above COOP_FOLD_ROWS rows (prefill) the `_fold` variants run instead: 8 subgroups of 2 x 2
+# tiles, 64 outputs x 128 rows per workgroup (each weight read by 4x the rows); the same sums in
+# the same order per output, so the results are bit for bit those of the decode tile.
+COOP_FOLD_DEFINES = ("SG_N=2", "SG_M=4", "TN=2", "TM=2")
+COOP_FOLD_TILE_ROWS = 128
 COOP_KU = 64  # k per stage of matmul_coop.comp
 COOP_FOLD_ROWS = 64  # FOLD_ROWS of matmul_coop.comp and reduce.comp
 COOP_TARGET_GROUPS = 512  # K is cut into chunks until a decode matmul has this many workgroups
 COOP_MIN_CHUNK = 256  # ... or until a chunk would be shorter than this
 COOP_REDUCE_WG = 128  # WG of reduce.comp's elementwise variants (gated, rows)
+GATED_SPLIT_MAX_ROW = 12 * 4 * 512  # ACT_VEC * 4 * WG of reduce.comp: the longest row reduce_gated_split holds
 
 
 def coop_fits(N: int, K: int) -> bool:
@@ -126,17 +132,22 @@ def _variants() -> dict[str, Variant]:
     for dtype in COOP_DTYPES:
         for gemm in dict.fromkeys(defines for _, defines, _ in COOP_KINDS.values()):
             out.append(Variant(coop_variant(gemm, dtype), "matmul_coop", (WEIGHT_DEFINES[dtype], *gemm), "glslang"))
+            out.append(Variant(coop_variant(gemm, dtype, fold=True), "matmul_coop",
+                               (WEIGHT_DEFINES[dtype], *gemm, *COOP_FOLD_DEFINES), "glslang"))
     out += [Variant("split_plain", "split"), Variant("split_norm", "split", ("NORM",)),
             Variant("split_norm_rows", "split", ("NORM", "ROW_GATHER")),
             Variant("reduce_post_norm", "reduce", ("EPI_NORM_ADD",)), Variant("reduce_gated", "reduce", ("GATED",)),
+            Variant("reduce_post_norm_split", "reduce", ("EPI_NORM_ADD", "SPLIT_NEXT")),
+            Variant("reduce_gated_split", "reduce", ("GATED", "SPLIT_NEXT")),
             Variant("reduce_rows", "reduce", ("ROWS",)),
             *(Variant(f"reduce_qk_rope_{kv}", "reduce", ("EPI_QK_ROPE", d)) for kv, d in KV_DEFINES.items())]
     return {v.name: v for v in out}
 
 
-def coop_variant(defines: tuple[str, ...], dtype: str) -> str:
-    """The matmul_coop.comp variant for weights of `dtype` with `defines` (GATED, ROWS or none)."""
-    return "_".join(["coop", *(d.lower() for d in defines), dtype.lower()])
+def coop_variant(defines: tuple[str, ...], dtype: str, fold: bool = False) -> str:
+    """The matmul_coop.comp variant for weights of `dtype` with `defines` (GATED, ROWS or none),
+    with the decode tile or (`fold`) the tile for steps of more than COOP_FOLD_ROWS rows."""
+    return "_".join(["coop", *(d.lower() for d in defines), dtype.lower(), *(["fold"] if fold else [])])
 
 
 VARIANTS = _variants()
