@@ -28,7 +28,7 @@ from gemma_batch.backends.vulkan import kernels as vk_kernels  # noqa: E402
 from gemma_batch.backends.vulkan.device import Device  # noqa: E402
 from gemma_batch.backends.vulkan.kernels import Kernels, Variant  # noqa: E402
 from gemma_batch.backends.vulkan.memory import Memory  # noqa: E402
-from gemma_batch.backends.vulkan.timestamps import Timestamps  # noqa: E402
+from gemma_batch.backends.vulkan.timestamps import best_dispatch_seconds  # noqa: E402
 from gemma_batch.bench.shapes import shape_config  # noqa: E402
 
 
@@ -52,7 +52,6 @@ def run_gemm(kern: Kernels, mem: Memory, M: int, N: int, K: int, tile: tuple[int
              b: np.ndarray | None = None, repeats: int = 5) -> tuple[float, np.ndarray | None]:
     """Best GPU seconds of one GEMM with (BM, BN) `tile`, and C when `a` and `b` are given (else
     random inputs, C not read)."""
-    dev, vk = kern.dev, kern.vk
     A, B, C = mem.alloc(M * K * 2, "A"), mem.alloc(N * K * 2, "B"), mem.alloc(M * N * 4, "C")
     rng = np.random.default_rng(0)
     for buf, data, rows in ((A, a, M), (B, b, N)):
@@ -63,25 +62,13 @@ def run_gemm(kern: Kernels, mem: Memory, M: int, N: int, K: int, tile: tuple[int
                 mem.upload(buf, block[:n], offset=2 * start)
         else:
             mem.upload(buf, data.astype(np.float16))
-    stamps = Timestamps(dev, 2)
-    cb = dev.command_buffer()
     try:
         dset = kern.descriptor_set({0: A, 1: B, 2: C}, C)
-        vk.vkBeginCommandBuffer(cb, vk.VkCommandBufferBeginInfo(sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO))
-        stamps.reset(cb)
-        stamps.write(cb, 0)
-        kern.record_direct(cb, "gemm_coop", dset, {"M": M, "N": N, "K": K, "pad": 0}, (M // tile[0]) * (N // tile[1]))
-        stamps.write(cb, 1)
-        vk.vkEndCommandBuffer(cb)
-        best = float("inf")
-        for _ in range(repeats):
-            dev.submit_and_wait(cb)
-            best = min(best, float(stamps.seconds(2)[0]))
+        best = best_dispatch_seconds(kern, "gemm_coop", dset, {"M": M, "N": N, "K": K, "pad": 0},
+                                     (M // tile[0]) * (N // tile[1]), repeats)
         out = mem.download(C, M * N * 4).view(np.float32).reshape(M, N) if a is not None else None
         return best, out
     finally:
-        vk.vkFreeCommandBuffers(dev.device, dev.command_pool, 1, [cb])
-        stamps.free()
         for buf in (A, B, C):
             mem.free(buf)
 

@@ -46,18 +46,18 @@ class KVCacheManager:
         """Earliest position a query at `first_query` (or later) can attend to in this group."""
         return 0 if group.window is None else max(0, first_query - group.window + 1)
 
-    def _spans(self, seq: Sequence, group: KVGroup, context_len: int) -> range:
-        """Block-table entries the next step of `seq` writes or reads, up to `context_len`."""
+    def _missing(self, seq: Sequence, group: KVGroup, context_len: int) -> range:
+        """Block-table entries the next step of `seq` writes or reads, up to `context_len`, that
+        it does not hold yet. It holds every entry from the first one a query can still see
+        (released entries all lie before it) to the end of its table, so only entries past the
+        table's end (and past that first one) are missing: O(1) per step, not O(context)."""
         first = self._first_needed_position(group, seq.num_cached_tokens) // self.block_size
-        return range(first, (context_len - 1) // self.block_size + 1)
+        held = len(seq.block_tables.get(group.name, ()))
+        return range(max(first, held), (context_len - 1) // self.block_size + 1)
 
     def blocks_needed(self, seq: Sequence, context_len: int) -> dict[str, int]:
         """New blocks per group for `seq` to hold positions up to `context_len - 1`."""
-        needed = {}
-        for g in self.groups:
-            table = seq.block_tables.get(g.name, [])
-            needed[g.name] = sum(1 for j in self._spans(seq, g, context_len) if j >= len(table) or table[j] < 0)
-        return needed
+        return {g.name: len(self._missing(seq, g, context_len)) for g in self.groups}
 
     def can_allocate(self, seq: Sequence, context_len: int) -> bool:
         needed = self.blocks_needed(seq, context_len)
@@ -68,12 +68,10 @@ class KVCacheManager:
         if not self.can_allocate(seq, context_len):
             raise RuntimeError(f"sequence {seq.seq_id}: not enough free KV blocks for {context_len} tokens")
         for g in self.groups:
+            missing = self._missing(seq, g, context_len)
             table = seq.block_tables.setdefault(g.name, [])
-            spans = self._spans(seq, g, context_len)
-            table.extend([-1] * (spans.stop - len(table)))
-            for j in spans:
-                if table[j] < 0:
-                    table[j] = self.pools[g.name].allocate()
+            table.extend([-1] * (missing.start - len(table)))  # entries no query can see any more
+            table.extend(self.pools[g.name].allocate() for _ in missing)
 
     def release_out_of_window(self, seq: Sequence) -> None:
         """After a step: free sliding-window blocks that no query at or after the cache end can see."""
@@ -82,10 +80,12 @@ class KVCacheManager:
                 continue
             table = seq.block_tables.get(g.name, [])
             first_needed = self._first_needed_position(g, seq.num_cached_tokens)
-            for j in range(min(len(table), first_needed // self.block_size)):
-                if table[j] >= 0:
-                    self.pools[g.name].release(table[j])
-                    table[j] = -1
+            # Newest first: the entries before the first one already released were released too.
+            for j in reversed(range(min(len(table), first_needed // self.block_size))):
+                if table[j] < 0:
+                    break
+                self.pools[g.name].release(table[j])
+                table[j] = -1
 
     def free(self, seq: Sequence) -> None:
         """Return every block of a finished (or preempted) sequence."""

@@ -9,9 +9,14 @@ A query pool of `count` timestamps; `seconds(n)` reads the first n and returns t
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from .device import Device
+
+if TYPE_CHECKING:
+    from .kernels import Kernels
 
 
 class Timestamps:
@@ -39,3 +44,26 @@ class Timestamps:
 
     def free(self) -> None:
         self.vk.vkDestroyQueryPool(self.dev.device, self.pool, None)
+
+
+def best_dispatch_seconds(kernels: Kernels, name: str, dset, push: dict[str, float | int], groups: int,
+                          repeats: int) -> float:
+    """The shortest GPU time of `repeats` submits of one dispatch of kernel `name` (benchmarks)."""
+    dev, vk = kernels.dev, kernels.vk
+    stamps = Timestamps(dev, 2)
+    cb = dev.command_buffer()
+    try:
+        vk.vkBeginCommandBuffer(cb, vk.VkCommandBufferBeginInfo(sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO))
+        stamps.reset(cb)
+        stamps.write(cb, 0)
+        kernels.record_direct(cb, name, dset, push, groups)
+        stamps.write(cb, 1)
+        vk.vkEndCommandBuffer(cb)
+        best = float("inf")
+        for _ in range(repeats):
+            dev.submit_and_wait(cb)
+            best = min(best, float(stamps.seconds(2)[0]))
+        return best
+    finally:
+        vk.vkFreeCommandBuffers(dev.device, dev.command_pool, 1, [cb])
+        stamps.free()

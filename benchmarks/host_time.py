@@ -1,0 +1,91 @@
+"""Where the host part of a Vulkan decode step goes: Python, the submit call, the fence wait's wake-up.
+
+    python benchmarks/host_time.py 4b [--batch 1,32] [--prompt-len 128] [--gen-len 64] [--spin]
+
+Runs the engine as `decode_profile.py` does, with the device's submit-and-wait replaced by the
+same calls timed one by one. Per batch size, medians over the decode steps of: the step's wall
+time, its GPU time (timestamps), the vkQueueSubmit call, the fence wait, the wait minus the GPU
+time (wake-up latency, and GPU work outside the timestamps), and the rest (Python: scheduler,
+step building, buffer writes, result handling). `--spin` polls the fence instead of blocking, to
+see what the wake-up costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from gemma_batch.backends.vulkan import VulkanBackend  # noqa: E402
+from gemma_batch.bench.random_weights import random_tensors  # noqa: E402
+from gemma_batch.bench.runner import bench_kv_plan  # noqa: E402
+from gemma_batch.bench.shapes import shape_config  # noqa: E402
+from gemma_batch.engine.engine import Engine, Request  # noqa: E402
+from gemma_batch.engine.sampling_params import SamplingParams  # noqa: E402
+
+
+def timed_submit(backend: VulkanBackend, spin: bool, out: dict[str, float]):
+    """A stand-in for `Device.submit_and_wait` that records its two calls' seconds in `out`."""
+    dev, vk = backend.device, backend.device.vk
+
+    def submit_and_wait(cb) -> None:
+        t0 = time.perf_counter()
+        vk.vkQueueSubmit(dev.queue, 1, [vk.VkSubmitInfo(sType=vk.VK_STRUCTURE_TYPE_SUBMIT_INFO, commandBufferCount=1,
+                                                        pCommandBuffers=[cb])], dev.fence)
+        t1 = time.perf_counter()
+        if spin:
+            while True:
+                try:
+                    vk.vkGetFenceStatus(dev.device, dev.fence)  # raises VkNotReady until signalled
+                    break
+                except vk.VkNotReady:
+                    pass
+        else:
+            vk.vkWaitForFences(dev.device, 1, [dev.fence], vk.VK_TRUE, 2**63 - 1)
+        t2 = time.perf_counter()
+        vk.vkResetFences(dev.device, 1, [dev.fence])
+        out.update(submit=t1 - t0, wait=t2 - t1)
+
+    return submit_and_wait
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("shape")
+    parser.add_argument("--batch", default="1,32")
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--gen-len", type=int, default=64)
+    parser.add_argument("--spin", action="store_true")
+    args = parser.parse_args()
+    cfg = shape_config(args.shape)
+    backend = VulkanBackend(cfg)
+    backend.load_weights(random_tensors(cfg, 0))
+    calls: dict[str, float] = {}
+    backend.device.submit_and_wait = timed_submit(backend, args.spin, calls)
+    rng = np.random.default_rng(0)
+    for batch in (int(b) for b in args.batch.split(",")):
+        length = args.prompt_len + args.gen_len
+        engine = Engine(backend, bench_kv_plan(backend, batch, length, batch * args.prompt_len), None, batch,
+                        batch * args.prompt_len)
+        for i in range(batch):
+            ids = [cfg.bos_token_id, *rng.integers(3, cfg.vocab_size, args.prompt_len - 1).tolist()]
+            engine.add(Request(i, ids, SamplingParams(max_tokens=args.gen_len)))
+        engine.step()  # the whole prefill
+        rows = []
+        while engine.num_unfinished:
+            start = time.perf_counter()
+            engine.step()
+            rows.append((time.perf_counter() - start, backend.last_step_device_seconds(), calls["submit"], calls["wait"]))
+        wall, gpu, submit, wait = np.median(np.array(rows[2:]), axis=0) * 1e3
+        print(f"{args.shape} batch {batch} ({'spin' if args.spin else 'blocking'} wait): step {wall:.3f} ms, GPU {gpu:.3f}, "
+              f"host {wall - gpu:.3f} = submit call {submit:.3f} + wait past the GPU {wait - gpu:.3f} "
+              f"+ Python {wall - submit - wait:.3f}")
+
+
+if __name__ == "__main__":
+    main()
