@@ -1,13 +1,14 @@
 """Where the host part of a Vulkan decode step goes: Python, the submit call, the fence wait's wake-up.
 
-    python benchmarks/host_time.py 4b [--batch 1,32] [--prompt-len 128] [--gen-len 64] [--spin]
+    python benchmarks/host_time.py 4b [--batch 1,32] [--prompt-len 128] [--gen-len 64] [--wait device|block|spin]
 
 Runs the engine as `decode_profile.py` does, with the device's submit-and-wait replaced by the
 same calls timed one by one. Per batch size, medians over the decode steps of: the step's wall
 time, its GPU time (timestamps), the vkQueueSubmit call, the fence wait, the wait minus the GPU
 time (wake-up latency, and GPU work outside the timestamps), and the rest (Python: scheduler,
-step building, buffer writes, result handling). `--spin` polls the fence instead of blocking, to
-see what the wake-up costs.
+step building, buffer writes, result handling). `--wait block` blocks on the fence, `--wait
+spin` polls it from the submit on; `--wait device` (default) times the device's own
+`submit_and_wait` as one call (reported as the wait; see `Device.poll`).
 """
 
 from __future__ import annotations
@@ -29,16 +30,22 @@ from gemma_batch.engine.engine import Engine, Request  # noqa: E402
 from gemma_batch.engine.sampling_params import SamplingParams  # noqa: E402
 
 
-def timed_submit(backend: VulkanBackend, spin: bool, out: dict[str, float]):
-    """A stand-in for `Device.submit_and_wait` that records its two calls' seconds in `out`."""
+def timed_submit(backend: VulkanBackend, wait: str, out: dict[str, float]):
+    """A stand-in for `Device.submit_and_wait` that records its calls' seconds in `out`."""
     dev, vk = backend.device, backend.device.vk
+    own = dev.submit_and_wait
 
     def submit_and_wait(cb) -> None:
+        if wait == "device":
+            t0 = time.perf_counter()
+            own(cb)
+            out.update(submit=0.0, wait=time.perf_counter() - t0)
+            return
         t0 = time.perf_counter()
         vk.vkQueueSubmit(dev.queue, 1, [vk.VkSubmitInfo(sType=vk.VK_STRUCTURE_TYPE_SUBMIT_INFO, commandBufferCount=1,
                                                         pCommandBuffers=[cb])], dev.fence)
         t1 = time.perf_counter()
-        if spin:
+        if wait == "spin":
             while True:
                 try:
                     vk.vkGetFenceStatus(dev.device, dev.fence)  # raises VkNotReady until signalled
@@ -60,13 +67,13 @@ def main() -> None:
     parser.add_argument("--batch", default="1,32")
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--gen-len", type=int, default=64)
-    parser.add_argument("--spin", action="store_true")
+    parser.add_argument("--wait", choices=("device", "block", "spin"), default="device")
     args = parser.parse_args()
     cfg = shape_config(args.shape)
     backend = VulkanBackend(cfg)
     backend.load_weights(random_tensors(cfg, 0))
     calls: dict[str, float] = {}
-    backend.device.submit_and_wait = timed_submit(backend, args.spin, calls)
+    backend.device.submit_and_wait = timed_submit(backend, args.wait, calls)
     rng = np.random.default_rng(0)
     for batch in (int(b) for b in args.batch.split(",")):
         length = args.prompt_len + args.gen_len
@@ -82,7 +89,7 @@ def main() -> None:
             engine.step()
             rows.append((time.perf_counter() - start, backend.last_step_device_seconds(), calls["submit"], calls["wait"]))
         wall, gpu, submit, wait = np.median(np.array(rows[2:]), axis=0) * 1e3
-        print(f"{args.shape} batch {batch} ({'spin' if args.spin else 'blocking'} wait): step {wall:.3f} ms, GPU {gpu:.3f}, "
+        print(f"{args.shape} batch {batch} (--wait {args.wait}): step {wall:.3f} ms, GPU {gpu:.3f}, "
               f"host {wall - gpu:.3f} = submit call {submit:.3f} + wait past the GPU {wait - gpu:.3f} "
               f"+ Python {wall - submit - wait:.3f}")
 
