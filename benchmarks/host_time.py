@@ -1,14 +1,14 @@
 """Where the host part of a Vulkan decode step goes: Python, the submit call, the fence wait's wake-up.
 
-    python benchmarks/host_time.py 4b [--batch 1,32] [--prompt-len 128] [--gen-len 64] [--wait device|block|spin]
+    python benchmarks/host_time.py 4b [--batch 1,32] [--prompt-len 128] [--gen-len 64] [--wait block|spin]
 
 Runs the engine as `decode_profile.py` does, with the device's submit-and-wait replaced by the
 same calls timed one by one. Per batch size, medians over the decode steps of: the step's wall
 time, its GPU time (timestamps), the vkQueueSubmit call, the fence wait, the wait minus the GPU
 time (wake-up latency, and GPU work outside the timestamps), and the rest (Python: scheduler,
-step building, buffer writes, result handling). `--wait block` blocks on the fence, `--wait
-spin` polls it from the submit on; `--wait device` (default) times the device's own
-`submit_and_wait` as one call (reported as the wait; see `Device.poll`).
+step building, buffer writes, result handling). `--wait block` (default) blocks on the fence as
+`Device.submit_and_wait` does; `--wait spin` polls it from the submit on, to see what the
+wake-up costs.
 """
 
 from __future__ import annotations
@@ -33,14 +33,8 @@ from gemma_batch.engine.sampling_params import SamplingParams  # noqa: E402
 def timed_submit(backend: VulkanBackend, wait: str, out: dict[str, float]):
     """A stand-in for `Device.submit_and_wait` that records its calls' seconds in `out`."""
     dev, vk = backend.device, backend.device.vk
-    own = dev.submit_and_wait
 
     def submit_and_wait(cb) -> None:
-        if wait == "device":
-            t0 = time.perf_counter()
-            own(cb)
-            out.update(submit=0.0, wait=time.perf_counter() - t0)
-            return
         t0 = time.perf_counter()
         vk.vkQueueSubmit(dev.queue, 1, [vk.VkSubmitInfo(sType=vk.VK_STRUCTURE_TYPE_SUBMIT_INFO, commandBufferCount=1,
                                                         pCommandBuffers=[cb])], dev.fence)
@@ -67,7 +61,7 @@ def main() -> None:
     parser.add_argument("--batch", default="1,32")
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--gen-len", type=int, default=64)
-    parser.add_argument("--wait", choices=("device", "block", "spin"), default="device")
+    parser.add_argument("--wait", choices=("block", "spin"), default="block")
     args = parser.parse_args()
     cfg = shape_config(args.shape)
     backend = VulkanBackend(cfg)

@@ -221,20 +221,3 @@ def test_long_contexts_are_batch_invariant(checkpoints, chunk):
     for ours, ref in zip(together, alone):
         assert ours.keys() == ref.keys()
         assert all(ours[p].tobytes() == ref[p].tobytes() for p in ref)
-
-
-def test_polling_the_fence_waits_for_the_work(checkpoints):
-    """`Device.poll` (on for GPUs; llvmpipe, a CPU device, has it off) sleeps through the time a
-    command buffer took last and then polls its fence. Forced on here: the same greedy tokens as
-    with a blocking wait, and the command buffer's time recorded for the next submit. A wait that
-    returned early would read the sampled ids before they were written."""
-    model_dir = checkpoints["bf16"][0]
-    backend = vulkan_backend(model_dir)
-    cfg = backend.cfg
-    num_blocks = {g.name: 64 for g in cfg.kv_groups()}
-    runs = []
-    for poll in (False, True, True):
-        backend.device.poll = poll
-        runs.append(generate_greedy(backend, PROMPTS, NEW_TOKENS, block_size=16, num_blocks=num_blocks))
-    assert runs[0] == runs[1] == runs[2]
-    assert backend.device._last_wait and all(s > 0 for s in backend.device._last_wait.values())

@@ -8,15 +8,12 @@ one, then a virtual one, then a CPU implementation (Mesa's llvmpipe).
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 
 from . import coopmat
 from .errors import VulkanUnavailable
 
 DEVICE_ENV = "GEMMA_BATCH_VK_DEVICE"
-NO_POLL_ENV = "GEMMA_BATCH_VK_DISABLE_POLL"  # "1": wait for every submit by blocking on its fence
-POLL_MARGIN_S = 1e-3  # with polling: sleep until this long before a submit's expected end
 _TYPE_NAMES = {0: "other", 1: "integrated GPU", 2: "discrete GPU", 3: "virtual GPU", 4: "CPU"}
 _PREFERENCE = {2: 0, 1: 1, 3: 2, 4: 3, 0: 4}  # device type -> rank (lower is preferred)
 
@@ -224,12 +221,6 @@ class Device:
             sType=vk.VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, queueFamilyIndex=self.queue_family,
             flags=vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT), None)
         self.fence = vk.vkCreateFence(self.device, vk.VkFenceCreateInfo(sType=vk.VK_STRUCTURE_TYPE_FENCE_CREATE_INFO), None)
-        # A GPU's submits end with a poll of the fence (not on a CPU device: it would take a core
-        # from the device's own threads). Sleeping through the whole wait cost about 0.2 ms per
-        # step on an H100 machine (docs/PERFORMANCE.md): the thread's wake-up, and a colder core.
-        self.poll = (self.info.type_code != vk.VK_PHYSICAL_DEVICE_TYPE_CPU
-                     and os.environ.get(NO_POLL_ENV, "0").strip().lower() in ("", "0", "off", "false", "no"))
-        self._last_wait: dict[int, float] = {}  # seconds from submit to done, per command buffer
         self.memory_properties = vk.vkGetPhysicalDeviceMemoryProperties(self.physical)
 
     def command_buffer(self):
@@ -239,31 +230,11 @@ class Device:
             level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, commandBufferCount=1))[0]
 
     def submit_and_wait(self, command_buffer) -> None:
-        """Run `command_buffer` and return when it is done. With `poll`, the thread sleeps until
-        POLL_MARGIN_S before the time this command buffer took last (or until done, if sooner),
-        then polls the fence."""
         vk = self.vk
-        started = time.perf_counter()
         vk.vkQueueSubmit(self.queue, 1, [vk.VkSubmitInfo(
             sType=vk.VK_STRUCTURE_TYPE_SUBMIT_INFO, commandBufferCount=1, pCommandBuffers=[command_buffer])], self.fence)
-        if self.poll:
-            key = int(vk.ffi.cast("uintptr_t", command_buffer))
-            sleep = max(0.0, self._last_wait.get(key, 0.0) - POLL_MARGIN_S)
-            if not self._fence_done(int(sleep * 1e9)):
-                while not self._fence_done(0):
-                    pass
-            self._last_wait[key] = time.perf_counter() - started
-        else:
-            vk.vkWaitForFences(self.device, 1, [self.fence], vk.VK_TRUE, 2**63 - 1)
+        vk.vkWaitForFences(self.device, 1, [self.fence], vk.VK_TRUE, 2**63 - 1)
         vk.vkResetFences(self.device, 1, [self.fence])
-
-    def _fence_done(self, timeout_ns: int) -> bool:
-        """Wait up to `timeout_ns` for the fence; whether it is signalled."""
-        try:
-            self.vk.vkWaitForFences(self.device, 1, [self.fence], self.vk.VK_TRUE, timeout_ns)
-            return True
-        except self.vk.VkTimeout:
-            return False
 
     def heap_budget(self) -> tuple[int, int] | None:
         """(budget, usage) of the largest device-local heap from VK_EXT_memory_budget, if present."""
