@@ -17,10 +17,8 @@ import numpy as np
 
 from gemma_batch.backends.vulkan import VulkanBackend
 from gemma_batch.bench.random_weights import random_tensors, weight_bytes
-from gemma_batch.bench.runner import bench_kv_plan
+from gemma_batch.bench.runner import prefilled_engine
 from gemma_batch.bench.shapes import shape_config
-from gemma_batch.engine.engine import Engine, Request
-from gemma_batch.engine.sampling_params import SamplingParams
 
 
 def main() -> None:
@@ -34,15 +32,8 @@ def main() -> None:
     backend = VulkanBackend(cfg, profile=True)
     backend.load_weights(random_tensors(cfg, 0))
     nbytes = weight_bytes(cfg)
-    rng = np.random.default_rng(0)
     for batch in (int(b) for b in args.batch.split(",")):
-        length = args.prompt_len + args.gen_len
-        engine = Engine(backend, bench_kv_plan(backend, batch, length, batch * args.prompt_len), None, batch,
-                        batch * args.prompt_len)
-        for i in range(batch):
-            ids = [cfg.bos_token_id, *rng.integers(3, cfg.vocab_size, args.prompt_len - 1).tolist()]
-            engine.add(Request(i, ids, SamplingParams(max_tokens=args.gen_len)))
-        engine.step()  # the whole prefill
+        engine = prefilled_engine(backend, batch, args.prompt_len, args.gen_len)
         times = []
         while engine.num_unfinished:
             start = time.perf_counter()

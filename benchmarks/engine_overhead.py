@@ -22,10 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gemma_batch.backends.base import StepResult  # noqa: E402
 from gemma_batch.backends.cpu import CpuBackend  # noqa: E402
 from gemma_batch.bench.random_weights import random_tensors  # noqa: E402
-from gemma_batch.bench.runner import bench_kv_plan  # noqa: E402
+from gemma_batch.bench.runner import prefilled_engine  # noqa: E402
 from gemma_batch.bench.shapes import shape_config  # noqa: E402
-from gemma_batch.engine.engine import Engine, Request  # noqa: E402
-from gemma_batch.engine.sampling_params import SamplingParams  # noqa: E402
 
 
 def main() -> None:
@@ -39,20 +37,14 @@ def main() -> None:
     backend = CpuBackend(cfg)
     backend.load_weights(random_tensors(cfg, 0))
     backend.step = lambda batch: StepResult(np.full(batch.num_seqs, 5, np.int32))  # no model: the engine alone
-    B, P = args.batch, args.prompt_len
-    engine = Engine(backend, bench_kv_plan(backend, B, P + args.gen_len, B * P), None, B, B * P)
-    rng = np.random.default_rng(0)
-    for i in range(B):
-        ids = [cfg.bos_token_id, *rng.integers(3, cfg.vocab_size, P - 1).tolist()]
-        engine.add(Request(i, ids, SamplingParams(max_tokens=args.gen_len)))
-    engine.step()  # the prefill
+    engine = prefilled_engine(backend, args.batch, args.prompt_len, args.gen_len)
     times = []
     while engine.num_unfinished:
         start = time.perf_counter()
         engine.step()
         times.append(time.perf_counter() - start)
     ms = 1e3 * np.array(times)
-    print(f"batch {B}, prompts of {P}: engine-only decode step {np.median(ms):.3f} ms median, "
+    print(f"batch {args.batch}, prompts of {args.prompt_len}: engine-only decode step {np.median(ms):.3f} ms median, "
           f"{np.percentile(ms, 10):.3f} ms 10th percentile ({len(ms)} steps)")
 
 

@@ -24,10 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gemma_batch.backends.vulkan import VulkanBackend  # noqa: E402
 from gemma_batch.bench.random_weights import random_tensors  # noqa: E402
-from gemma_batch.bench.runner import bench_kv_plan  # noqa: E402
+from gemma_batch.bench.runner import prefilled_engine  # noqa: E402
 from gemma_batch.bench.shapes import shape_config  # noqa: E402
-from gemma_batch.engine.engine import Engine, Request  # noqa: E402
-from gemma_batch.engine.sampling_params import SamplingParams  # noqa: E402
 
 
 def timed_submit(backend: VulkanBackend, wait: str, out: dict[str, float]):
@@ -68,15 +66,8 @@ def main() -> None:
     backend.load_weights(random_tensors(cfg, 0))
     calls: dict[str, float] = {}
     backend.device.submit_and_wait = timed_submit(backend, args.wait, calls)
-    rng = np.random.default_rng(0)
     for batch in (int(b) for b in args.batch.split(",")):
-        length = args.prompt_len + args.gen_len
-        engine = Engine(backend, bench_kv_plan(backend, batch, length, batch * args.prompt_len), None, batch,
-                        batch * args.prompt_len)
-        for i in range(batch):
-            ids = [cfg.bos_token_id, *rng.integers(3, cfg.vocab_size, args.prompt_len - 1).tolist()]
-            engine.add(Request(i, ids, SamplingParams(max_tokens=args.gen_len)))
-        engine.step()  # the whole prefill
+        engine = prefilled_engine(backend, batch, args.prompt_len, args.gen_len)
         rows = []
         while engine.num_unfinished:
             start = time.perf_counter()

@@ -153,6 +153,18 @@ def bench_kv_plan(backend: Backend, batch: int, length: int, max_chunk: int) -> 
     return KVPlan(BLOCK_SIZE, blocks, length, available, used, batch)
 
 
+def prefilled_engine(backend: Backend, batch: int, prompt_len: int, gen_len: int, seed: int = 0) -> Engine:
+    """An engine with `batch` random requests of `prompt_len` + `gen_len` tokens after its first
+    step, the whole prefill: what remains are decode steps (for the scripts in benchmarks/)."""
+    engine = Engine(backend, bench_kv_plan(backend, batch, prompt_len + gen_len, batch * prompt_len), None, batch,
+                    batch * prompt_len)
+    rng = np.random.default_rng(seed)
+    for i in range(batch):
+        engine.add(_request(rng, backend.cfg, i, prompt_len, gen_len))
+    engine.step()
+    return engine
+
+
 def _request(rng: np.random.Generator, cfg: Gemma3Config, request_id: int, prompt_len: int, gen_len: int) -> Request:
     """<bos> and random ids, run greedily to exactly `gen_len` tokens."""
     ids = [cfg.bos_token_id, *rng.integers(3, cfg.vocab_size, prompt_len - 1).tolist()]
