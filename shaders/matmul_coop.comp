@@ -21,7 +21,8 @@
 // tile's end); whole row tiles past M are skipped.
 //
 // Variants: W_BF16 | W_F16; GATED (N = 2 I: output columns [0, I) from W at binding 0, [I, 2 I)
-// from the up weights at binding 4); ROWS (M = meta.num_rows: the LM head's gathered rows).
+// from the up weights at binding 4); ROWS (M = meta.num_rows: the LM head's gathered rows); the
+// tile (SG_N, SG_M, TN, TM; the host runs kernels.COOP_FOLD_DEFINES' tile above FOLD_ROWS rows).
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require

@@ -45,9 +45,8 @@ import numpy as np
 from ...model.config import Gemma3Config
 from .attention import most_chunks
 from .kernels import (COOP_COLS, COOP_DTYPES, COOP_FOLD_ROWS, COOP_FOLD_TILE_ROWS, COOP_KINDS, COOP_REDUCE_WG, COOP_ROWS,
-                      GATED_SPLIT_MAX_ROW,
-                      MATMUL_ROWS, META_BINDING, Kernels,
-                      coop_chunks, coop_fits, coop_variant, matmul_cols, matmul_variant)
+                      GATED_SPLIT_MAX_ROW, MATMUL_ROWS, META_BINDING, Kernels, coop_chunks, coop_fits, coop_variant,
+                      matmul_cols, matmul_variant)
 from .memory import Buffer
 from .step_buffers import GRID_SLOTS, StepBuffers
 from .timestamps import Timestamps
@@ -91,7 +90,7 @@ class StepGraph:
         # may be fewer), so that neither replays dispatches of the other's tile without work.
         self._recorded: dict[bool, tuple[object, list[str]]] = {}
         for prefill in (False, True) if coop_min_chunk is not None else (False,):
-            self.prefill = prefill
+            self.prefill = prefill  # which of the two `_record` is recording
             self.cb = kernels.dev.command_buffer()
             self.stamped: list[str] = []  # the kernel before each timestamp after the first
             self._record()
@@ -201,7 +200,10 @@ class StepGraph:
         cols = 2 * N if gated else N
         chunks = coop_chunks(cols, K, self.coop_min_chunk)
         weights = {0: self.w.buffer(layer, key), **({4: self.w.buffer(layer, "up_proj")} if gated else {})}
-        for fold in ((False, True) if rows else (True,)) if self.prefill else (False,):
+        # The decode tile for steps of up to COOP_FOLD_ROWS tokens, the prefill tile for longer
+        # ones; the LM head's rows may be few in a long step, so that recording has both for it.
+        folds = ((False, True) if rows else (True,)) if self.prefill else (False,)
+        for fold in folds:
             grid = (f"coopfold_{count}", cols // COOP_COLS) if fold else (f"coop_{count} {chunks}", cols // COOP_COLS)
             self._dispatch(coop_variant(gemm, dtype, fold), {**weights, 1: b.split, 2: b.partial},
                            {"N": cols, "K": K, "kchunk": K // chunks, "pad": 0}, grid)

@@ -95,7 +95,8 @@ def coop_chunks(N: int, K: int, min_chunk: int = COOP_MIN_CHUNK) -> int:
 
 def coop_partial_floats(max_rows: int, N: int, chunks: int) -> int:
     """Floats of matmul_coop.comp's partial sums for any step of up to `max_rows` rows: rows
-    padded to whole tiles, times the chunks for steps of at most COOP_FOLD_ROWS rows."""
+    padded to whole decode tiles (COOP_ROWS; the prefill tile writes only its 16-row tiles that
+    hold rows, which stay within that), times the chunks for steps of at most COOP_FOLD_ROWS rows."""
     def floats(M: int) -> int:
         return -(-M // COOP_ROWS) * COOP_ROWS * N * (1 if M > COOP_FOLD_ROWS else chunks)
     return max(floats(min(max_rows, COOP_FOLD_ROWS)), floats(max_rows))
