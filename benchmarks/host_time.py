@@ -1,14 +1,14 @@
-"""Where the host part of a Vulkan decode step goes: Python, the submit call, the fence wait's wake-up.
+"""Where the host part of a Vulkan decode step goes: Python, the submit call, the fence wait.
 
     python benchmarks/host_time.py 4b [--batch 1,32] [--prompt-len 128] [--gen-len 64] [--wait block|spin]
 
-Runs the engine as `decode_profile.py` does, with the device's submit-and-wait replaced by the
-same calls timed one by one. Per batch size, medians over the decode steps of: the step's wall
-time, its GPU time (timestamps), the vkQueueSubmit call, the fence wait, the wait minus the GPU
-time (wake-up latency, and GPU work outside the timestamps), and the rest (Python: scheduler,
-step building, buffer writes, result handling). `--wait block` (default) blocks on the fence as
-`Device.submit_and_wait` does; `--wait spin` polls it from the submit on, to see what the
-wake-up costs.
+Runs the engine as `decode_profile.py` does, with the device's `submit` and `wait` replaced by
+the same calls, timed. Per batch size, medians over the decode steps of: the step's wall time,
+its GPU time (timestamps), the host's part (wall - GPU: what the host adds to the step), the
+vkQueueSubmit call, the fence wait, and the rest (Python: result handling, buffer writes, and
+the next step's scheduling, which the engine does between submit and wait, while the GPU runs).
+`--wait block` (default) blocks on the fence as `Device.wait` does; `--wait spin` polls it, to
+see what the wake-up costs.
 """
 
 from __future__ import annotations
@@ -28,15 +28,18 @@ from gemma_batch.bench.runner import prefilled_engine  # noqa: E402
 from gemma_batch.bench.shapes import shape_config  # noqa: E402
 
 
-def timed_submit(backend: VulkanBackend, wait: str, out: dict[str, float]):
-    """A stand-in for `Device.submit_and_wait` that records its calls' seconds in `out`."""
+def timed_device(backend: VulkanBackend, wait: str, out: dict[str, float]) -> None:
+    """Replace the device's `submit` and `wait` by the same calls, timed into `out`."""
     dev, vk = backend.device, backend.device.vk
 
-    def submit_and_wait(cb) -> None:
+    def submit(cb) -> None:
         t0 = time.perf_counter()
         vk.vkQueueSubmit(dev.queue, 1, [vk.VkSubmitInfo(sType=vk.VK_STRUCTURE_TYPE_SUBMIT_INFO, commandBufferCount=1,
                                                         pCommandBuffers=[cb])], dev.fence)
-        t1 = time.perf_counter()
+        out["submit"] = time.perf_counter() - t0
+
+    def wait_fence() -> None:
+        t0 = time.perf_counter()
         if wait == "spin":
             while True:
                 try:
@@ -46,11 +49,10 @@ def timed_submit(backend: VulkanBackend, wait: str, out: dict[str, float]):
                     pass
         else:
             vk.vkWaitForFences(dev.device, 1, [dev.fence], vk.VK_TRUE, 2**63 - 1)
-        t2 = time.perf_counter()
         vk.vkResetFences(dev.device, 1, [dev.fence])
-        out.update(submit=t1 - t0, wait=t2 - t1)
+        out["wait"] = time.perf_counter() - t0
 
-    return submit_and_wait
+    dev.submit, dev.wait = submit, wait_fence
 
 
 def main() -> None:
@@ -65,7 +67,7 @@ def main() -> None:
     backend = VulkanBackend(cfg)
     backend.load_weights(random_tensors(cfg, 0))
     calls: dict[str, float] = {}
-    backend.device.submit_and_wait = timed_submit(backend, args.wait, calls)
+    timed_device(backend, args.wait, calls)
     for batch in (int(b) for b in args.batch.split(",")):
         engine = prefilled_engine(backend, batch, args.prompt_len, args.gen_len)
         rows = []
@@ -74,9 +76,9 @@ def main() -> None:
             engine.step()
             rows.append((time.perf_counter() - start, backend.last_step_device_seconds(), calls["submit"], calls["wait"]))
         wall, gpu, submit, wait = np.median(np.array(rows[2:]), axis=0) * 1e3
-        print(f"{args.shape} batch {batch} (--wait {args.wait}): step {wall:.3f} ms, GPU {gpu:.3f}, "
-              f"host {wall - gpu:.3f} = submit call {submit:.3f} + wait past the GPU {wait - gpu:.3f} "
-              f"+ Python {wall - submit - wait:.3f}")
+        print(f"{args.shape} batch {batch} (--wait {args.wait}): step {wall:.3f} ms, GPU {gpu:.3f}, host {wall - gpu:.3f} "
+              f"(wall - GPU); submit call {submit:.3f}, fence wait {wait:.3f}, Python {wall - submit - wait:.3f} "
+              f"(with the next step's scheduling, which runs while the GPU does)")
 
 
 if __name__ == "__main__":

@@ -142,3 +142,41 @@ def test_plan_lowers_max_model_len_when_one_sequence_does_not_fit():
     assert plan.full_length_seqs >= 1 and plan.used_bytes <= 200_000
     roomy = plan_kv(groups, per_token, budget_bytes=10**9, block_size=16, max_model_len=256, max_batch=8, max_chunk=64)
     assert roomy.notice is None and roomy.full_length_seqs == 8  # capped at what max_batch sequences use
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_scheduling_ahead_finishes_identically_with_stops_and_late_requests(seed):
+    """`Engine.schedule_ahead` (the next step scheduled while the backend runs this one, with
+    placeholders for the tokens being sampled) against scheduling after each step: the same
+    completions and finish reasons, with stop tokens ending sequences early (the step scheduled
+    ahead is then dropped), requests added between steps, and a pool tight enough to preempt.
+    RecordingBackend fails on any wrong block or slot; every step leaves the blocks consistent
+    and nothing leaks."""
+    rng = np.random.default_rng(100 + seed)
+    stops = frozenset(rng.choice(VOCAB, 4, replace=False).tolist())
+    requests = [Request(r.request_id, r.prompt_ids, r.params, stops) for r in random_requests(rng, 20)]
+    cfg = tiny_config()
+    longest = max(len(r.prompt_ids) + r.params.max_tokens for r in requests)
+    budget, max_batch = int(rng.integers(8, 40)), int(rng.integers(2, 9))
+    results = []
+    for ahead in (False, True):
+        engine = Engine(RecordingBackend(cfg), plan_for(cfg, longest, 1, budget, 4), None, max_batch, budget,
+                        schedule_ahead=ahead)
+        pending, done, steps = list(requests), {}, 0
+        for r in pending[:8]:
+            engine.add(r)
+        pending = pending[8:]
+        while engine.num_unfinished or pending:
+            if pending and (steps % 3 == 0 or not engine.num_unfinished):
+                engine.add(pending.pop(0))
+            for c in engine.step():
+                assert c.request_id not in done
+                done[c.request_id] = (c.token_ids, c.finish_reason)
+            check_blocks(engine)
+            steps += 1
+        assert all(pool.num_free == pool.num_blocks for pool in engine.kv.pools.values())
+        results.append((done, engine.stats.preemptions))
+    (sync, _), (ahead, preemptions) = results
+    assert ahead == sync and sorted(ahead) == list(range(len(requests)))
+    assert any(reason == "stop" for _, reason in sync.values())  # some sequences stopped early
+    assert preemptions > 0

@@ -86,6 +86,7 @@ class Backend(ABC):
 
     def __init__(self, cfg: Gemma3Config) -> None:
         self.cfg = cfg
+        self._submitted = None  # the step between `submit` and `wait`
 
     @property
     def identity(self) -> str:
@@ -132,6 +133,19 @@ class Backend(ABC):
         """Bytes per second at which the device streams a buffer of `nbytes` (choose it several
         times the caches): the roofline against which a decode step is judged."""
         raise NotImplementedError(f"{self.name} cannot measure its memory bandwidth")
+
+    overlaps = False  # whether `submit` returns while the device is still running the step
+
+    def submit(self, batch: StepBatch) -> None:
+        """Start a step; `wait` returns its result. Between the two the host may do other work
+        (the engine schedules the next step) but must not submit again. Default: the step runs
+        in `wait`."""
+        self._submitted = batch
+
+    def wait(self) -> StepResult:
+        """The result of the step `submit` started."""
+        batch, self._submitted = self._submitted, None
+        return self.step(batch)
 
     @abstractmethod
     def step(self, batch: StepBatch) -> StepResult:

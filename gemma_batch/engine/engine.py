@@ -12,6 +12,7 @@ the request's stop token ids, stop strings and length limit.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,11 +26,12 @@ from .kv_cache import KVCacheManager
 from .kv_plan import KVPlan
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler
-from .sequence import Sequence
+from .sequence import PENDING, Sequence
 from .stats import EngineStats
-from .step_builder import build_step
+from .step_builder import build_step, refresh_token_ids
 
 StepHook = Callable[[list[int], StepBatch, StepResult], None]
+AHEAD_ENV = "GEMMA_BATCH_SCHEDULE_AHEAD"  # "0": schedule each step only after the last one finished
 
 
 @dataclass
@@ -73,9 +75,13 @@ class Engine:
         max_batch: int = 32,
         step_token_budget: int = 512,
         on_step: StepHook | None = None,
+        schedule_ahead: bool | None = None,
     ) -> None:
         """`tokenizer` is needed for text and stop strings; without it completions carry ids only.
-        `on_step` sees each step's request ids, batch and result (and asks for all logits)."""
+        `on_step` sees each step's request ids, batch and result (and asks for all logits).
+        `schedule_ahead`: schedule each step while the last one runs (default: where the backend
+        overlaps, without `on_step`, unless GEMMA_BATCH_SCHEDULE_AHEAD=0); the completions are the
+        same either way."""
         self.backend = backend
         self.tokenizer = tokenizer
         self.groups = backend.cfg.kv_groups()
@@ -85,6 +91,15 @@ class Engine:
         self.stats = EngineStats()
         self.on_step = on_step
         self._live: dict[int, _Live] = {}
+        # The next step scheduled while this one runs (see `step`); never with an `on_step` hook,
+        # which needs each step's results before the next is scheduled.
+        if schedule_ahead and on_step is not None:
+            raise ValueError("an on_step hook needs each step's results before the next is scheduled")
+        if schedule_ahead is None:
+            schedule_ahead = backend.overlaps and on_step is None and os.environ.get(AHEAD_ENV, "1") != "0"
+        self.schedule_ahead = schedule_ahead
+        self._ahead: tuple[list[tuple[Sequence, int]], StepBatch] | None = None
+        self._released: set[int] = set()  # sequences out of the scheduler whose last token is pending
         backend.allocate_kv(plan.num_blocks, plan.block_size)
 
     @property
@@ -101,39 +116,72 @@ class Engine:
             raise ValueError("stop strings need an engine with a tokenizer")
         self._live[seq.seq_id] = _Live(request, IncrementalDetokenizer(self.tokenizer) if needs_text else None)
         self.scheduler.add(seq)
+        self._ahead = None  # scheduled without this request: schedule again, so that it may join
 
     def step(self) -> list[Completion]:
-        """Run one step; return the requests it finished."""
+        """Run one step; return the requests it finished.
+
+        On a backend whose `submit` returns while the device runs (`Backend.overlaps`), the next
+        step is scheduled and built in that time, with placeholders for the tokens this step is
+        sampling (filled in before it is submitted). It is dropped, and scheduled again next
+        time, when a sequence in it stops on a token or string, or a request is added."""
         started = time.perf_counter()
-        scheduled = self.scheduler.schedule()
-        if not scheduled:
-            raise RuntimeError(f"scheduler made no progress with {self.num_unfinished} unfinished requests")
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            scheduled, batch = ahead
+            refresh_token_ids(batch, scheduled)
+        else:
+            scheduled = self.scheduler.schedule()
+            if not scheduled:
+                raise RuntimeError(f"scheduler made no progress with {self.num_unfinished} unfinished requests")
+            batch = build_step(
+                scheduled, [g.name for g in self.groups], self.block_size, return_logits=self.on_step is not None
+            )
         for seq, _ in scheduled:
             live = self._live[seq.seq_id]
             live.admitted_at = live.admitted_at or started
-        batch = build_step(
-            scheduled, [g.name for g in self.groups], self.block_size, return_logits=self.on_step is not None
-        )
         batch.sampling = self._sampling(scheduled)
-        result = self.backend.step(batch)
-        if self.on_step is not None:
-            self.on_step([seq.seq_id for seq, _ in scheduled], batch, result)
+        self.backend.submit(batch)
 
-        done = []
+        sampled = []  # (index in the step, sequence, its first token?) of the tokens this step samples
         for s, (seq, n) in enumerate(scheduled):
             decode = n == 1 and seq.num_completion_tokens > 0 and seq.num_cached_tokens == seq.num_tokens - 1
             self.stats.prefill_tokens += 0 if decode else n
             seq.num_cached_tokens += n
             self.kv.release_out_of_window(seq)
             if batch.sample[s]:
-                if seq.num_completion_tokens == 0:
-                    self.stats.record_ttft(time.perf_counter() - self._live[seq.seq_id].admitted_at)
-                self._append(seq, int(result.token_ids[s]))
-                self.stats.generated_tokens += 1
+                sampled.append((s, seq, seq.num_completion_tokens == 0))
+        if self.schedule_ahead:
+            self._ahead = self._schedule_ahead([seq for _, seq, _ in sampled])
+        result = self.backend.wait()
+        if self.on_step is not None:
+            self.on_step([seq.seq_id for seq, _ in scheduled], batch, result)
+
+        done = []
+        for s, seq, first in sampled:
+            if first:
+                self.stats.record_ttft(time.perf_counter() - self._live[seq.seq_id].admitted_at)
+            self._append(seq, int(result.token_ids[s]))
+            self.stats.generated_tokens += 1
             if seq.finished:
                 done.append(self._finish(seq))
+        if self._ahead is not None and any(seq.finished for seq, _ in self._ahead[0]):
+            self._ahead = None
         self._record(scheduled, batch, started)
         return done
+
+    def _schedule_ahead(self, sampled: list[Sequence]) -> tuple[list[tuple[Sequence, int]], StepBatch] | None:
+        """The next step, scheduled while this one runs: each sampled sequence holds the place of
+        its coming token, and those that reach their length limit with it leave the batch now."""
+        for seq in sampled:
+            seq.append_pending()
+            if seq.at_length_limit:
+                self.scheduler.finish(seq)
+                self._released.add(seq.seq_id)
+        scheduled = self.scheduler.schedule()
+        if not scheduled:
+            return None
+        return scheduled, build_step(scheduled, [g.name for g in self.groups], self.block_size)
 
     def _sampling(self, scheduled: list[tuple[Sequence, int]]) -> SamplingBatch:
         params = [self._live[seq.seq_id].request for seq, _ in scheduled]
@@ -148,8 +196,12 @@ class Engine:
         )
 
     def _append(self, seq: Sequence, token: int) -> None:
-        """Add a sampled token; end the sequence at a stop string (cut from the text)."""
-        seq.append(token)
+        """Add a sampled token (in the place `_schedule_ahead` held for it, if any); end the
+        sequence at a stop string (cut from the text)."""
+        if seq.token_ids and seq.token_ids[-1] == PENDING:
+            seq.resolve(token)
+        else:
+            seq.append(token)
         live = self._live[seq.seq_id]
         if live.detok is None or token in seq.stop_token_ids:
             return
@@ -166,7 +218,10 @@ class Engine:
                 seq.finished = True
 
     def _finish(self, seq: Sequence) -> Completion:
-        self.scheduler.finish(seq)
+        if seq.seq_id in self._released:  # left the batch when its last token was scheduled
+            self._released.remove(seq.seq_id)
+        else:
+            self.scheduler.finish(seq)
         live = self._live.pop(seq.seq_id)
         if live.detok is not None and not live.stopped_by_string:
             live.text += live.detok.flush()

@@ -79,8 +79,12 @@ class Scheduler:
         return list(scheduled.values())
 
     def finish(self, seq: Sequence) -> None:
-        """A sequence ended: it leaves the batch and its blocks go back to the pools."""
-        self.running.remove(seq)
+        """A sequence ended: it leaves the batch (or the queue, if it was preempted while its last
+        token was being sampled) and its blocks go back to the pools."""
+        if seq in self.running:
+            self.running.remove(seq)
+        else:
+            self.waiting.remove(seq)
         self.kv.free(seq)
 
     def _fits_with_headroom(self, seq: Sequence, n: int) -> bool:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+PENDING = -1  # in `token_ids`: a token the device is still sampling (see `append_pending`)
+
 
 @dataclass(eq=False)  # identity: two sequences are never "equal"
 class Sequence:
@@ -51,5 +53,21 @@ class Sequence:
     def append(self, token_id: int) -> None:
         """Add a sampled token; finish on a stop token or when the completion is long enough."""
         self.token_ids.append(token_id)
-        if token_id in self.stop_token_ids or self.num_completion_tokens >= self.max_new_tokens:
+        self._check_end()
+
+    def append_pending(self) -> None:
+        """Hold the place of a token still being sampled, so that the next step can be scheduled
+        meanwhile; `resolve` puts the token in (and only then are the stop rules applied)."""
+        self.token_ids.append(PENDING)
+
+    def resolve(self, token_id: int) -> None:
+        self.token_ids[-1] = token_id
+        self._check_end()
+
+    @property
+    def at_length_limit(self) -> bool:
+        return self.num_completion_tokens >= self.max_new_tokens
+
+    def _check_end(self) -> None:
+        if self.token_ids[-1] in self.stop_token_ids or self.at_length_limit:
             self.finished = True

@@ -44,3 +44,12 @@ def build_step(
         sample=np.asarray(sample, bool),
         return_logits=return_logits,
     )
+
+
+def refresh_token_ids(batch: StepBatch, scheduled: list[tuple[Sequence, int]]) -> None:
+    """Read the step's token ids again from its sequences: a step built while the previous one ran
+    held placeholders (sequence.PENDING) for the tokens that step was sampling."""
+    firsts = batch.positions[batch.seq_starts[:-1]]
+    batch.token_ids = np.asarray([t for (seq, n), p in zip(scheduled, firsts) for t in seq.token_ids[p: p + n]], np.int32)
+    if (batch.token_ids < 0).any():
+        raise RuntimeError("a step's token is still pending after the step before it finished")

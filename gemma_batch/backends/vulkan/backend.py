@@ -5,8 +5,9 @@
     backend.allocate_kv(num_blocks, block_size)  # one K and one V page buffer per layer
     result = backend.step(batch)                 # only token ids come back
 
-Per step the host writes the step's metadata into mapped buffers, fills in the indirect grids,
-submits the command buffer recorded once (`graph.py`), waits, and reads R sampled ids.
+Per step the host writes the step's metadata into mapped buffers, fills in the indirect grids and
+submits the command buffer recorded once (`graph.py`) (`submit`); then it waits for the device
+and reads R sampled ids (`wait`). The engine schedules the next step in between.
 Numerics: weights as stored (bf16/fp16/fp32, widened exactly), residual stream and every
 reduction in fp32, KV pages fp16 (default) or fp32.
 """
@@ -36,6 +37,7 @@ SCRATCH_RESERVE = 0.1  # share of free device memory left out of `available_memo
 
 class VulkanBackend(Backend):
     name = "vulkan"
+    overlaps = True
 
     def __init__(self, cfg: Gemma3Config, device: str | None = None, kv_dtype: str = "float16",
                  profile: bool = False, attention_chunk: int = DEFAULT_CHUNK,
@@ -108,6 +110,11 @@ class VulkanBackend(Backend):
                 self.v_pages[layer] = self.mem.alloc(size, f"layer {layer} V pages ({group.name})")
 
     def step(self, batch: StepBatch) -> StepResult:
+        self.submit(batch)
+        return self.wait()
+
+    def submit(self, batch: StepBatch) -> None:
+        """Write the step's inputs and start it; `wait` reads its sampled ids."""
         cfg = self.cfg
         T, S = batch.num_tokens, batch.num_seqs
         last = batch.seq_starts[1:] - 1
@@ -129,8 +136,14 @@ class VulkanBackend(Backend):
         seq_of_row = np.searchsorted(batch.seq_starts, rows, side="right") - 1
         _fill_params(params, batch, seq_of_row, rows == last[seq_of_row])
         b.view(b.grids, np.uint32, b.grids.size // 4)[:] = self.graph.grids(T, R, batch.positions).ravel()
-        self.device.submit_and_wait(self.graph.command_buffer(T))
+        self.device.submit(self.graph.command_buffer(T))
+        self._submitted = (batch, R, last)
 
+    def wait(self) -> StepResult:
+        cfg, b = self.cfg, self.buffers
+        (batch, R, last), self._submitted = self._submitted, None
+        T, S = batch.num_tokens, batch.num_seqs
+        self.device.wait()
         ids = b.view(b.ids, np.int32, R).copy()
         next_ids = np.full(S, -1, np.int32)
         if batch.return_logits:

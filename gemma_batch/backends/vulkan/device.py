@@ -229,12 +229,20 @@ class Device:
             sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, commandPool=self.command_pool,
             level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, commandBufferCount=1))[0]
 
-    def submit_and_wait(self, command_buffer) -> None:
+    def submit(self, command_buffer) -> None:
+        """Start `command_buffer` on the queue; `wait` returns when it is done (one at a time)."""
         vk = self.vk
         vk.vkQueueSubmit(self.queue, 1, [vk.VkSubmitInfo(
             sType=vk.VK_STRUCTURE_TYPE_SUBMIT_INFO, commandBufferCount=1, pCommandBuffers=[command_buffer])], self.fence)
+
+    def wait(self) -> None:
+        vk = self.vk
         vk.vkWaitForFences(self.device, 1, [self.fence], vk.VK_TRUE, 2**63 - 1)
         vk.vkResetFences(self.device, 1, [self.fence])
+
+    def submit_and_wait(self, command_buffer) -> None:
+        self.submit(command_buffer)
+        self.wait()
 
     def heap_budget(self) -> tuple[int, int] | None:
         """(budget, usage) of the largest device-local heap from VK_EXT_memory_budget, if present."""
