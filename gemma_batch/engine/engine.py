@@ -99,7 +99,6 @@ class Engine:
             schedule_ahead = backend.overlaps and on_step is None and os.environ.get(AHEAD_ENV, "1") != "0"
         self.schedule_ahead = schedule_ahead
         self._ahead: tuple[list[tuple[Sequence, int]], StepBatch] | None = None
-        self._released: set[int] = set()  # sequences out of the scheduler whose last token is pending
         backend.allocate_kv(plan.num_blocks, plan.block_size)
 
     @property
@@ -134,9 +133,7 @@ class Engine:
             scheduled = self.scheduler.schedule()
             if not scheduled:
                 raise RuntimeError(f"scheduler made no progress with {self.num_unfinished} unfinished requests")
-            batch = build_step(
-                scheduled, [g.name for g in self.groups], self.block_size, return_logits=self.on_step is not None
-            )
+            batch = self._build(scheduled)
         for seq, _ in scheduled:
             live = self._live[seq.seq_id]
             live.admitted_at = live.admitted_at or started
@@ -177,11 +174,12 @@ class Engine:
             seq.append_pending()
             if seq.at_length_limit:
                 self.scheduler.finish(seq)
-                self._released.add(seq.seq_id)
         scheduled = self.scheduler.schedule()
-        if not scheduled:
-            return None
-        return scheduled, build_step(scheduled, [g.name for g in self.groups], self.block_size)
+        return (scheduled, self._build(scheduled)) if scheduled else None
+
+    def _build(self, scheduled: list[tuple[Sequence, int]]) -> StepBatch:
+        return build_step(scheduled, [g.name for g in self.groups], self.block_size,
+                          return_logits=self.on_step is not None)
 
     def _sampling(self, scheduled: list[tuple[Sequence, int]]) -> SamplingBatch:
         params = [self._live[seq.seq_id].request for seq, _ in scheduled]
@@ -218,10 +216,7 @@ class Engine:
                 seq.finished = True
 
     def _finish(self, seq: Sequence) -> Completion:
-        if seq.seq_id in self._released:  # left the batch when its last token was scheduled
-            self._released.remove(seq.seq_id)
-        else:
-            self.scheduler.finish(seq)
+        self.scheduler.finish(seq)  # (nothing to do if it left when its last token was scheduled)
         live = self._live.pop(seq.seq_id)
         if live.detok is not None and not live.stopped_by_string:
             live.text += live.detok.flush()

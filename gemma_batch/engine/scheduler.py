@@ -80,10 +80,12 @@ class Scheduler:
 
     def finish(self, seq: Sequence) -> None:
         """A sequence ended: it leaves the batch (or the queue, if it was preempted while its last
-        token was being sampled) and its blocks go back to the pools."""
+        token was being sampled) and its blocks go back to the pools. Finishing it again does
+        nothing (the engine releases a sequence when its last token is scheduled, and finishes it
+        once that token is in)."""
         if seq in self.running:
             self.running.remove(seq)
-        else:
+        elif seq in self.waiting:
             self.waiting.remove(seq)
         self.kv.free(seq)
 
