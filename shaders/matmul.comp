@@ -34,6 +34,7 @@
 #extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
+#include "workgroup.glsl"
 
 #define WG 128
 #define TEAM 32

@@ -1,5 +1,5 @@
 // The epilogues of matmul.comp (EPI_NORM_ADD, EPI_QK_ROPE), run by the last workgroup of each
-// segment; included after matmul.comp's buffers, push constants and tile sizes.
+// segment; included after matmul.comp's buffers, push constants and tile sizes, and workgroup.glsl.
 
 #ifdef EPI_NORM_ADD
 layout(std430, binding = 10) buffer XRb { float x_res[]; };
@@ -20,19 +20,7 @@ layout(std430, binding = 15) writeonly buffer Vb { float vpage[]; };
 
 
 #ifdef EPILOGUE
-shared float red[WG / 4];
 shared bool last_of_segment;
-
-// Sum of v over the workgroup in a fixed order: subgroupAdd, then the subgroups in index order.
-float workgroup_sum(float v) {
-    float s = subgroupAdd(v);
-    if (subgroupElect()) red[gl_SubgroupID] = s;
-    barrier();
-    float total = 0.0;
-    for (uint j = 0; j < gl_NumSubgroups; j++) total += red[j];
-    barrier();
-    return total;
-}
 #endif
 
 #ifdef EPI_NORM_ADD

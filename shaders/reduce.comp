@@ -16,6 +16,7 @@
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "split.glsl"
+#include "workgroup.glsl"
 
 #if defined(EPI_NORM_ADD) || (defined(GATED) && defined(SPLIT_NEXT))
 #define WG 512                // a workgroup per row: many loads in flight at batch 1
@@ -38,8 +39,8 @@ layout(std430, binding = 5) writeonly buffer Ob { uint out_words[]; };
 #else
 layout(std430, binding = 4) readonly buffer Scaleb { float scale[]; };
 #endif
-#if defined(EPI_NORM_ADD) || defined(EPI_QK_ROPE) || defined(SPLIT_NEXT)
-#define EPILOGUE  // matmul_epilogue.glsl's workgroup_sum
+#if defined(EPI_NORM_ADD) || defined(EPI_QK_ROPE)
+#define EPILOGUE
 layout(std430, binding = 2) coherent buffer Yb { float y[]; };
 layout(std430, binding = 9) readonly buffer Eb { float g_epi[]; };
 #else

@@ -9,6 +9,7 @@
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
 #include "split.glsl"
+#include "workgroup.glsl"
 
 #define WG 256
 layout(local_size_x = WG) in;
@@ -22,8 +23,6 @@ layout(push_constant) uniform Push {
     uint K;
     float eps;
 } pc;
-
-shared float red[WG];
 
 void main() {
     uint m = linear_group(), tid = gl_LocalInvocationID.x;
@@ -46,13 +45,7 @@ void main() {
     }
     float inv = 1.0;
 #ifdef NORM
-    ss = subgroupAdd(ss);
-    if (subgroupElect()) red[gl_SubgroupID] = ss;
-    barrier();
-    float total = 0.0;
-    for (uint j = 0; j < gl_NumSubgroups; j++) total += red[j];
-    inv = 1.0 / sqrt(total / float(pc.K) + pc.eps);
-    barrier();
+    inv = 1.0 / sqrt(workgroup_sum(ss) / float(pc.K) + pc.eps);
 #endif
     mx = workgroup_max(mx) * inv;
     float s = split_scale(mx);

@@ -25,15 +25,3 @@ uvec2 split_words(vec2 scaled) {
     vec2 h = fp16_round(scaled);
     return uvec2(packHalf2x16(h), packHalf2x16(scaled - h));
 }
-
-shared float split_red[256];  // a subgroup's maximum each: up to 1024 invocations in subgroups of 4
-
-// The largest v over the workgroup (subgroupMax, then the subgroups).
-float workgroup_max(float v) {
-    float mx = subgroupMax(v);
-    if (subgroupElect()) split_red[gl_SubgroupID] = mx;
-    barrier();
-    for (uint j = 0; j < gl_NumSubgroups; j++) mx = max(mx, split_red[j]);
-    barrier();
-    return mx;
-}

@@ -31,9 +31,9 @@ def test_the_staleness_check_notices_an_edited_source_or_header(tmp_path, monkey
     variant = VARIANTS["matmul_post_norm_bf16"]
     entry = build.load_manifest()[variant.name]
     assert entry["source"] == build.source_hash(variant)
-    for name in ("matmul.comp", "matmul_epilogue.glsl", "common.glsl"):
-        text = (SHADERS / name).read_text()
-        (tmp_path / name).write_text(text + "\n// an edit\n" if name == edited else text)
+    for source in [*SHADERS.glob("*.comp"), *SHADERS.glob("*.glsl")]:  # every header the variant may include
+        text = source.read_text()
+        (tmp_path / source.name).write_text(text + "\n// an edit\n" if source.name == edited else text)
     monkeypatch.setattr(build, "HERE", tmp_path)
     assert build.source_hash(variant) != entry["source"]
 
