@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,10 @@ from gemma_batch.bench.shapes import shape_config  # noqa: E402
 
 
 
+@dataclass(frozen=True)
 class BenchVariant(Variant):
+    """A kernel whose SPIR-V lies outside gemma_batch's spv/."""
+
     path: Path = HERE / "gemm_coop.spv"
 
     @property
@@ -44,8 +48,7 @@ class BenchVariant(Variant):
 def register(spv: Path) -> None:
     """Make the GEMM built at `spv` a kernel `Kernels` can build and record (benchmark only)."""
     vk_kernels.PUSH["gemm_coop"] = np.dtype([("M", np.uint32), ("N", np.uint32), ("K", np.uint32), ("pad", np.uint32)])
-    BenchVariant.path = spv
-    vk_kernels.VARIANTS["gemm_coop"] = BenchVariant("gemm_coop", "gemm_coop", (), "glslang")
+    vk_kernels.VARIANTS["gemm_coop"] = BenchVariant("gemm_coop", "gemm_coop", (), "glslang", spv)
 
 
 def run_gemm(kern: Kernels, mem: Memory, M: int, N: int, K: int, tile: tuple[int, int], a: np.ndarray | None = None,
