@@ -230,7 +230,7 @@ def test_sampled_rows_are_the_same_alone_batched_and_shuffled(tmp_path):
 
 def test_a_small_kv_budget_lowers_the_context_with_a_notice_and_still_finishes(tmp_path, sample_jsonl):
     roomy = gemma_batch("run", sample_jsonl, "--max-tokens", "40", "--output", tmp_path / "roomy.parquet")
-    tight = gemma_batch("run", sample_jsonl, "--max-tokens", "40", "--kv-memory", "100KiB",
+    tight = gemma_batch("run", sample_jsonl, "--max-tokens", "40", "--kv-memory", "200KiB",
                         "--max-model-len", "96", "--output", tmp_path / "tight.parquet")
     assert roomy.returncode == 0 and tight.returncode == 0, tight.stderr
     assert "notice: max model length lowered from 96 to 64 tokens" in tight.stderr and "--kv-memory" in tight.stderr
