@@ -11,11 +11,19 @@ import shlex
 import sys
 from pathlib import Path
 
+import numpy as np
 import typer
 
 from .bench.report import format_table, write_json
 from .bench.runner import BenchError, BenchOptions, run_bench
-from .bench.shapes import SHAPES
+from .backends.kv_formats import kv_slot_bytes
+from .bench.report import binary_size
+from .bench.shapes import SHAPES, shape_config
+from .engine.footprint import footprint
+from .model.checkpoint import Checkpoint
+from .model.config import Gemma3Config
+from .model.quant import WeightFormat
+from .model.weights import tensor_shapes
 from .data.rows import DatasetError
 from .backends.vulkan.device import list_devices
 from .backends.vulkan.errors import DeviceMemoryError, VulkanUnavailable
@@ -23,7 +31,7 @@ from .engine.kv_plan import KVBudgetError
 from .engine.llm import LLM
 from .job.lock import JobLocked
 from .job.runner import JobFailed, run_job
-from .job.spec import DEMO_MODEL, UsageError, check_paths, load_toml, make_spec
+from .job.spec import DEMO_MODEL, UsageError, check_paths, load_toml, make_spec, parse_size
 from .job.store import JobMismatch
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False, help="Batch text generation with Gemma 3 models.")
@@ -79,6 +87,9 @@ def run(
     model: Path = _opt("A Hugging Face Gemma 3 directory. [default: the bundled demo model]"),
     backend: str = _opt("Device backend: auto, cpu or vulkan; auto takes Vulkan when a GPU is present and says what it picked. [default: auto]"),
     device: str = _opt("Vulkan device: index or part of its name, as `gemma-batch devices` lists them (or GEMMA_BATCH_VK_DEVICE). [default: a discrete GPU, then an integrated one, then any]"),
+    weights: str = _opt("Weight format: bf16, fp16, int8 (a scale per output channel) or int4 (a scale per group); converted at load and cached (GEMMA_BATCH_CACHE_DIR). [default: bf16]"),
+    int4_group: int = _opt("Weights per int4 scale: 32 or 64. [default: 32]"),
+    kv_dtype: str = _opt("KV cache storage: fp32, fp16, bf16 or int8 (a scale per token and head). [default: fp32 on cpu, fp16 on vulkan]"),
     prompt_column: str = _opt("Column holding the prompt text. [default: prompt]"),
     id_column: str = _opt("Column holding a unique row id. [default: id if present, else the row number]"),
     keep_columns: list[str] = _opt("Input column to copy into the output (repeatable)."),
@@ -123,6 +134,50 @@ def run(
     if spec.fail_on_row_error and stats.get("rows_failed", 0):
         typer.echo(f"error: {stats['rows_failed']} row(s) failed (--fail-on-row-error)", err=True)
         raise typer.Exit(1)
+
+
+@app.command()
+def inspect(
+    model: str = typer.Argument(..., help=f"A Hugging Face Gemma 3 directory, or a shape name ({', '.join(s for s in SHAPES if s != 'tiny')}) for its bf16 checkpoint."),
+    weights: str = typer.Option("bf16", help="Weight format: bf16, fp16, int8 or int4."),
+    int4_group: int = typer.Option(32, help="Weights per int4 scale: 32 or 64."),
+    kv_dtype: str = typer.Option("fp16", help="KV cache storage: fp32, fp16, bf16 or int8."),
+    memory: str = typer.Option(None, help="Device memory budget (16GiB, 8GB) to plan sequences in."),
+    seq_len: int = typer.Option(2048, min=1, help="Tokens per sequence (prompt + completion)."),
+    batch: int = typer.Option(32, min=1, help="Sequences to check against --memory."),
+    max_step_tokens: int = typer.Option(512, min=1, help="Prefill chunk (sliding-window layers hold the window plus one)."),
+) -> None:
+    """Print what MODEL takes in a weight format and KV dtype, and how many sequences fit in --memory."""
+    try:
+        fmt = WeightFormat.parse(weights, int4_group)
+        kv_slot_bytes(kv_dtype, 1, 1)
+        if model in SHAPES and not Path(model).is_dir():
+            cfg, where = shape_config(model), f"{model} shape"
+            layout = {name: ("BF16", shape) for name, shape in tensor_shapes(cfg).items()}
+        else:
+            cfg, where = Gemma3Config.from_dir(Path(model)), model
+            layout = Checkpoint.open(Path(model), cfg).layout
+        budget = None if memory is None else parse_size(memory, 0)
+    except (OSError, ValueError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    fp = footprint(cfg, layout, fmt, kv_dtype)
+    params = sum(int(np.prod(shape)) for _, shape in layout.values())
+    typer.echo(f"model: {where}: {cfg.num_layers} layers, hidden {cfg.hidden_size}, {cfg.num_heads}/{cfg.num_kv_heads} "
+               f"heads of {cfg.head_dim}, vocab {cfg.vocab_size}; {params / 1e9:.2f} B parameters")
+    parts = ", ".join(f"{kind} {binary_size(n)}" for kind, n in sorted(fp.weight_bytes.items(), key=lambda kv: -kv[1]))
+    typer.echo(f"weights {fmt}: {binary_size(fp.total_weight_bytes)} ({parts})")
+    groups = ", ".join(f"{g.name} {binary_size(fp.kv_bytes_per_token[g.name])} over {len(g.layers)} layers"
+                       + (f" (window {g.window})" if g.window else "") for g in cfg.kv_groups())
+    typer.echo(f"KV {kv_dtype}: {binary_size(sum(fp.kv_bytes_per_token.values()))} per token ({groups})")
+    seq = fp.sequence_bytes(seq_len, max_chunk=max_step_tokens)
+    typer.echo(f"one sequence of {seq_len} tokens reserves {binary_size(seq)} of KV")
+    if budget is not None:
+        fits = fp.sequences_that_fit(budget, seq_len, max_chunk=max_step_tokens)
+        need = fp.total_weight_bytes + batch * seq
+        verdict = "fits" if fits >= batch else f"does not fit: {fits} do"
+        typer.echo(f"in {binary_size(budget)}: {batch} sequences of {seq_len} tokens need {binary_size(need)} "
+                   f"(weights and KV, before step buffers): {verdict}")
 
 
 @app.command()

@@ -60,3 +60,26 @@ def test_a_model_without_tokenizer_fails_with_the_file_named(tmp_path):
     os.remove(model / "tokenizer.model")
     done = run_cli("generate", "x", "--model", str(model))
     assert done.returncode == 1 and "tokenizer.model" in done.stderr and str(model) in done.stderr
+
+
+def test_inspect_plans_the_27b_shape_in_int4_with_an_int8_kv_cache():
+    """Sizes worked out here from the published 27B shape, independently of the code."""
+    h, i, layers, nh, nkv, hd, vocab = 5376, 21504, 62, 32, 16, 128, 262208
+    matrices = [(nh * hd, h), (nkv * hd, h), (nkv * hd, h), (h, nh * hd), (i, h), (i, h), (h, i)]
+    int4 = layers * sum(n * k // 2 + 2 * n * k // 32 for n, k in matrices)
+    embed_int8 = vocab * h + 4 * vocab  # the tied LM head stays int8
+    norms = 2 * (layers * (4 * h + 2 * hd) + h)
+    weights = int4 + embed_int8 + norms
+    per_token_layer = 2 * (nkv * hd + 4 * nkv)  # K and V: int8 values and an fp32 scale per head
+    global_layers, sliding_layers = 10, 52
+    # 2048 tokens in 16-token blocks; a sliding layer holds window - 1 + chunk (512) tokens, +1 block
+    seq = per_token_layer * 16 * (global_layers * 128 + sliding_layers * (-(-(1024 - 1 + 512) // 16) + 1))
+    fit = (16 * 2**30 - weights) // seq
+    done = run_cli("inspect", "27b", "--weights", "int4", "--kv-dtype", "int8", "--memory", "16GiB")
+    assert done.returncode == 0, done.stderr
+    assert f"weights int4-g32: {weights / 2**30:.1f} GiB" in done.stdout
+    assert f"KV int8: {(global_layers + sliding_layers) * per_token_layer / 1024:.1f} KiB per token" in done.stdout
+    assert f"reserves {seq / 2**20:.1f} MiB" in done.stdout
+    assert f"does not fit: {fit} do" in done.stdout and fit == 3
+    bad = run_cli("inspect", "27b", "--weights", "int3")
+    assert bad.returncode == 2 and "int3" in bad.stderr

@@ -117,7 +117,7 @@ def test_released_and_unused_kv_blocks_are_never_read(checkpoints):
             held = np.unique(batch.block_tables[group.name])
             for layer in group.layers:
                 for cache in (backend.k_cache[layer], backend.v_cache[layer]):
-                    blocks = cache.reshape(-1, bs, *cache.shape[1:])
+                    blocks = cache.data.reshape(-1, bs, *cache.data.shape[1:])
                     blocks[np.setdiff1d(np.arange(len(blocks)), held[held >= 0])] = np.nan
 
     # 4 sequences of up to 60 tokens in 4-token blocks would need 60 sliding blocks without release.

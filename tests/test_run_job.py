@@ -285,3 +285,23 @@ def test_a_job_killed_at_random_moments_resumes_to_the_same_file(tmp_path):
     resumed_midway += resumed_with_rows(final.stderr)
     assert resumed_midway > 0  # some kill landed after rows were committed
     assert target.read_bytes() == (tmp_path / "reference.parquet").read_bytes()
+
+
+def test_quantized_weights_are_converted_once_then_read_from_the_cache(tmp_path, sample_jsonl, monkeypatch):
+    monkeypatch.setenv("GEMMA_BATCH_CACHE_DIR", str(tmp_path / "cache"))
+    flags = ("--weights", "int8", "--max-tokens", "8", "--backend", "cpu")
+    first = gemma_batch("run", sample_jsonl, *flags)
+    assert first.returncode == 0, first.stderr
+    assert "backend: cpu (chosen with --backend); weights int8" in first.stderr and "weights converted to int8" in first.stderr
+    again = gemma_batch("run", sample_jsonl, *flags, "--output", tmp_path / "again.parquet")
+    assert again.returncode == 0 and "int8 weights read from the cache" in again.stderr, again.stderr
+    rows = read_rows(tmp_path / "prompts.completions.parquet")
+    assert rows == read_rows(tmp_path / "again.parquet")
+
+    other = gemma_batch("run", sample_jsonl, "--weights", "int4", "--max-tokens", "8", "--backend", "cpu")
+    assert other.returncode == 2 and "params.weights" in other.stderr and "--force" in other.stderr
+    vulkan = gemma_batch("run", sample_jsonl, "--weights", "int4", "--backend", "vulkan", "--output", tmp_path / "v.parquet")
+    assert vulkan.returncode == 2 and "cannot run int4 weights yet" in vulkan.stderr and "--backend cpu" in vulkan.stderr
+    assert not (tmp_path / "v.parquet").exists()
+    bad = gemma_batch("run", sample_jsonl, "--weights", "int3", "--output", tmp_path / "b.parquet")
+    assert bad.returncode == 2 and "weights 'int3'" in bad.stderr

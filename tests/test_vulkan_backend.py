@@ -29,10 +29,10 @@ from gemma_batch.model.checkpoint import Checkpoint
 from gemma_batch.model.config import Gemma3Config
 from tests.test_cpu_vs_transformers import PROMPTS, NEW_TOKENS, checkpoints, cpu_backend, run_batched  # noqa: F401
 
-TOL = {"float32": 1e-4, "float16": 1e-2}
+TOL = {"fp32": 1e-4, "fp16": 1e-2}
 
 
-def vulkan_backend(model_dir, kv_dtype: str = "float16", attention_chunk: int = DEFAULT_CHUNK,
+def vulkan_backend(model_dir, kv_dtype: str = "fp16", attention_chunk: int = DEFAULT_CHUNK,
                    **config_changes) -> VulkanBackend:
     cfg = Gemma3Config.from_dir(model_dir)
     backend = VulkanBackend(dataclasses.replace(cfg, **config_changes), kv_dtype=kv_dtype, attention_chunk=attention_chunk)
@@ -46,7 +46,7 @@ def cpu_runs(checkpoints):
     return {layout: run_batched(cpu_backend(checkpoints[layout][0]), step_token_budget=7) for layout in ("causal", "bf16")}
 
 
-@pytest.mark.parametrize("kv_dtype", ["float32", "float16"])
+@pytest.mark.parametrize("kv_dtype", ["fp32", "fp16"])
 @pytest.mark.parametrize("layout", ["causal", "bf16"])  # F32 and BF16 weights
 def test_logits_and_greedy_tokens_match_the_cpu_backend(checkpoints, cpu_runs, layout, kv_dtype):
     """4 prompts (3 to 29 tokens, window 8) together, prefill in 7-token chunks mixed with decode."""
@@ -97,7 +97,7 @@ def test_sampled_generations_match_the_cpu_backend(checkpoints, cpu_runs):
     a greedy row, prefill chunked: the on-device sampler picks the CPU backend's tokens. fp32 KV
     keeps logits within ~5e-6 of the CPU's, so no draw lands that close to a CDF boundary."""
     model_dir = checkpoints["bf16"][0]
-    ours = engine_tokens(vulkan_backend(model_dir, "float32"), SAMPLED, max_batch=4, step_token_budget=7)
+    ours = engine_tokens(vulkan_backend(model_dir, "fp32"), SAMPLED, max_batch=4, step_token_budget=7)
     ref = engine_tokens(cpu_backend(model_dir), SAMPLED, max_batch=4, step_token_budget=7)
     assert ours == ref
     assert ours[3] == cpu_runs["bf16"][0][3]  # the greedy row
@@ -110,7 +110,7 @@ def test_released_and_unused_kv_pages_are_never_read(checkpoints, cpu_runs, chun
     logits still match, so attention reads only the blocks in the tables (with one chunk per
     context, and with many)."""
     model_dir = checkpoints["bf16"][0]
-    backend = vulkan_backend(model_dir, "float32", chunk)
+    backend = vulkan_backend(model_dir, "fp32", chunk)
     cfg = backend.cfg
     slot_bytes = cfg.num_kv_heads * cfg.head_dim * 4
     pools = {"full_attention": 64, "sliding_attention": 20}
@@ -127,12 +127,12 @@ def test_released_and_unused_kv_pages_are_never_read(checkpoints, cpu_runs, chun
     completions, logits = run_batched(backend, 7, after_step=poison, block_size=4, num_blocks=pools)
     assert completions == cpu_runs["bf16"][0]
     for ours, ref in zip(logits, cpu_runs["bf16"][1]):
-        assert np.abs(ours - ref).max() < TOL["float32"]
+        assert np.abs(ours - ref).max() < TOL["fp32"]
 
 
 def test_negative_control_a_wrong_model_fails_the_comparison(checkpoints, cpu_runs):
-    _, logits = run_batched(vulkan_backend(checkpoints["bf16"][0], "float16", sliding_window=9), step_token_budget=7)
-    assert np.abs(logits[-1] - cpu_runs["bf16"][1][-1]).max() > 10 * TOL["float16"]
+    _, logits = run_batched(vulkan_backend(checkpoints["bf16"][0], "fp16", sliding_window=9), step_token_budget=7)
+    assert np.abs(logits[-1] - cpu_runs["bf16"][1][-1]).max() > 10 * TOL["fp16"]
 
 
 def test_unsupported_shapes_are_refused_before_any_allocation(checkpoints):
@@ -182,7 +182,7 @@ def test_the_test_contexts_span_several_attention_chunks():
 
 
 @pytest.mark.parametrize("chunk", [1, 3])
-@pytest.mark.parametrize("kv_dtype", ["float32", "float16"])
+@pytest.mark.parametrize("kv_dtype", ["fp32", "fp16"])
 def test_logits_match_the_cpu_backend_with_many_attention_chunks(checkpoints, cpu_runs, kv_dtype, chunk):
     """The mixed, chunked batch of the first test with every context split into many chunks: each
     chunk's partial and the merge in chunk order agree with the CPU's one softmax."""
@@ -198,7 +198,7 @@ def cpu_long_runs(checkpoints):
     return greedy_with_logits(cpu_backend(checkpoints["bf16"][0]), LONG_PROMPTS, step_token_budget=128)
 
 
-@pytest.mark.parametrize("kv_dtype", ["float32", "float16"])
+@pytest.mark.parametrize("kv_dtype", ["fp32", "fp16"])
 def test_prompts_longer_than_several_attention_chunks_match_the_cpu_backend(checkpoints, cpu_long_runs, kv_dtype):
     """300- and 140-token prompts beside a short one at the default chunk, prefill in 128-token
     steps, then decode: the same greedy tokens, logits within the tolerance."""
@@ -215,7 +215,7 @@ def test_long_contexts_are_batch_invariant(checkpoints, chunk):
     """Each long prompt alone (prefill in one step) and all together (prefill in 37-token steps
     beside the others' decode): bit-identical logits at every position, so chunk boundaries and
     merge order do not depend on the batch, the grid or the prefill chunking."""
-    backend = vulkan_backend(checkpoints["bf16"][0], "float16", chunk)
+    backend = vulkan_backend(checkpoints["bf16"][0], "fp16", chunk)
     alone = [greedy_with_logits(backend, [prompt], 512)[1][0] for prompt in LONG_PROMPTS]
     _, together = greedy_with_logits(backend, LONG_PROMPTS, 37)
     for ours, ref in zip(together, alone):

@@ -43,7 +43,7 @@ needs_coopmat = pytest.mark.skipif(not _device_has_coopmat(), reason="the Vulkan
 
 def backend_for(model_dir, **kwargs) -> VulkanBackend:
     cfg = Gemma3Config.from_dir(model_dir)
-    backend = VulkanBackend(cfg, kv_dtype="float32", profile=True, **kwargs)
+    backend = VulkanBackend(cfg, kv_dtype="fp32", profile=True, **kwargs)
     backend.load_weights(Checkpoint.open(model_dir, cfg).tensors())
     return backend
 

@@ -38,14 +38,21 @@ def resolve_backend(name: str, device: str | None = None) -> tuple[str, str]:
     return name, "chosen with --backend"
 
 
-def create_backend(name: str, cfg: Gemma3Config, device: str | None = None) -> Backend:
-    """A backend by name; `device` picks the Vulkan device (index or name; see `gemma-batch devices`)."""
+def create_backend(name: str, cfg: Gemma3Config, device: str | None = None, kv_dtype: str | None = None,
+                   weights: str = "bf16") -> Backend:
+    """A backend by name; `device` picks the Vulkan device (index or name; see `gemma-batch devices`);
+    `kv_dtype` the KV cache's storage (None: the backend's default). Raises ValueError when the
+    backend cannot hold the weight format `weights` or the KV dtype."""
     if name == "cpu":
-        from .cpu import CpuBackend
-
-        return CpuBackend(cfg)
+        from .cpu import CpuBackend as chosen
+    elif name == "vulkan":
+        from .vulkan import VulkanBackend as chosen
+    else:
+        raise ValueError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}")
+    if weights not in chosen.weight_formats:
+        raise ValueError(f"the {name} backend cannot run {weights} weights yet (it has {', '.join(chosen.weight_formats)}); "
+                         f"use --backend cpu or other --weights")
+    options = {} if kv_dtype is None else {"kv_dtype": kv_dtype}
     if name == "vulkan":
-        from .vulkan import VulkanBackend
-
-        return VulkanBackend(cfg, device=device)
-    raise ValueError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}")
+        options["device"] = device
+    return chosen(cfg, **options)

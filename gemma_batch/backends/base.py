@@ -23,6 +23,7 @@ import numpy as np
 
 from ..model.checkpoint import Tensor
 from ..model.config import Gemma3Config
+from ..model.quant import QuantizedTensor
 
 
 @dataclass
@@ -83,6 +84,8 @@ class Backend(ABC):
     """A device that runs Gemma 3 steps. Life cycle: construct, load weights, allocate KV, step."""
 
     name: str
+    weight_formats: tuple[str, ...] = ("bf16",)  # the `--weights` formats `load_weights` accepts
+    kv_dtype: str  # how the KV cache stores K and V (`kv_formats`)
 
     def __init__(self, cfg: Gemma3Config) -> None:
         self.cfg = cfg
@@ -95,8 +98,9 @@ class Backend(ABC):
         return self.name
 
     @abstractmethod
-    def load_weights(self, tensors: Iterable[tuple[str, Tensor]]) -> None:
-        """Take every text tensor, one at a time, by canonical name (see `model.weights`)."""
+    def load_weights(self, tensors: Iterable[tuple[str, Tensor | QuantizedTensor]]) -> None:
+        """Take every text tensor, one at a time, by canonical name (see `model.weights`), in one
+        of `weight_formats` (`model.quant_cache.load_converted` converts a checkpoint's)."""
 
     @abstractmethod
     def available_memory(self) -> int:

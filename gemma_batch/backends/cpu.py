@@ -9,6 +9,10 @@ with the matrix size. So every weight product runs in fixed tiles of `ROW_TILE` 
 zero-padded), and each query attends alone over exactly the keys it sees; a token's arithmetic
 then has the same shapes, hence the same rounding, in any batch and any prefill chunking.
 
+Weight formats (`model.quant`): bf16 and fp16 matrices are widened to float32 at load (exactly);
+int8 and int4 matrices stay quantized and are dequantized W_ROWS output rows at a time inside the
+product, so no dequantized copy of a matrix is ever held. KV formats: `kv_formats`.
+
 Shapes: T tokens in the step, S sequences, H hidden, nh/nkv heads of hd, I intermediate, V vocab.
 """
 
@@ -23,26 +27,38 @@ import numpy as np
 
 from ..model.checkpoint import Tensor, to_float32
 from ..model.config import Gemma3Config, RopeSpec
+from ..model.quant import FORMATS, QuantizedTensor
 from ..model.weights import tensor_shapes
 from .base import Backend, StepBatch, StepResult
+from .kv_formats import KVStore, kv_slot_bytes
 from .sampler import sample_tokens
 
 F32 = np.float32
 ROW_TILE = 16  # rows per weight product: a fixed shape keeps BLAS on one code path
+W_ROWS = 1024  # output rows of a quantized matrix dequantized at a time
+Matrix = np.ndarray | QuantizedTensor
 
 
-def matmul_rows(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+def matmul_rows(x: np.ndarray, w: Matrix) -> np.ndarray:
     """x [T, K] @ w.T for w [N, K], in tiles of ROW_TILE rows so each row's result is batch-invariant."""
     T = x.shape[0]
     padded = np.zeros((-(-T // ROW_TILE) * ROW_TILE, x.shape[1]), F32)
     padded[:T] = x
     out = np.empty((padded.shape[0], w.shape[0]), F32)
-    for i in range(0, padded.shape[0], ROW_TILE):
-        # As w @ tile.T: the tile's rows are the product's columns. OpenBLAS 0.3.31's small-matrix
-        # sgemm sums a row of `tile @ w.T` in an order that depends on the row's place in the tile
-        # (rows 6-15 differ from row 0 on Haswell); columns of `w @ tile.T` do not.
-        out[i : i + ROW_TILE] = (w @ padded[i : i + ROW_TILE].T).T
+    blocks = iter([(slice(None), w)]) if isinstance(w, np.ndarray) else (
+        (slice(r, r + W_ROWS), w.dequantize(slice(r, r + W_ROWS))) for r in range(0, w.shape[0], W_ROWS))
+    for rows, block in blocks:  # a quantized matrix: W_ROWS rows in float32 at a time, made as needed
+        for i in range(0, padded.shape[0], ROW_TILE):
+            # As w @ tile.T: the tile's rows are the product's columns. OpenBLAS 0.3.31's small-matrix
+            # sgemm sums a row of `tile @ w.T` in an order that depends on the row's place in the tile
+            # (rows 6-15 differ from row 0 on Haswell); columns of `w @ tile.T` do not.
+            out[i : i + ROW_TILE, rows] = (block @ padded[i : i + ROW_TILE].T).T
     return out[:T]
+
+
+def embed_rows(table: Matrix, token_ids: np.ndarray) -> np.ndarray:
+    """float32 rows of the embedding table for `token_ids`."""
+    return table[token_ids] if isinstance(table, np.ndarray) else table.dequantize(token_ids)
 
 
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
@@ -89,19 +105,26 @@ class CpuBackend(Backend):
     """Gemma 3 in numpy float32 over a paged KV cache."""
 
     name = "cpu"
+    weight_formats = FORMATS
 
-    def __init__(self, cfg: Gemma3Config) -> None:
+    def __init__(self, cfg: Gemma3Config, kv_dtype: str = "fp32") -> None:
         super().__init__(cfg)
-        self.weights: dict[str, np.ndarray] = {}  # canonical name -> float32 array
-        self.layers: list[dict[str, np.ndarray]] = []  # per layer: suffix -> the same arrays
-        self.k_cache: dict[int, np.ndarray] = {}  # layer -> [num_blocks * block_size, nkv, hd]
-        self.v_cache: dict[int, np.ndarray] = {}
+        kv_slot_bytes(kv_dtype, 1, 1)  # checks the name
+        self.kv_dtype = kv_dtype
+        self.weights: dict[str, Matrix] = {}  # canonical name -> float32 array or quantized matrix
+        self.layers: list[dict[str, Matrix]] = []  # per layer: suffix -> the same arrays
+        self.k_cache: dict[int, KVStore] = {}  # layer -> [num_blocks * block_size, nkv, hd]
+        self.v_cache: dict[int, KVStore] = {}
         self.block_size = 0
 
-    def load_weights(self, tensors: Iterable[tuple[str, Tensor]]) -> None:
+    @property
+    def identity(self) -> str:
+        return "cpu" if self.kv_dtype == "fp32" else f"cpu, KV {self.kv_dtype}"
+
+    def load_weights(self, tensors: Iterable[tuple[str, Tensor | QuantizedTensor]]) -> None:
         expected = tensor_shapes(self.cfg)
         for name, tensor in tensors:
-            self.weights[name] = to_float32(tensor)
+            self.weights[name] = tensor if isinstance(tensor, QuantizedTensor) else to_float32(tensor)
         missing = sorted(set(expected) - set(self.weights))
         if missing:
             raise ValueError(f"backend received no tensor for {', '.join(missing[:5])} ({len(missing)} missing)")
@@ -135,12 +158,12 @@ class CpuBackend(Backend):
             return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
     def weight_bytes(self, tensor_bytes: Mapping[str, int]) -> int:
-        """Everything is held as float32: BF16 and F16 tensors double."""
+        """BF16 and F16 tensors are held as float32 (they double); quantized ones as they are."""
         return sum(n * (2 if dtype in ("BF16", "F16") else 1) for dtype, n in tensor_bytes.items())
 
     def kv_bytes_per_token(self, group: str) -> int:
         layers = next(g.layers for g in self.cfg.kv_groups() if g.name == group)
-        return len(layers) * 2 * self.cfg.num_kv_heads * self.cfg.head_dim * 4  # K and V, float32
+        return len(layers) * 2 * kv_slot_bytes(self.kv_dtype, self.cfg.num_kv_heads, self.cfg.head_dim)  # K and V
 
     def allocate_kv(self, num_blocks: Mapping[str, int], block_size: int) -> None:
         cfg = self.cfg
@@ -148,12 +171,12 @@ class CpuBackend(Backend):
         for group in cfg.kv_groups():
             slots = num_blocks[group.name] * block_size
             for layer in group.layers:
-                self.k_cache[layer] = np.zeros((slots, cfg.num_kv_heads, cfg.head_dim), F32)
-                self.v_cache[layer] = np.zeros((slots, cfg.num_kv_heads, cfg.head_dim), F32)
+                self.k_cache[layer] = KVStore(self.kv_dtype, slots, cfg.num_kv_heads, cfg.head_dim)
+                self.v_cache[layer] = KVStore(self.kv_dtype, slots, cfg.num_kv_heads, cfg.head_dim)
 
     def step(self, batch: StepBatch) -> StepResult:
         cfg, w = self.cfg, self.weights
-        x = w["embed_tokens.weight"][batch.token_ids] * F32(cfg.embed_scale)  # [T, H]
+        x = embed_rows(w["embed_tokens.weight"], batch.token_ids) * F32(cfg.embed_scale)  # [T, H]
         rope = {kind: rope_cos_sin(batch.positions, cfg.head_dim, spec) for kind, spec in cfg.rope.items()}
         plans = {g.name: self._attention_plan(batch, g.name, g.window) for g in cfg.kv_groups()}
         for layer, kind in enumerate(cfg.layer_types):
@@ -167,7 +190,7 @@ class CpuBackend(Backend):
         next_ids[batch.sample] = sample_tokens(sampled_logits, batch.sampling, np.flatnonzero(batch.sample))
         return StepResult(next_ids, logits if batch.return_logits else None)
 
-    def _lm_head(self) -> np.ndarray:
+    def _lm_head(self) -> Matrix:
         return self.weights.get("lm_head.weight", self.weights["embed_tokens.weight"])  # [V, H]
 
     def _layer(
@@ -188,8 +211,8 @@ class CpuBackend(Backend):
         v = matmul_rows(a, w["self_attn.v_proj.weight"]).reshape(T, cfg.num_kv_heads, cfg.head_dim)
         q = apply_rope(rms_norm(q, w["self_attn.q_norm.weight"], eps), *rope)  # QK-norm, then RoPE
         k = apply_rope(rms_norm(k, w["self_attn.k_norm.weight"], eps), *rope)
-        self.k_cache[layer][slots] = k  # the cache holds K after norm and RoPE, V raw
-        self.v_cache[layer][slots] = v
+        self.k_cache[layer].write(slots, k)  # the cache holds K after norm and RoPE, V raw
+        self.v_cache[layer].write(slots, v)
 
         o = np.empty((T, cfg.num_heads, cfg.head_dim), F32)
         for seq in plan:
@@ -206,8 +229,8 @@ class CpuBackend(Backend):
         """Softmax attention of one sequence's queries q [n, nh, hd], each over its own keys."""
         cfg = self.cfg
         group = cfg.num_heads // cfg.num_kv_heads
-        k = self.k_cache[layer][seq.key_slots].transpose(1, 0, 2)  # [nkv, m, hd]
-        v = self.v_cache[layer][seq.key_slots].transpose(1, 0, 2)
+        k = self.k_cache[layer].read(seq.key_slots).transpose(1, 0, 2)  # [nkv, m, hd]
+        v = self.v_cache[layer].read(seq.key_slots).transpose(1, 0, 2)
         q = q.reshape(len(q), cfg.num_kv_heads, group, cfg.head_dim)  # query head j uses kv head j // group
         out = np.empty_like(q)
         for i, (lo, hi) in enumerate(seq.key_ranges):

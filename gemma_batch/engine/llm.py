@@ -8,6 +8,8 @@ from ..backends import create_backend
 from ..model.chat import chat_token_ids
 from ..model.checkpoint import Checkpoint
 from ..model.config import Gemma3Config
+from ..model.quant import WeightFormat
+from ..model.quant_cache import cache_root, load_converted
 from ..model.tokenizer import Tokenizer
 from .generate import generate_greedy
 
@@ -21,13 +23,17 @@ class LLM:
     >>> llm.generate(["The sea"], max_tokens=8)
     """
 
-    def __init__(self, model_dir: str | Path, backend: str = "cpu", device: str | None = None) -> None:
+    def __init__(self, model_dir: str | Path, backend: str = "cpu", device: str | None = None,
+                 weights: str = "bf16", kv_dtype: str | None = None) -> None:
+        """`weights`: a format of `model.quant` (converted at load, cached as `gemma-batch run`
+        caches it); `kv_dtype`: the KV cache's storage (`backends.kv_formats`; None: the backend's)."""
         self.model_dir = Path(model_dir)
         self.config = Gemma3Config.from_dir(self.model_dir)
         self.tokenizer = Tokenizer.from_dir(self.model_dir)
         checkpoint = Checkpoint.open(self.model_dir, self.config)  # validates before reading data
-        self.backend = create_backend(backend, self.config, device)
-        self.backend.load_weights(checkpoint.tensors())
+        fmt = WeightFormat.parse(weights)
+        self.backend = create_backend(backend, self.config, device, kv_dtype, fmt.name)
+        self.backend.load_weights(load_converted(checkpoint, fmt, cache_root()).tensors)
 
     def encode(self, prompt: str | Messages) -> list[int]:
         """Token ids of a plain prompt (with <bos>) or of a chat (template with generation prompt)."""

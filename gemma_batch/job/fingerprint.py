@@ -52,6 +52,7 @@ def job_fingerprint(spec: JobSpec, input_fingerprint: str, model: str, backend: 
             "seed": spec.seed,
             "stop": list(spec.stop),
             "max_model_len": max_model_len,
+            "weights": str(spec.weight_format),
         },
     }
 

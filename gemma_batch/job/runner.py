@@ -22,6 +22,7 @@ from typing import TextIO
 import pyarrow.parquet as pq
 
 from ..backends import create_backend, resolve_backend
+from ..backends.vulkan import VulkanBackend
 from ..backends.vulkan.errors import DeviceMemoryError, VulkanUnavailable
 from ..data.readers import open_dataset
 from ..data.rows import InputRow
@@ -30,6 +31,7 @@ from ..engine.engine import Engine, Request
 from ..engine.kv_plan import plan_kv
 from ..model.checkpoint import Checkpoint
 from ..model.config import Gemma3Config
+from ..model.quant_cache import cache_root, converted_nbytes_by_dtype, load_converted
 from ..model.tokenizer import Tokenizer
 from .fingerprint import job_fingerprint, model_fingerprint
 from .lock import OutputLock
@@ -52,12 +54,17 @@ def run_job(spec: JobSpec, log: TextIO | None = None, out: TextIO | None = None)
     cfg = Gemma3Config.from_dir(spec.model)
     tokenizer = Tokenizer.from_dir(spec.model)
     checkpoint = Checkpoint.open(spec.model, cfg)  # every header checked before any data is read
+    fmt = spec.weight_format
     backend_name, why = resolve_backend(spec.backend, spec.device)
+    if spec.backend == "auto" and backend_name == "vulkan" and fmt.name not in VulkanBackend.weight_formats:
+        backend_name, why = "cpu", f"auto: the Vulkan backend has no {fmt.name} kernels yet"
     try:
-        backend = create_backend(backend_name, cfg, spec.device)
+        backend = create_backend(backend_name, cfg, spec.device, spec.kv_dtype, fmt.name)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     except (VulkanUnavailable, DeviceMemoryError) as e:
         raise JobFailed(str(e)) from None
-    print(f"backend: {backend.identity} ({why})", file=log)
+    print(f"backend: {backend.identity} ({why}); weights {fmt}", file=log)
 
     max_model_len = spec.max_model_len or cfg.max_position_embeddings
     if max_model_len > cfg.max_position_embeddings:
@@ -65,7 +72,8 @@ def run_job(spec: JobSpec, log: TextIO | None = None, out: TextIO | None = None)
               f"using {cfg.max_position_embeddings}", file=log)
         max_model_len = cfg.max_position_embeddings
     # The weights are not loaded yet (a complete job never loads them): plan in what they will leave.
-    available, weight_bytes = backend.available_memory(), backend.weight_bytes(checkpoint.nbytes_by_dtype)
+    available = backend.available_memory()
+    weight_bytes = backend.weight_bytes(converted_nbytes_by_dtype(checkpoint.layout, fmt))
     if weight_bytes >= available:
         raise JobFailed(f"the model's weights take {weight_bytes / 2**30:.2f} GiB on the {backend_name} backend "
                         f"but only {available / 2**30:.2f} GiB is free there; use --backend cpu or a smaller model")
@@ -102,12 +110,15 @@ def run_job(spec: JobSpec, log: TextIO | None = None, out: TextIO | None = None)
             print(f"resuming: {store.num_done} of {dataset.num_rows} rows already done", file=log)
         load_started = time.perf_counter()
         try:
-            backend.load_weights(checkpoint.tensors())
+            weights = load_converted(checkpoint, fmt, cache_root())
+            backend.load_weights(weights.tensors)
             engine = Engine(backend, plan, tokenizer, spec.max_batch, spec.max_step_tokens)  # allocates the KV cache
         except DeviceMemoryError as e:
             store.abandon()
             raise JobFailed(str(e)) from None
         print(f"model: {spec.model} loaded in {time.perf_counter() - load_started:.1f} s", file=log)
+        for line in weights.note:
+            print(f"  {line}", file=log)
         requests = RowRequests(tokenizer, frozenset(cfg.eos_token_ids), spec.sampling, plan.max_model_len)
         progress = Progress(dataset.num_rows, store.num_done, log)
         started, done_before = time.perf_counter(), store.num_done

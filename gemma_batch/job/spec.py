@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..backends import BACKENDS
+from ..backends.kv_formats import KV_DTYPES
+from ..model.quant import FORMATS, INT4_GROUPS, WeightFormat
 from ..engine.sampling_params import SamplingParams
 
 DEMO_MODEL = Path(__file__).resolve().parent.parent.parent / "sample_data" / "demo-model"
@@ -33,6 +35,9 @@ class JobSpec:
     model: Path = DEMO_MODEL
     backend: str = "auto"
     device: str | None = None  # Vulkan device: index or part of its name (`gemma-batch devices`)
+    weights: str = "bf16"  # weight format (model.quant.FORMATS), converted at load and cached
+    int4_group: int = 32  # weights per int4 scale
+    kv_dtype: str | None = None  # KV cache storage (backends.kv_formats); None: the backend's default
     prompt_column: str = "prompt"
     id_column: str | None = None  # None: "id" when present, else the row number
     keep_columns: tuple[str, ...] = ()
@@ -59,6 +64,10 @@ class JobSpec:
             return self.output
         suffix = ".results.jsonl" if self.output_format == "openai" else ".completions.parquet"
         return self.input.with_name(self.input.name.split(".")[0] + suffix)
+
+    @property
+    def weight_format(self) -> WeightFormat:
+        return WeightFormat.parse(self.weights, self.int4_group)
 
     @property
     def sampling(self) -> SamplingParams:
@@ -156,6 +165,9 @@ def make_spec(settings: Mapping[str, Any], where: str = "command line") -> JobSp
         (spec.block_size >= 1, "block-size must be >= 1"),
         (spec.max_step_tokens >= spec.max_batch, "max-step-tokens must be >= max-batch"),
         (spec.max_model_len is None or spec.max_model_len >= 2, "max-model-len must be >= 2"),
+        (spec.weights in FORMATS, f"weights {spec.weights!r}: expected one of {', '.join(FORMATS)}"),
+        (spec.int4_group in INT4_GROUPS, f"int4-group {spec.int4_group}: expected one of {', '.join(map(str, INT4_GROUPS))}"),
+        (spec.kv_dtype in (None, *KV_DTYPES), f"kv-dtype {spec.kv_dtype!r}: expected one of {', '.join(KV_DTYPES)}"),
     ]
     for ok, message in checks:
         if not ok:

@@ -26,13 +26,13 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from .config import Gemma3Config
-from .safetensors_file import NUMPY_DTYPES, SafetensorsError, TensorEntry, read_header, read_tensor
+from .safetensors_file import SafetensorsError, TensorEntry, read_header, read_tensor
 from .weights import tensor_shapes
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 HEAD = "lm_head.weight"
-SUPPORTED_DTYPES = tuple(NUMPY_DTYPES)  # BF16, F16, F32
+SUPPORTED_DTYPES = ("BF16", "F16", "F32")  # of a checkpoint's tensors
 _PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.ckpt")
 _VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
 # layout -> (prefixes of the decoder tensors, file names of the LM head)
@@ -114,6 +114,11 @@ class Checkpoint:
         for s in self._sources.values():
             out[s.entry.dtype] = out.get(s.entry.dtype, 0) + s.entry.nbytes
         return out
+
+    @property
+    def layout(self) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """Each tensor's stored dtype and shape, in load order."""
+        return {name: (s.entry.dtype, s.entry.shape) for name, s in self._sources.items()}
 
     def dtype(self, name: str) -> str:
         return self._sources[name].entry.dtype

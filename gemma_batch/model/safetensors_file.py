@@ -7,7 +7,8 @@ section is tiled exactly by the tensors: no holes, no overlaps, nothing after th
 
 `read_header` checks all of that against the file size and reads no tensor data; `read_tensor`
 then reads one tensor's bytes into a fresh numpy buffer (a plain read, no mmap), so the memory
-goes away when the caller drops the array.
+goes away when the caller drops the array. `SafetensorsWriter` writes a file one tensor at a time
+(the safetensors library writes only from a dict held whole in memory).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ DTYPE_SIZES: dict[str, int] = {
     "I64": 8, "U64": 8, "F64": 8, "C64": 8,
 }  # fmt: skip
 # The dtypes `read_tensor` can return; BF16 comes back as its raw bits, since numpy has no bfloat16.
-NUMPY_DTYPES: dict[str, np.dtype] = {"BF16": np.dtype("<u2"), "F16": np.dtype("<f2"), "F32": np.dtype("<f4")}
+NUMPY_DTYPES: dict[str, np.dtype] = {"BF16": np.dtype("<u2"), "F16": np.dtype("<f2"), "F32": np.dtype("<f4"),
+                                     "I8": np.dtype("i1"), "U8": np.dtype("u1")}
 _MAX_HEADER = 100_000_000  # the safetensors library's own limit; real headers are well under 1 MB
 _READ_CHUNK = 1 << 30  # Linux returns at most ~2 GiB per read(); a 27B embedding table is 2.8 GB
 
@@ -101,7 +103,7 @@ def read_header(path: Path) -> list[TensorEntry]:
 
 
 def read_tensor(f: BinaryIO, entry: TensorEntry) -> np.ndarray:
-    """Read one tensor of dtype BF16 (as uint16 bits), F16 or F32 from the open file `f`.
+    """Read one tensor of dtype BF16 (as uint16 bits), F16, F32, I8 or U8 from the open file `f`.
 
     The bytes go straight into a new numpy buffer (`readinto`), which nothing else references.
     """
@@ -157,3 +159,52 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         dup = next(k for i, (k, _) in enumerate(pairs) if any(k == k2 for k2, _ in pairs[:i]))
         raise ValueError(f"duplicate key {dup!r}")
     return out
+
+
+class SafetensorsWriter:
+    """Write a safetensors file tensor by tensor, in the order the header lists them.
+
+        with SafetensorsWriter(path, [(name, dtype, shape), ...], metadata) as w:
+            for name, array in ...: w.write(name, array)
+
+    The header is written first from the declared entries; `write` checks each array's name,
+    dtype and size against it, and closing checks that every tensor was written.
+    """
+
+    def __init__(self, path: Path, entries: list[tuple[str, str, tuple[int, ...]]], metadata: dict[str, str]) -> None:
+        header: dict[str, Any] = {"__metadata__": dict(metadata)}
+        offset = 0
+        self._pending: list[tuple[str, str, int]] = []
+        for name, dtype, shape in entries:
+            nbytes = int(np.prod(shape, dtype=np.int64)) * DTYPE_SIZES[dtype]
+            header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+            self._pending.append((name, dtype, nbytes))
+            offset += nbytes
+        raw = json.dumps(header, separators=(",", ":")).encode()
+        raw += b" " * (-len(raw) % 8)  # the data section starts 8-byte aligned, as the library writes it
+        self._file = open(path, "wb")
+        self._file.write(len(raw).to_bytes(8, "little") + raw)
+        self._next = 0
+
+    def write(self, name: str, array: np.ndarray) -> None:
+        want, dtype, nbytes = self._pending[self._next]
+        if name != want or array.dtype != NUMPY_DTYPES[dtype] or array.nbytes != nbytes:
+            raise ValueError(f"{self._file.name}: expected {want} ({dtype}, {nbytes} bytes) next, "
+                             f"got {name} ({array.dtype}, {array.nbytes} bytes)")
+        self._file.write(np.ascontiguousarray(array).data)
+        self._next += 1
+
+    def close(self) -> None:
+        self._file.close()
+        if self._next != len(self._pending):
+            raise ValueError(f"{self._file.name}: {len(self._pending) - self._next} declared tensors were not written")
+
+    def abort(self) -> None:
+        """Close the file without checking it is complete (the caller deletes it)."""
+        self._file.close()
+
+    def __enter__(self) -> SafetensorsWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close() if exc[0] is None else self.abort()

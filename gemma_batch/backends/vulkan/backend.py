@@ -9,7 +9,7 @@ Per step the host writes the step's metadata into mapped buffers, fills in the i
 submits the command buffer recorded once (`graph.py`) (`submit`); then it waits for the device
 and reads R sampled ids (`wait`). The engine schedules the next step in between.
 Numerics: weights as stored (bf16/fp16/fp32, widened exactly), residual stream and every
-reduction in fp32, KV pages fp16 (default) or fp32.
+reduction in fp32, KV pages fp16 (default) or fp32 (`--kv-dtype`; bf16 and int8 are not built yet).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from ...model.checkpoint import Tensor
 from ...model.config import Gemma3Config
 from ..base import Backend, StepBatch, StepResult
 from ..cpu import rope_inv_freq
+from ..kv_formats import kv_slot_bytes
 from .attention import DEFAULT_CHUNK
 from .bandwidth import measure_read_bandwidth
 from .device import Device
@@ -31,15 +32,16 @@ from .memory import Memory
 from .step_buffers import PARAMS_DTYPE, Capacity, StepBuffers
 from .weights import DeviceWeights
 
-KV_DTYPES = {"float16": 2, "float32": 4}
+KV_VARIANTS = {"fp16": "float16", "fp32": "float32"}  # --kv-dtype -> suffix of the KV-page kernel variants
 SCRATCH_RESERVE = 0.1  # share of free device memory left out of `available_memory` for step buffers
 
 
 class VulkanBackend(Backend):
     name = "vulkan"
     overlaps = True
+    weight_formats = ("bf16", "fp16")  # int8 / int4 kernels are not built yet
 
-    def __init__(self, cfg: Gemma3Config, device: str | None = None, kv_dtype: str = "float16",
+    def __init__(self, cfg: Gemma3Config, device: str | None = None, kv_dtype: str = "fp16",
                  profile: bool = False, attention_chunk: int = DEFAULT_CHUNK,
                  coop_min_chunk: int = COOP_MIN_CHUNK) -> None:
         """`profile`: time every dispatch (`profile_seconds`), not only the whole step.
@@ -50,8 +52,8 @@ class VulkanBackend(Backend):
         (kernels.coop_chunks), on devices that run them (`coopmat.py`)."""
         super().__init__(cfg)
         _check_supported(cfg)
-        if kv_dtype not in KV_DTYPES:
-            raise ValueError(f"KV dtype {kv_dtype!r}: expected one of {', '.join(KV_DTYPES)}")
+        if kv_dtype not in KV_VARIANTS:
+            raise ValueError(f"KV dtype {kv_dtype!r}: the Vulkan backend has {', '.join(KV_VARIANTS)}")
         if attention_chunk < 1:
             raise ValueError(f"attention chunk {attention_chunk}: expected at least one key per chunk")
         self.kv_dtype = kv_dtype
@@ -88,11 +90,11 @@ class VulkanBackend(Backend):
 
     def kv_bytes_per_token(self, group: str) -> int:
         layers = next(g.layers for g in self.cfg.kv_groups() if g.name == group)
-        return len(layers) * 2 * self.cfg.num_kv_heads * self.cfg.head_dim * KV_DTYPES[self.kv_dtype]
+        return len(layers) * 2 * kv_slot_bytes(self.kv_dtype, self.cfg.num_kv_heads, self.cfg.head_dim)
 
     def max_kv_blocks(self, group: str, block_size: int) -> int:
         """Each layer's K (and V) pages are one buffer, bounded by the device's largest buffer."""
-        slot_bytes = self.cfg.num_kv_heads * self.cfg.head_dim * KV_DTYPES[self.kv_dtype]
+        slot_bytes = kv_slot_bytes(self.kv_dtype, self.cfg.num_kv_heads, self.cfg.head_dim)
         return self.device.info.max_storage_buffer_range // (block_size * slot_bytes)
 
     def allocate_kv(self, num_blocks: Mapping[str, int], block_size: int) -> None:
@@ -102,7 +104,7 @@ class VulkanBackend(Backend):
             self.mem.free(page)
         self.k_pages, self.v_pages = {}, {}
         self.block_size = block_size
-        slot_bytes = cfg.num_kv_heads * cfg.head_dim * KV_DTYPES[self.kv_dtype]
+        slot_bytes = kv_slot_bytes(self.kv_dtype, cfg.num_kv_heads, cfg.head_dim)
         for group in cfg.kv_groups():
             size = max(1, num_blocks[group.name]) * block_size * slot_bytes
             for layer in group.layers:
@@ -178,7 +180,7 @@ class VulkanBackend(Backend):
         coop = self.coop_min_chunk if self.device.coopmat else None
         self.buffers = StepBuffers(self.cfg, self.mem, capacity, self.block_size, self.attention_chunk, coop)
         self.graph = StepGraph(self.cfg, self.kernels, self.weights, self.buffers, self.k_pages, self.v_pages,
-                               self.inv_freq, self.kv_dtype, self.block_size, self.attention_chunk, self.profile, coop)
+                               self.inv_freq, KV_VARIANTS[self.kv_dtype], self.block_size, self.attention_chunk, self.profile, coop)
 
     def _drop_graph(self) -> None:
         """Free the recorded step and its buffers; the next step records them again."""

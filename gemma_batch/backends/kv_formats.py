@@ -1,0 +1,67 @@
+"""How a KV cache stores K and V (`--kv-dtype`), defined once for every backend.
+
+* fp32: as computed. fp16: rounded to nearest (clamped into fp16's range). bf16: rounded to
+  nearest even (the upper half of the fp32 bits).
+* int8: per token and KV head, s = max |x| / 127 over the head's hd values (1 when they are all
+  zero), q = rint(x / s) in [-127, 127], stored with s as fp32; read back as q * s.
+
+The cache holds K after its norm and RoPE, V as projected, so these roundings are all that the
+cache adds to a step's arithmetic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+KV_DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}  # bytes per value
+FP16_MAX = np.float32(65504.0)
+
+
+def kv_slot_bytes(kv_dtype: str, heads: int, head_dim: int) -> int:
+    """Bytes one token slot of one layer's K (or V) takes: values, plus int8's scales."""
+    if kv_dtype not in KV_DTYPES:
+        raise ValueError(f"KV dtype {kv_dtype!r}: expected one of {', '.join(KV_DTYPES)}")
+    return heads * head_dim * KV_DTYPES[kv_dtype] + (4 * heads if kv_dtype == "int8" else 0)
+
+
+def bf16_round(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bits (uint16), round to nearest even."""
+    bits = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+
+
+class KVStore:
+    """One layer's K (or V) pages in a KV dtype: `slots` token slots of [heads, hd]."""
+
+    def __init__(self, kv_dtype: str, slots: int, heads: int, head_dim: int) -> None:
+        storage = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16, "int8": np.int8}[kv_dtype]
+        self.kv_dtype = kv_dtype
+        self.data = np.zeros((slots, heads, head_dim), storage)
+        self.scales = np.ones((slots, heads), np.float32) if kv_dtype == "int8" else None
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes + (0 if self.scales is None else self.scales.nbytes)
+
+    def write(self, slots: np.ndarray, x: np.ndarray) -> None:
+        """Store x [T, heads, hd] (float32) at `slots` [T]."""
+        if self.kv_dtype == "fp32":
+            self.data[slots] = x
+        elif self.kv_dtype == "fp16":
+            self.data[slots] = np.clip(x, -FP16_MAX, FP16_MAX).astype(np.float16)
+        elif self.kv_dtype == "bf16":
+            self.data[slots] = bf16_round(x)
+        else:
+            amax = np.abs(x).max(axis=-1)
+            scales = np.where(amax > 0, amax / np.float32(127.0), np.float32(1.0)).astype(np.float32)
+            self.data[slots] = np.clip(np.rint(x / scales[..., None]), -127, 127).astype(np.int8)
+            self.scales[slots] = scales
+
+    def read(self, slots: np.ndarray) -> np.ndarray:
+        """float32 [m, heads, hd] of the values at `slots` [m]."""
+        if self.kv_dtype == "bf16":
+            return (self.data[slots].astype(np.uint32) << np.uint32(16)).view(np.float32)
+        values = self.data[slots].astype(np.float32)
+        if self.scales is not None:
+            values *= self.scales[slots][..., None]
+        return values

@@ -1,0 +1,53 @@
+"""Memory planning for `gemma-batch inspect`: what a model takes in a weight format and KV dtype,
+and how many sequences of a given length fit in a memory budget.
+
+Sizes are a GPU backend's (weights as the format stores them: the CPU backend holds bf16 and
+fp16 matrices widened to float32). A sequence's KV is what the engine's planner reserves for it
+(`kv_plan.blocks_per_sequence`): every token in the global layers, and in the sliding-window
+layers the window plus one prefill chunk, in whole blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..backends.kv_formats import kv_slot_bytes
+from ..model.config import Gemma3Config
+from ..model.quant import WeightFormat
+from ..model.quant_cache import converted_nbytes_by_dtype
+from .kv_plan import blocks_per_sequence
+
+
+@dataclass(frozen=True)
+class Footprint:
+    cfg: Gemma3Config
+    weights: WeightFormat
+    kv_dtype: str
+    weight_bytes: dict[str, int]  # by storage kind (`converted_nbytes_by_dtype`)
+    kv_bytes_per_token: dict[str, int]  # per KV group, K and V of all its layers
+
+    @property
+    def total_weight_bytes(self) -> int:
+        return sum(self.weight_bytes.values())
+
+    def sequence_bytes(self, length: int, block_size: int = 16, max_chunk: int = 512) -> int:
+        """KV bytes the planner reserves for one sequence of `length` tokens."""
+        return sum(
+            blocks_per_sequence(g, length, block_size, max_chunk) * block_size * self.kv_bytes_per_token[g.name]
+            for g in self.cfg.kv_groups()
+        )
+
+    def sequences_that_fit(self, memory: int, length: int, block_size: int = 16, max_chunk: int = 512) -> int:
+        """How many sequences of `length` tokens fit next to the weights in `memory` bytes."""
+        free = memory - self.total_weight_bytes
+        return max(0, free // self.sequence_bytes(length, block_size, max_chunk))
+
+
+def footprint(cfg: Gemma3Config, layout: Mapping[str, tuple[str, tuple[int, ...]]], weights: WeightFormat,
+              kv_dtype: str) -> Footprint:
+    """The footprint of a model whose tensors have `layout` (name -> stored dtype and shape)."""
+    per_token = {
+        g.name: len(g.layers) * 2 * kv_slot_bytes(kv_dtype, cfg.num_kv_heads, cfg.head_dim) for g in cfg.kv_groups()
+    }
+    return Footprint(cfg, weights, kv_dtype, converted_nbytes_by_dtype(layout, weights), per_token)

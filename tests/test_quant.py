@@ -1,0 +1,206 @@
+"""Weight formats (int8, int4, fp16), their on-disk cache, and the KV cache formats.
+
+References are independent of the code under test: element-by-element loops for the int4
+packing, torch for bf16 rounding, the `safetensors` library for the files we write.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import safetensors.numpy
+import torch
+
+from gemma_batch.backends.cpu import matmul_rows
+from gemma_batch.backends.kv_formats import KVStore, bf16_round
+from gemma_batch.model import quant_cache
+from gemma_batch.model.checkpoint import Checkpoint
+from gemma_batch.model.config import Gemma3Config
+from gemma_batch.model.quant import WeightFormat, quantize
+from gemma_batch.model.quant_cache import converted_nbytes_by_dtype, load_converted
+from gemma_batch.model.safetensors_file import SafetensorsWriter
+from tests.tiny_models import make_causal_lm
+
+rng = np.random.default_rng(0)
+
+
+def matrix(n: int = 24, k: int = 128) -> np.ndarray:
+    w = rng.standard_normal((n, k)).astype(np.float32) * 0.05
+    w[3] = 0.0  # an all-zero channel / group
+    w[5, 7] = 0.9  # an outlier
+    return w
+
+
+def test_int8_is_per_channel_round_to_nearest():
+    w = matrix()
+    qt = quantize(w, WeightFormat.parse("int8"))
+    amax = np.abs(w).max(axis=1)
+    np.testing.assert_array_equal(qt.scales, np.where(amax > 0, amax / 127, 1).astype(np.float32))
+    assert qt.q.dtype == np.int8 and np.abs(qt.q).max() == 127
+    err = np.abs(qt.dequantize() - w)
+    assert (err <= qt.scales[:, None] / 2 * (1 + 1e-6)).all()
+    assert qt.nbytes == WeightFormat.parse("int8").matrix_bytes(w.shape)
+
+
+@pytest.mark.parametrize("group", [32, 64])
+def test_int4_layout_matches_an_element_by_element_reference(group):
+    w = matrix()
+    fmt = WeightFormat.parse("int4", group)
+    qt = quantize(w, fmt)
+    n, k = w.shape
+    assert qt.q.shape == (n, k // 2) and qt.scales.shape == (n, k // group) and qt.scales.dtype == np.float16
+    for r in range(n):
+        for g in range(k // group):
+            vals = w[r, g * group : (g + 1) * group]
+            m = vals[np.argmax(np.abs(vals))]
+            s = np.float16(m / -8.0)
+            assert qt.scales[r, g] == s
+            for j, v in enumerate(vals):
+                col = g * group + j
+                want = 8 if s == 0 else int(np.clip(np.rint(v / np.float32(s)), -8, 7)) + 8
+                byte = int(qt.q[r, col // 2])
+                assert (byte >> 4 if col % 2 else byte & 0xF) == want
+                assert qt.dequantize(slice(r, r + 1))[0, col] == np.float32(want - 8) * np.float32(s)
+    assert qt.nbytes == fmt.matrix_bytes(w.shape)
+
+
+def test_int4_errors_are_within_half_a_step_except_the_clipped_top():
+    w = matrix(64, 256)
+    qt = quantize(w, WeightFormat.parse("int4", 32))
+    s = np.abs(np.repeat(qt.scales.astype(np.float32), 32, axis=1))
+    err = np.abs(qt.dequantize() - w)
+    assert (err <= s * 1.001).all()  # +|m| lands on +7 steps: at most one step off
+    inside = np.abs(w) <= 7.5 * s
+    assert (err[inside] <= s[inside] / 2 * 1.001).all()
+
+
+def test_quantized_products_are_the_products_of_the_dequantized_matrix_and_batch_invariant():
+    w = rng.standard_normal((2100, 64)).astype(np.float32) * 0.05  # more than one W_ROWS block
+    x = rng.standard_normal((37, 64)).astype(np.float32)
+    for fmt in (WeightFormat.parse("int8"), WeightFormat.parse("int4")):
+        qt = quantize(w, fmt)
+        ours = matmul_rows(x, qt)
+        np.testing.assert_allclose(ours, x.astype(np.float64) @ qt.dequantize().T.astype(np.float64), rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(matmul_rows(x[5:6], qt)[0], ours[5])  # bit-identical alone
+
+
+def test_the_writer_makes_files_the_safetensors_library_reads(tmp_path):
+    arrays = {"a.q": rng.integers(-127, 128, (5, 8)).astype(np.int8), "a.scales": rng.random(5).astype(np.float32),
+              "b": rng.integers(0, 255, (3, 4)).astype(np.uint8), "c": rng.random((2, 3)).astype(np.float16)}
+    path = tmp_path / "x.safetensors"
+    entries = [(n, {np.int8: "I8", np.float32: "F32", np.uint8: "U8", np.float16: "F16"}[a.dtype.type], a.shape)
+               for n, a in arrays.items()]
+    with SafetensorsWriter(path, entries, {"format": "int8"}) as w:
+        for n, a in arrays.items():
+            w.write(n, a)
+    back = safetensors.numpy.load_file(path)
+    assert set(back) == set(arrays)
+    for n, a in arrays.items():
+        np.testing.assert_array_equal(back[n], a)
+    with pytest.raises(ValueError, match="expected a.q"):
+        SafetensorsWriter(tmp_path / "y.safetensors", entries, {}).write("b", arrays["b"])
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    make_causal_lm(tmp_path / "m", head_dim=32, hidden_size=64, intermediate_size=128)
+    from safetensors.torch import load_file, save_file  # store bf16 as a hub checkpoint does
+
+    path = tmp_path / "m" / "model.safetensors"
+    save_file({k: v.to(torch.bfloat16) for k, v in load_file(path).items()}, path, metadata={"format": "pt"})
+    cfg = Gemma3Config.from_dir(tmp_path / "m")
+    return tmp_path / "m", cfg
+
+
+def drain(loaded):
+    return {name: t for name, t in loaded.tensors}
+
+
+def same(a, b):
+    if hasattr(a, "q"):
+        return np.array_equal(a.q, b.q) and np.array_equal(a.scales, b.scales) and a.format == b.format
+    return a.dtype == b.dtype and np.array_equal(a.data, b.data)
+
+
+@pytest.mark.parametrize("weights", ["int8", "int4", "fp16"])
+def test_the_cache_is_written_once_and_read_back_identically(tiny, tmp_path, monkeypatch, weights):
+    model, cfg = tiny
+    fmt, ckpt = WeightFormat.parse(weights), Checkpoint.open(model, cfg)
+    root = tmp_path / "cache"
+    first = load_converted(ckpt, fmt, root)
+    converted = drain(first)
+    assert "converted" in first.note[0]
+    (entry,) = (root / "weights").glob("*.safetensors")
+    sizes = converted_nbytes_by_dtype(ckpt.layout, fmt)
+    assert sum(sizes.values()) == sum(t.nbytes if hasattr(t, "q") else t.data.nbytes for t in converted.values())
+
+    monkeypatch.setattr(quant_cache, "convert", lambda *a: pytest.fail("converted again despite the cache"))
+    second = load_converted(ckpt, fmt, root)
+    again = drain(second)
+    assert "read from the cache" in second.note[0]
+    assert list(again) == list(converted) and all(same(again[n], converted[n]) for n in converted)
+    assert converted["norm.weight"].dtype == "BF16"  # norms stay as stored
+    if weights == "int4":
+        assert converted["embed_tokens.weight"].format.name == "int8"
+        assert converted["layers.0.mlp.up_proj.weight"].format == fmt
+
+
+def test_a_damaged_entry_is_rebuilt_and_a_changed_checkpoint_gets_its_own(tiny, tmp_path):
+    model, cfg = tiny
+    fmt, root = WeightFormat.parse("int8"), tmp_path / "cache"
+    reference = drain(load_converted(Checkpoint.open(model, cfg), fmt, root))
+    (entry,) = (root / "weights").glob("*.safetensors")
+    with entry.open("r+b") as f:
+        f.truncate(entry.stat().st_size - 10)
+    rebuilt = load_converted(Checkpoint.open(model, cfg), fmt, root)
+    assert all(same(t, reference[n]) for n, t in rebuilt.tensors) and "converted" in rebuilt.note[0]
+
+    path = model / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1  # same size, same header: only the content differs
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(1, 1))
+    drain(load_converted(Checkpoint.open(model, cfg), fmt, root))
+    assert len(list((root / "weights").glob("*.safetensors"))) == 2
+
+
+def test_a_conversion_stopped_midway_leaves_no_entry(tiny, tmp_path):
+    model, cfg = tiny
+    root = tmp_path / "cache"
+    loaded = load_converted(Checkpoint.open(model, cfg), WeightFormat.parse("int4"), root)
+    next(loaded.tensors)
+    loaded.tensors.close()  # the consumer gave up (out of device memory, say)
+    assert [p.name for p in (root / "weights").iterdir()] == ["digests.json"]
+
+
+def test_kv_formats_round_as_specified():
+    x = (rng.standard_normal((50, 3, 16)) * 3).astype(np.float32)
+    x[7, 1] = 0.0
+    slots = rng.permutation(64)[:50]
+    for kv, tol in (("fp32", 0), ("fp16", 2**-11), ("bf16", 2**-8)):
+        store = KVStore(kv, 64, 3, 16)
+        store.write(slots, x)
+        back = store.read(slots)
+        assert (np.abs(back - x) <= tol * np.abs(x)).all()
+    torch_bf16 = torch.from_numpy(x).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    np.testing.assert_array_equal(bf16_round(x), torch_bf16)
+    store = KVStore("int8", 64, 3, 16)
+    store.write(slots, x)
+    s = np.abs(x).max(axis=-1, keepdims=True) / 127
+    err = np.abs(store.read(slots) - x)
+    assert (err <= s / 2 * 1.0001 + 1e-12).all() and (store.read(slots)[7, 1] == 0).all()
+    assert store.nbytes == 64 * 3 * 16 + 64 * 3 * 4
+
+
+def test_a_quantized_product_never_holds_the_dequantized_matrix():
+    import tracemalloc
+
+    qt = quantize(rng.standard_normal((8192, 256)).astype(np.float32), WeightFormat.parse("int8"))
+    x = rng.standard_normal((4, 256)).astype(np.float32)
+    tracemalloc.start()
+    matmul_rows(x, qt)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 8192 * 256 * 4 / 2  # half the float32 matrix: two W_ROWS blocks and their temporaries
