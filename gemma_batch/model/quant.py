@@ -1,9 +1,10 @@
 """Weight formats: how a run holds the matrix weights (`--weights bf16|fp16|int8|int4`).
 
 Checkpoints are bf16; a format other than bf16 is made from them at load (and cached on disk,
-`model.quant_cache`). Only the matrices are converted (the attention and MLP projections and the
-embedding table, which is also the tied LM head): they are all but a fraction of a percent of
-the bytes. Norm weights stay as stored.
+`model.quant_cache`, which also decides that int4 keeps the embedding table in int8). Only the
+matrices are converted (the attention and MLP projections and the embedding table, which is also
+the tied LM head): they are all but a fraction of a percent of the bytes. Norm weights stay as
+stored.
 
 Layouts (a matrix W is [N out, K in]; every backend reads these same arrays):
 
@@ -55,8 +56,8 @@ class WeightFormat:
     def quantized(self) -> bool:
         return self.name in ("int8", "int4")
 
-    def converts(self, tensor_name: str, shape: tuple[int, ...]) -> bool:
-        """Whether this format changes the tensor (a matrix, for any format but bf16)."""
+    def converts(self, shape: tuple[int, ...]) -> bool:
+        """Whether this format changes a tensor of `shape` (a matrix, for any format but bf16)."""
         return self.name != "bf16" and len(shape) == 2
 
     def matrix_bytes(self, shape: tuple[int, int]) -> int:
@@ -91,8 +92,9 @@ class QuantizedTensor:
     def nbytes(self) -> int:
         return self.q.nbytes + self.scales.nbytes
 
-    def dequantize(self, rows: slice = slice(None)) -> np.ndarray:
-        """float32 [n, K] of the rows `rows`: what the kernels compute with, one block at a time."""
+    def dequantize(self, rows: slice | np.ndarray = slice(None)) -> np.ndarray:
+        """float32 [n, K] of the rows `rows` (a slice or row indices): what the kernels compute
+        with, one block of rows at a time."""
         if self.format.name == "int8":
             return self.q[rows].astype(np.float32) * self.scales[rows, None]
         packed = self.q[rows]

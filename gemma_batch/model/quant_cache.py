@@ -58,7 +58,7 @@ def matrix_format(name: str, fmt: WeightFormat) -> WeightFormat:
 def convert(name: str, tensor: Tensor, fmt: WeightFormat) -> Loaded:
     """One checkpoint tensor in format `fmt`, converted CONVERT_ROWS rows at a time."""
     shape = tensor.data.shape
-    if not fmt.converts(name, shape):
+    if not fmt.converts(shape):
         return tensor
     mfmt = matrix_format(name, fmt)
     mfmt.check_shape(name, shape)
@@ -71,7 +71,7 @@ def convert(name: str, tensor: Tensor, fmt: WeightFormat) -> Loaded:
 
 def stored_entries(name: str, dtype: str, shape: tuple[int, ...], fmt: WeightFormat) -> list[tuple[str, str, tuple[int, ...]]]:
     """The cache file's (name, dtype, shape) entries for one checkpoint tensor."""
-    if not fmt.converts(name, shape):
+    if not fmt.converts(shape):
         return [(name, dtype, shape)]
     mfmt = matrix_format(name, fmt)
     n, k = shape
@@ -88,7 +88,7 @@ def converted_nbytes_by_dtype(layout: Mapping[str, tuple[str, tuple[int, ...]]],
     scales), for `Backend.weight_bytes`."""
     out: dict[str, int] = {}
     for name, (dtype, shape) in layout.items():
-        if fmt.converts(name, shape):
+        if fmt.converts(shape):
             mfmt = matrix_format(name, fmt)
             dtype = "F16" if mfmt.name == "fp16" else mfmt.name.upper()
             nbytes = mfmt.matrix_bytes(shape)
