@@ -30,7 +30,7 @@ from ..model.config import Gemma3Config, RopeSpec
 from ..model.quant import FORMATS, QuantizedTensor
 from ..model.weights import tensor_shapes
 from .base import Backend, StepBatch, StepResult
-from .kv_formats import KVStore, kv_slot_bytes
+from .kv_formats import KVStore, kv_slot_bytes, kv_token_bytes
 from .sampler import sample_tokens
 
 F32 = np.float32
@@ -162,8 +162,7 @@ class CpuBackend(Backend):
         return sum(n * (2 if dtype in ("BF16", "F16") else 1) for dtype, n in tensor_bytes.items())
 
     def kv_bytes_per_token(self, group: str) -> int:
-        layers = next(g.layers for g in self.cfg.kv_groups() if g.name == group)
-        return len(layers) * 2 * kv_slot_bytes(self.kv_dtype, self.cfg.num_kv_heads, self.cfg.head_dim)  # K and V
+        return kv_token_bytes(self.cfg, group, self.kv_dtype)
 
     def allocate_kv(self, num_blocks: Mapping[str, int], block_size: int) -> None:
         cfg = self.cfg

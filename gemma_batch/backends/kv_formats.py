@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..model.config import Gemma3Config
+
 KV_DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}  # bytes per value
 FP16_MAX = np.float32(65504.0)
 
@@ -22,6 +24,12 @@ def kv_slot_bytes(kv_dtype: str, heads: int, head_dim: int) -> int:
     if kv_dtype not in KV_DTYPES:
         raise ValueError(f"KV dtype {kv_dtype!r}: expected one of {', '.join(KV_DTYPES)}")
     return heads * head_dim * KV_DTYPES[kv_dtype] + (4 * heads if kv_dtype == "int8" else 0)
+
+
+def kv_token_bytes(cfg: Gemma3Config, group: str, kv_dtype: str) -> int:
+    """Bytes one token slot of KV group `group` takes: K and V of each of its layers."""
+    layers = next(g.layers for g in cfg.kv_groups() if g.name == group)
+    return len(layers) * 2 * kv_slot_bytes(kv_dtype, cfg.num_kv_heads, cfg.head_dim)
 
 
 def bf16_round(x: np.ndarray) -> np.ndarray:

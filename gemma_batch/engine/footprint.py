@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..backends.kv_formats import kv_slot_bytes
+from ..backends.kv_formats import kv_token_bytes
 from ..model.config import Gemma3Config
 from ..model.quant import WeightFormat
 from ..model.quant_cache import converted_nbytes_by_dtype
@@ -47,7 +47,5 @@ class Footprint:
 def footprint(cfg: Gemma3Config, layout: Mapping[str, tuple[str, tuple[int, ...]]], weights: WeightFormat,
               kv_dtype: str) -> Footprint:
     """The footprint of a model whose tensors have `layout` (name -> stored dtype and shape)."""
-    per_token = {
-        g.name: len(g.layers) * 2 * kv_slot_bytes(kv_dtype, cfg.num_kv_heads, cfg.head_dim) for g in cfg.kv_groups()
-    }
+    per_token = {g.name: kv_token_bytes(cfg, g.name, kv_dtype) for g in cfg.kv_groups()}
     return Footprint(cfg, weights, kv_dtype, converted_nbytes_by_dtype(layout, weights), per_token)

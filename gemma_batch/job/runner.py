@@ -22,7 +22,6 @@ from typing import TextIO
 import pyarrow.parquet as pq
 
 from ..backends import create_backend, resolve_backend
-from ..backends.vulkan import VulkanBackend
 from ..backends.vulkan.errors import DeviceMemoryError, VulkanUnavailable
 from ..data.readers import open_dataset
 from ..data.rows import InputRow
@@ -55,9 +54,7 @@ def run_job(spec: JobSpec, log: TextIO | None = None, out: TextIO | None = None)
     tokenizer = Tokenizer.from_dir(spec.model)
     checkpoint = Checkpoint.open(spec.model, cfg)  # every header checked before any data is read
     fmt = spec.weight_format
-    backend_name, why = resolve_backend(spec.backend, spec.device)
-    if spec.backend == "auto" and backend_name == "vulkan" and fmt.name not in VulkanBackend.weight_formats:
-        backend_name, why = "cpu", f"auto: the Vulkan backend has no {fmt.name} kernels yet"
+    backend_name, why = resolve_backend(spec.backend, spec.device, fmt.name)
     try:
         backend = create_backend(backend_name, cfg, spec.device, spec.kv_dtype, fmt.name)
     except ValueError as e:

@@ -108,14 +108,6 @@ class Checkpoint:
         return sum(s.entry.nbytes for s in self._sources.values())
 
     @property
-    def nbytes_by_dtype(self) -> dict[str, int]:
-        """Stored bytes of the text tensors per dtype ("BF16", "F16", "F32")."""
-        out: dict[str, int] = {}
-        for s in self._sources.values():
-            out[s.entry.dtype] = out.get(s.entry.dtype, 0) + s.entry.nbytes
-        return out
-
-    @property
     def layout(self) -> dict[str, tuple[str, tuple[int, ...]]]:
         """Each tensor's stored dtype and shape, in load order."""
         return {name: (s.entry.dtype, s.entry.shape) for name, s in self._sources.items()}

@@ -52,10 +52,6 @@ class WeightFormat:
     def __str__(self) -> str:
         return f"int4-g{self.group}" if self.name == "int4" else self.name
 
-    @property
-    def quantized(self) -> bool:
-        return self.name in ("int8", "int4")
-
     def converts(self, shape: tuple[int, ...]) -> bool:
         """Whether this format changes a tensor of `shape` (a matrix, for any format but bf16)."""
         return self.name != "bf16" and len(shape) == 2

@@ -24,14 +24,14 @@ import json
 import os
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from .checkpoint import Checkpoint, Tensor, to_float32
 from .quant import QuantizedTensor, WeightFormat, quantize, to_fp16
-from .safetensors_file import SafetensorsError, SafetensorsWriter, read_header, read_tensor
+from .safetensors_file import DTYPE_SIZES, SafetensorsError, SafetensorsWriter, read_header, read_tensor
 
 CACHE_VERSION = "1"  # bump when a format's layout or rounding changes
 CONVERT_ROWS = 4096  # rows converted at a time: a 27B embedding table is 5.6 GB as float32
@@ -62,7 +62,8 @@ def convert(name: str, tensor: Tensor, fmt: WeightFormat) -> Loaded:
         return tensor
     mfmt = matrix_format(name, fmt)
     mfmt.check_shape(name, shape)
-    blocks = [to_float32(Tensor(tensor.dtype, tensor.data[r : r + CONVERT_ROWS])) for r in range(0, shape[0], CONVERT_ROWS)]
+    # One block in float32 at a time: each is converted before the next is widened.
+    blocks = (to_float32(Tensor(tensor.dtype, tensor.data[r : r + CONVERT_ROWS])) for r in range(0, shape[0], CONVERT_ROWS))
     if mfmt.name == "fp16":
         return Tensor("F16", np.concatenate([to_fp16(b) for b in blocks]))
     parts = [quantize(b, mfmt) for b in blocks]
@@ -93,7 +94,7 @@ def converted_nbytes_by_dtype(layout: Mapping[str, tuple[str, tuple[int, ...]]],
             dtype = "F16" if mfmt.name == "fp16" else mfmt.name.upper()
             nbytes = mfmt.matrix_bytes(shape)
         else:
-            nbytes = int(np.prod(shape)) * {"BF16": 2, "F16": 2, "F32": 4}[dtype]
+            nbytes = int(np.prod(shape)) * DTYPE_SIZES[dtype]
         out[dtype] = out.get(dtype, 0) + nbytes
     return out
 
@@ -104,26 +105,23 @@ class LoadedWeights:
     the job's log: where they came from and how long the conversion took."""
 
     tensors: Iterator[tuple[str, Loaded]]
-    note: list[str] = field(default_factory=list)
+    note: list[str]
 
 
 def load_converted(checkpoint: Checkpoint, fmt: WeightFormat, root: Path | None) -> LoadedWeights:
     """The checkpoint's tensors in `fmt`: as stored (bf16), from the cache, or converted now."""
+    note: list[str] = []
     if fmt.name == "bf16":
-        return LoadedWeights(checkpoint.tensors(), [])
-    loaded = LoadedWeights(iter(()))
+        return LoadedWeights(checkpoint.tensors(), note)
     if root is None:
-        loaded.tensors = _convert_and_cache(checkpoint, fmt, None, loaded.note)
-        return loaded
+        return LoadedWeights(_convert_and_cache(checkpoint, fmt, None, note), note)
     weights_dir = root / "weights"
     weights_dir.mkdir(parents=True, exist_ok=True)
     path = weights_dir / f"{_key(checkpoint, fmt, weights_dir)}.safetensors"
     entries = _valid_entries(path, checkpoint, fmt)
     if entries is not None:
-        loaded.tensors = _read_cached(path, entries, checkpoint, fmt, loaded.note)
-    else:
-        loaded.tensors = _convert_and_cache(checkpoint, fmt, path, loaded.note)
-    return loaded
+        return LoadedWeights(_read_cached(path, entries, checkpoint, fmt, note), note)
+    return LoadedWeights(_convert_and_cache(checkpoint, fmt, path, note), note)
 
 
 def _key(checkpoint: Checkpoint, fmt: WeightFormat, weights_dir: Path) -> str:

@@ -22,7 +22,7 @@ from ...model.checkpoint import Tensor
 from ...model.config import Gemma3Config
 from ..base import Backend, StepBatch, StepResult
 from ..cpu import rope_inv_freq
-from ..kv_formats import kv_slot_bytes
+from ..kv_formats import kv_slot_bytes, kv_token_bytes
 from .attention import DEFAULT_CHUNK
 from .bandwidth import measure_read_bandwidth
 from .device import Device
@@ -89,8 +89,7 @@ class VulkanBackend(Backend):
         return int(self.mem.free_bytes() * (1 - SCRATCH_RESERVE))
 
     def kv_bytes_per_token(self, group: str) -> int:
-        layers = next(g.layers for g in self.cfg.kv_groups() if g.name == group)
-        return len(layers) * 2 * kv_slot_bytes(self.kv_dtype, self.cfg.num_kv_heads, self.cfg.head_dim)
+        return kv_token_bytes(self.cfg, group, self.kv_dtype)
 
     def max_kv_blocks(self, group: str, block_size: int) -> int:
         """Each layer's K (and V) pages are one buffer, bounded by the device's largest buffer."""
