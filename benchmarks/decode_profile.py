@@ -1,6 +1,7 @@
-"""GPU time per kernel of a Vulkan decode step, at a real Gemma 3 shape on random bf16 weights.
+"""GPU time per kernel of a Vulkan decode step, at a real Gemma 3 shape on random weights.
 
     python benchmarks/decode_profile.py 1b [--batch 1,8,32] [--prompt-len 128] [--gen-len 64]
+                                           [--weights bf16|fp16|int8|int4] [--int4-group 32|64]
 
 Per batch size: prefill `batch` random prompts in one step, decode to `gen-len` tokens, and print
 the median decode step (wall), the GPU time of the last step by kernel (timestamps after every
@@ -19,6 +20,7 @@ from gemma_batch.backends.vulkan import VulkanBackend
 from gemma_batch.bench.random_weights import random_tensors, weight_bytes
 from gemma_batch.bench.runner import prefilled_engine
 from gemma_batch.bench.shapes import shape_config
+from gemma_batch.model.quant import FORMATS, WeightFormat
 
 
 def main() -> None:
@@ -27,11 +29,14 @@ def main() -> None:
     parser.add_argument("--batch", default="1,8,32")
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--gen-len", type=int, default=64)
+    parser.add_argument("--weights", default="bf16", choices=FORMATS)
+    parser.add_argument("--int4-group", type=int, default=32)
     args = parser.parse_args()
     cfg = shape_config(args.shape)
+    fmt = WeightFormat.parse(args.weights, args.int4_group)
     backend = VulkanBackend(cfg, profile=True)
-    backend.load_weights(random_tensors(cfg, 0))
-    nbytes = weight_bytes(cfg)
+    backend.load_weights(random_tensors(cfg, 0, fmt))
+    nbytes = weight_bytes(cfg, fmt)
     for batch in (int(b) for b in args.batch.split(",")):
         engine = prefilled_engine(backend, batch, args.prompt_len, args.gen_len)
         times = []
@@ -41,7 +46,7 @@ def main() -> None:
             times.append(time.perf_counter() - start)
         step = float(np.median(times[2:]))
         kernels = ", ".join(f"{k} {v * 1e3:.3f}" for k, v in backend.profile_seconds().items())
-        print(f"{args.shape} batch {batch}: decode step {step * 1e3:.2f} ms, {batch / step:.0f} tok/s, "
+        print(f"{args.shape} {fmt} batch {batch}: decode step {step * 1e3:.2f} ms, {batch / step:.0f} tok/s, "
               f"weights {nbytes / step / 1e9:.0f} GB/s; GPU ms by kernel: {kernels}")
 
 

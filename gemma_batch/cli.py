@@ -16,7 +16,7 @@ import typer
 
 from .bench.report import format_table, write_json
 from .bench.runner import BenchError, BenchOptions, run_bench
-from .backends.kv_formats import kv_slot_bytes
+from .backends.kv_formats import KV_DTYPES, kv_slot_bytes
 from .bench.report import binary_size
 from .bench.shapes import SHAPES, shape_config
 from .engine.footprint import footprint
@@ -182,7 +182,10 @@ def inspect(
 
 @app.command()
 def bench(
-    shape: str = typer.Option("1b", help=f"Gemma 3 shape, random bf16 weights (no checkpoint): {', '.join(SHAPES)}."),
+    shape: str = typer.Option("1b", help=f"Gemma 3 shape, random weights (no checkpoint): {', '.join(SHAPES)}."),
+    weights: str = typer.Option("bf16", help="Weight format: bf16, fp16, int8 or int4 (which keeps the embedding int8)."),
+    int4_group: int = typer.Option(32, help="Weights per int4 scale: 32 or 64."),
+    kv_dtype: str = typer.Option(None, help="KV cache storage: fp32, fp16, bf16 or int8. [default: fp32 on cpu, fp16 on vulkan]"),
     batch: str = typer.Option("1,8,32", help="Batch sizes, comma-separated; one case each."),
     prompt_len: int = typer.Option(128, help="Prompt tokens per request."),
     gen_len: int = typer.Option(128, help="Tokens generated per request (exactly: there is no stop token)."),
@@ -200,7 +203,13 @@ def bench(
         batches = tuple(int(b) for b in batch.split(","))
     except ValueError:
         raise typer.BadParameter(f"{batch!r}: expected comma-separated integers like 1,8,32", param_hint="--batch") from None
-    options = BenchOptions(shape, batches, prompt_len, gen_len, backend, device, bandwidth_bytes, seed)
+    try:
+        fmt = WeightFormat.parse(weights, int4_group)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--weights/--int4-group") from None
+    if kv_dtype is not None and kv_dtype not in KV_DTYPES:
+        raise typer.BadParameter(f"{kv_dtype!r} is not one of {', '.join(KV_DTYPES)}", param_hint="--kv-dtype")
+    options = BenchOptions(shape, batches, prompt_len, gen_len, backend, device, bandwidth_bytes, seed, fmt, kv_dtype)
     try:
         report = run_bench(options, command=shlex.join(["gemma-batch", *sys.argv[1:]]))
     except (BenchError, ValueError, VulkanUnavailable, DeviceMemoryError) as e:

@@ -16,9 +16,10 @@
 // sizes i by the step's most chunks, and workgroups past their token's chunk count exit at once.
 // A workgroup serves the G = nh / nkv query heads of kv head j (one read of each K/V row for the
 // group; the scaled queries [G, hd] sit in shared memory) over its chunk, in passes of KB keys
-// with an online softmax. Rows are read as 16-byte pieces of 8 elements (fp16 pairs or fp32):
+// with an online softmax. Rows (kv_pages.glsl) are read as pieces of 8 elements, widened in
+// registers (16 bytes of fp16 or bf16 pairs, 32 of fp32, or 8 of int8 times the row's scale):
 //   scores   teams of KL = 4 adjacent lanes per key, lane l taking pieces l, l + 4, ... of the row
-//            (4 lanes read 64 contiguous bytes); per lane dot products in piece order, then a
+//            (4 lanes read 4 adjacent pieces); per lane dot products in piece order, then a
 //            2-step xor butterfly per head (subgroups of 4 or more).
 //   softmax  a subgroup per head: subgroupMax, exp, per-lane sums in key order, subgroupAdd.
 //   values   a thread per (piece, quad of heads) and key group: KG adjacent lanes (a power of
@@ -34,13 +35,14 @@
 // merge rather than a second dispatch: no extra dispatch and pipeline barrier per layer (26 per
 // step for the 1b), and the partials are merged while they are still in cache.
 //
-// Variants: KV_F16 | KV_F32 (the page storage). Limits (backend._check_supported): head_dim a
-// multiple of 8 up to 256, G <= GMAX, G * head_dim <= QMAX.
+// Variants: KV_F16 | KV_BF16 | KV_F32 | KV_I8 (the page storage). Limits
+// (backend._check_supported): head_dim a multiple of 8 up to 256, G <= GMAX, G * head_dim <= QMAX.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_EXT_control_flow_attributes : require  // [[unroll]]: the per-head arrays stay in registers
 #include "common.glsl"
+#include "kv_pages.glsl"
 
 #define WG 128
 #define KB 64           // keys per pass
@@ -58,12 +60,23 @@ layout(std430, binding = 4) readonly buffer Tb { int block_table[]; };
 layout(std430, binding = 5) coherent buffer PAb { vec4 part_acc[]; };  // [records, G * hd]
 layout(std430, binding = 9) coherent buffer PMb { float part_ml[]; };  // [records, 2, G]: m, then l
 layout(std430, binding = 10) coherent buffer Cb { uint counters[]; };  // [T * nkv]
-#ifdef KV_F16
+// LOAD8: piece `piece` (elements 8 piece .. 8 piece + 7) of page row `row` (slot * nkv + j), as two vec4.
+#if defined(KV_F16) || defined(KV_BF16)
 layout(std430, binding = 6) readonly buffer Kb { uvec4 k4[]; };  // [slots, nkv, hd / 8]
 layout(std430, binding = 8) readonly buffer Vb { uvec4 v4[]; };
-// Piece `piece` (elements 8 piece .. 8 piece + 7) of page row `row` (slot * nkv + j), as two vec4.
+#ifdef KV_F16
 #define LOAD8(buf, row, piece, lo, hi) { uvec4 w_ = buf[(row) * hd8 + (piece)]; \
     lo = vec4(unpackHalf2x16(w_.x), unpackHalf2x16(w_.y)); hi = vec4(unpackHalf2x16(w_.z), unpackHalf2x16(w_.w)); }
+#else
+#define LOAD8(buf, row, piece, lo, hi) { uvec4 w_ = buf[(row) * hd8 + (piece)]; \
+    lo = vec4(bf16_lo(w_.x), bf16_hi(w_.x), bf16_lo(w_.y), bf16_hi(w_.y)); \
+    hi = vec4(bf16_lo(w_.z), bf16_hi(w_.z), bf16_lo(w_.w), bf16_hi(w_.w)); }
+#endif
+#elif defined(KV_I8)
+layout(std430, binding = 6) readonly buffer Kb { uint k4[]; };   // [slots * nkv, hd / 4 + 1] words
+layout(std430, binding = 8) readonly buffer Vb { uint v4[]; };
+#define LOAD8(buf, row, piece, lo, hi) { uint r_ = (row) * kv_i8_row_words(hd); float s_ = uintBitsToFloat(buf[r_ + 2u * hd8]); \
+    lo = int8x4(buf[r_ + 2u * (piece)]) * s_; hi = int8x4(buf[r_ + 2u * (piece) + 1u]) * s_; }
 #else
 layout(std430, binding = 6) readonly buffer Kb { vec4 k4[]; };   // [slots, nkv, hd / 4]
 layout(std430, binding = 8) readonly buffer Vb { vec4 v4[]; };

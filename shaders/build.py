@@ -36,14 +36,25 @@ GLSLANG_FLAGS = ["-V", "--target-env", "vulkan1.2", "-S", "comp", "-P#extension 
 
 
 def source_hash(variant: Variant) -> str:
-    """SHA-256 over the defines, the .comp text and the text of each header it includes."""
+    """SHA-256 over the defines, the .comp text and the text of each header it includes, directly
+    or through other headers."""
     h = hashlib.sha256(" ".join(variant.defines).encode())
     comp = HERE / f"{variant.source}.comp"
     text = comp.read_text()
     h.update(text.encode())
-    for header in sorted(set(re.findall(r'#include\s+"([^"]+)"', text))):
+    headers, todo = set(), _includes(text)
+    while todo:
+        header = todo.pop()
+        if header not in headers:
+            headers.add(header)
+            todo += _includes((HERE / header).read_text())
+    for header in sorted(headers):
         h.update((HERE / header).read_bytes())
     return h.hexdigest()
+
+
+def _includes(text: str) -> list[str]:
+    return re.findall(r'#include\s+"([^"]+)"', text)
 
 
 def file_hash(path: Path) -> str | None:

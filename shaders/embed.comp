@@ -1,6 +1,7 @@
 #version 450
 // x[t, :] = E[token_ids[t], :] * scale   (Gemma's sqrt(H) embedding scale, as an fp32 product)
-// Variants: W_BF16 | W_F16 | W_F32, the table's storage type. One workgroup per token.
+// Variants: W_BF16 | W_F16 | W_F32 | W_I8, the table's storage type (W_I8: int8 codes [V, H], then
+// a scale per row, as matmul.comp reads them). One workgroup per token.
 #include "common.glsl"
 layout(local_size_x = 256) in;
 
@@ -11,10 +12,14 @@ layout(std430, binding = 2) writeonly buffer Xb { float x[]; };
 layout(push_constant) uniform Push {
     uint H;
     float scale;
+    uint V;  // rows of the table (W_I8: its scales follow the V H codes)
 } pc;
 
 float table(uint i) {
-#if defined(W_F32)
+#if defined(W_I8)
+    int word = int(e[i / 4]);
+    return float(bitfieldExtract(word, int(8u * (i & 3u)), 8)) * uintBitsToFloat(e[pc.V * (pc.H / 4) + i / pc.H]);
+#elif defined(W_F32)
     return uintBitsToFloat(e[i]);
 #elif defined(W_F16)
     vec2 pair = unpackHalf2x16(e[i / 2]);

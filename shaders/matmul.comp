@@ -3,6 +3,11 @@
 //
 // Variants (defines):
 //   W_BF16 | W_F16 | W_F32  storage type of W (K must be a multiple of 8)
+//   W_I8 | W_I4             quantized W (model/quant.py; backends/vulkan/weights.py: codes, then
+//                           scales, in one buffer): int8 codes with a scale per output channel,
+//                           applied to the output's sum; int4 codes (two per byte, stored + 8)
+//                           with an fp16 scale per pc.group weights, applied per piece of 8
+//                           (a piece lies in one group). Dequantized in registers only.
 //   NORM_IN                 x is RMS-normalised on the fly with (1 + g): y = inv_rms[m] * sum_k x*(1+g)*W,
 //                           the sum of squares is accumulated in the same pass over x
 //   GATED                   two weights (gate: binding 0, up: binding 4): y = gelu_tanh(x.Wg) * (x.Wu)
@@ -11,7 +16,7 @@
 //                           residual add (o-projection, down-projection)
 //   EPI_QK_ROPE             y is the fused [q | k | v] projection; then per head: QK-norm (1 + w) and
 //                           RoPE on q and k heads, q written to q_out, k and v into the layer's KV pages
-//                           at the tokens' slots (with KV_F16: fp16 pairs in 32-bit words, or KV_F32)
+//                           at the tokens' slots (KV_F16 | KV_BF16 | KV_F32 | KV_I8: kv_pages.glsl)
 //
 // The epilogues need whole rows (EPI_NORM_ADD) or whole heads (EPI_QK_ROPE) of y, which several
 // workgroups compute. Each workgroup writes its tile of y, then counts itself done on the
@@ -49,7 +54,19 @@
 #define MT 8               // rows per workgroup (graph.py: MATMUL_ROWS)
 layout(local_size_x = WG) in;
 
+#if defined(W_I8)
+layout(std430, binding = 0) readonly buffer Wb { uvec2 w4[]; };      // 8 int8 codes per element
+layout(std430, binding = 4) readonly buffer W2b { uvec2 u4[]; };
+#elif defined(W_I4)
+layout(std430, binding = 0) readonly buffer Wb { uint w4[]; };       // 8 int4 codes per element
+layout(std430, binding = 4) readonly buffer W2b { uint u4[]; };
+#else
 layout(std430, binding = 0) readonly buffer Wb { uvec4 w4[]; };
+layout(std430, binding = 4) readonly buffer W2b { uvec4 u4[]; };
+#endif
+// The scales of a quantized W, after its codes in the same buffer (aliases of bindings 0 and 4).
+layout(std430, binding = 0) readonly buffer WSb { uint w_scales[]; };
+layout(std430, binding = 4) readonly buffer W2Sb { uint u_scales[]; };
 layout(std430, binding = 1) readonly buffer Xb { vec4 x4[]; };
 #if defined(EPI_NORM_ADD) || defined(EPI_QK_ROPE)
 #define EPILOGUE
@@ -60,7 +77,6 @@ layout(std430, binding = 9) readonly buffer Eb { float g_epi[]; };  // post-norm
 layout(std430, binding = 2) writeonly buffer Yb { float y[]; };
 #endif
 layout(std430, binding = 3) readonly buffer Gb { float g[]; };
-layout(std430, binding = 4) readonly buffer W2b { uvec4 u4[]; };
 layout(std430, binding = 5) readonly buffer Rb { int rows[]; };
 layout(push_constant) uniform Push {
     uint N;
@@ -69,6 +85,7 @@ layout(push_constant) uniform Push {
     uint num_heads;     // EPI_QK_ROPE: q heads, kv heads and head size of y's columns
     uint num_kv_heads;
     uint head_dim;
+    uint group;         // W_I4: weights per scale
 } pc;
 
 // 8 consecutive weights of row n from k8*8, as two vec4.
@@ -77,10 +94,26 @@ layout(push_constant) uniform Push {
 #elif defined(W_F16)
 #define LOAD8(buf, n, k8, lo, hi) { uvec4 v_ = buf[(n) * (pc.K / 8) + (k8)]; \
     lo = vec4(unpackHalf2x16(v_.x), unpackHalf2x16(v_.y)); hi = vec4(unpackHalf2x16(v_.z), unpackHalf2x16(v_.w)); }
+#elif defined(W_I8)
+#define LOAD8(buf, n, k8, lo, hi) { uvec2 v_ = buf[(n) * (pc.K / 8) + (k8)]; lo = int8x4(v_.x); hi = int8x4(v_.y); }
+#elif defined(W_I4)
+#define LOAD8(buf, n, k8, lo, hi) { uint v_ = buf[(n) * (pc.K / 8) + (k8)]; lo = int4x4(v_); hi = int4x4(v_ >> 16); }
 #else
 #define LOAD8(buf, n, k8, lo, hi) { uvec4 v_ = buf[(n) * (pc.K / 8) + (k8)]; \
     lo = vec4(bf16_lo(v_.x), bf16_hi(v_.x), bf16_lo(v_.y), bf16_hi(v_.y)); \
     hi = vec4(bf16_lo(v_.z), bf16_hi(v_.z), bf16_lo(v_.w), bf16_hi(v_.w)); }
+#endif
+// Scales: ROW_SCALE of output n multiplies its whole sum (int8), PIECE_SCALE the piece k8 (int4).
+#if defined(W_I8)
+#define ROW_SCALE(scales, n) uintBitsToFloat(scales[pc.N * (pc.K / 4) + (n)])
+#else
+#define ROW_SCALE(scales, n) 1.0
+#endif
+#if defined(W_I4)
+#define PIECE_SCALE(scales, n, k8) int4_scale(scales[pc.N * (pc.K / 8) + ((n) * (pc.K / pc.group) + (k8) * 8 / pc.group) / 2], \
+                                              ((n) * (pc.K / pc.group) + (k8) * 8 / pc.group) & 1u)
+#else
+#define PIECE_SCALE(scales, n, k8) 1.0
 #endif
 
 #ifdef GATED
@@ -144,10 +177,18 @@ void main() {
 
     for (uint k8 = kgroup * TEAM + lane; k8 < K8; k8 += KSPLIT * TEAM) {
         vec4 wlo[NT], whi[NT];
-        [[unroll]] for (uint n = 0; n < NT; n++) LOAD8(w4, nrow[n], k8, wlo[n], whi[n]);
+        float ws[NT];
+        [[unroll]] for (uint n = 0; n < NT; n++) {
+            LOAD8(w4, nrow[n], k8, wlo[n], whi[n]);
+            ws[n] = PIECE_SCALE(w_scales, nrow[n], k8);
+        }
 #ifdef GATED
         vec4 ulo[NT], uhi[NT];
-        [[unroll]] for (uint n = 0; n < NT; n++) LOAD8(u4, nrow[n], k8, ulo[n], uhi[n]);
+        float us[NT];
+        [[unroll]] for (uint n = 0; n < NT; n++) {
+            LOAD8(u4, nrow[n], k8, ulo[n], uhi[n]);
+            us[n] = PIECE_SCALE(u_scales, nrow[n], k8);
+        }
 #endif
 #ifdef NORM_IN
         vec4 glo = 1.0 + vec4(g[k8 * 8], g[k8 * 8 + 1], g[k8 * 8 + 2], g[k8 * 8 + 3]);
@@ -163,9 +204,9 @@ void main() {
             xhi *= ghi;
 #endif
             [[unroll]] for (uint n = 0; n < NT; n++) {
-                ACC(m, n) += dot(xlo, wlo[n]) + dot(xhi, whi[n]);
+                ACC(m, n) += ws[n] * (dot(xlo, wlo[n]) + dot(xhi, whi[n]));
 #ifdef GATED
-                ACC2(m, n) += dot(xlo, ulo[n]) + dot(xhi, uhi[n]);
+                ACC2(m, n) += us[n] * (dot(xlo, ulo[n]) + dot(xhi, uhi[n]));
 #endif
             }
         }
@@ -201,13 +242,13 @@ void main() {
         [[unroll]] for (uint n = 0; n < NT; n++) {
             uint col = n0 + ogroup * NT + n;
             if (kgroup != 0 || lane != m * NT + n || m >= mcount || col >= pc.N) continue;
-            float total = ACC(m, n);
+            float total = ACC(m, n) * ROW_SCALE(w_scales, col);
 #ifdef NORM_IN
             float inv = 1.0 / sqrt(SS(m) / float(pc.K) + pc.eps);
             total *= inv;
 #endif
 #ifdef GATED
-            float up = ACC2(m, n);
+            float up = ACC2(m, n) * ROW_SCALE(u_scales, col);
 #ifdef NORM_IN
             up *= inv;
 #endif

@@ -5,7 +5,10 @@
 // x comes from split.comp: each row as fp16 hi and lo halves of the row times a power of two
 // (hi + lo keeps 22 significant bits), so every tile is multiplied twice, W.hi then W.lo, and
 // the product keeps near-fp32 accuracy. W is bf16 (converted to fp16 while staged: exact in
-// fp16's normal range, which holds every weight of a real checkpoint) or fp16.
+// fp16's normal range, which holds every weight of a real checkpoint) or fp16, or int8 / int4
+// codes (matmul.comp's W_I8 / W_I4 layout: codes, then scales, in one buffer), dequantized while
+// staged as fp16(code * scale): the weight the CPU uses, rounded once more, to fp16 (a relative
+// 2^-11, well inside the quantization's own error).
 //
 // Sum order, the same for every M and every tile shape (batch invariance): K is cut into
 // chunks of pc.kchunk; inside a chunk the 16-wide k blocks are accumulated in order; the chunks'
@@ -20,7 +23,7 @@
 // Rows past M read row M - 1 and are written only into the padding of partial (rows up to the
 // tile's end); whole row tiles past M are skipped.
 //
-// Variants: W_BF16 | W_F16; GATED (N = 2 I: output columns [0, I) from W at binding 0, [I, 2 I)
+// Variants: W_BF16 | W_F16 | W_I8 | W_I4; GATED (N = 2 I: output columns [0, I) from W at binding 0, [I, 2 I)
 // from the up weights at binding 4); ROWS (M = meta.num_rows: the LM head's gathered rows); the
 // tile (SG_N, SG_M, TN, TM; the host runs kernels.COOP_FOLD_DEFINES' tile above FOLD_ROWS rows).
 #extension GL_KHR_cooperative_matrix : require
@@ -44,15 +47,25 @@
 #define PAD 9                   // uvec4 per staged row: 8 of data, 1 of padding against bank conflicts
 layout(local_size_x = WG) in;
 
-layout(std430, binding = 0) readonly buffer Wb { uvec4 w4[]; };
+#if defined(W_I8)
+#define WPIECE uvec2  // 8 weights
+#elif defined(W_I4)
+#define WPIECE uint
+#else
+#define WPIECE uvec4
+#endif
+layout(std430, binding = 0) readonly buffer Wb { WPIECE w4[]; };
 layout(std430, binding = 1) readonly buffer Xb { uvec4 xs4[]; };   // split rows [hi K | lo K], fp16
 layout(std430, binding = 2) writeonly buffer Pb { float part[]; };  // [chunks, Mpad, N]
-layout(std430, binding = 4) readonly buffer W2b { uvec4 u4[]; };
+layout(std430, binding = 4) readonly buffer W2b { WPIECE u4[]; };
+// The scales of quantized weights, after the codes (aliases of bindings 0 and 4).
+layout(std430, binding = 0) readonly buffer WSb { uint w_scales[]; };
+layout(std430, binding = 4) readonly buffer W2Sb { uint u_scales[]; };
 layout(push_constant) uniform Push {
     uint N;
     uint K;
     uint kchunk;   // K per chunk, a multiple of KU dividing K
-    uint pad;
+    uint group;    // W_I4: weights per scale
 } pc;
 
 shared uvec4 wsh[BN * PAD];      // W stage [BN rows][64 k] as fp16
@@ -61,17 +74,32 @@ shared uvec4 xsh[2 * BM * PAD];  // x stage: hi rows, then lo rows
 #define ACC coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
 #define MAT_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
 #define MAT_B coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
-#define W_LOADS (BN * 8 / WG)        // uvec4 of W per invocation per stage
+#define W_LOADS (BN * 8 / WG)        // pieces of 8 weights of W per invocation per stage
+#if defined(W_I8)
+#define W_BYTES_PER_8 8
+#elif defined(W_I4)
+#define W_BYTES_PER_8 4
+#else
+#define W_BYTES_PER_8 16
+#endif
 #define X_LOADS (2 * BM * 8 / WG)    // uvec4 of x per invocation per stage
 
 uint fp16_pair(float a, float b) {  // two weights as fp16, clamped into fp16's range
     return packHalf2x16(clamp(vec2(a, b), vec2(-65504.0), vec2(65504.0)));
 }
 
-uvec4 to_fp16(uvec4 v) {  // 8 weights of W's storage type as 8 fp16
-#ifdef W_BF16
-    return uvec4(fp16_pair(bf16_lo(v.x), bf16_hi(v.x)), fp16_pair(bf16_lo(v.y), bf16_hi(v.y)),
-                 fp16_pair(bf16_lo(v.z), bf16_hi(v.z)), fp16_pair(bf16_lo(v.w), bf16_hi(v.w)));
+uvec4 fp16_8(vec4 lo, vec4 hi) {
+    return uvec4(fp16_pair(lo.x, lo.y), fp16_pair(lo.z, lo.w), fp16_pair(hi.x, hi.y), fp16_pair(hi.z, hi.w));
+}
+
+uvec4 to_fp16(WPIECE v, float scale) {  // 8 weights of W's storage type as 8 fp16 (scale: quantized W's)
+#if defined(W_BF16)
+    return fp16_8(vec4(bf16_lo(v.x), bf16_hi(v.x), bf16_lo(v.y), bf16_hi(v.y)),
+                  vec4(bf16_lo(v.z), bf16_hi(v.z), bf16_lo(v.w), bf16_hi(v.w)));
+#elif defined(W_I8)
+    return fp16_8(int8x4(v.x) * scale, int8x4(v.y) * scale);
+#elif defined(W_I4)
+    return fp16_8(int4x4(v) * scale, int4x4(v >> 16) * scale);
 #else
     return v;
 #endif
@@ -93,7 +121,7 @@ void main() {
     uint k_begin = c_first * pc.kchunk, k_end = fold ? pc.K : k_begin + pc.kchunk;
     uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID;
     uint sg_n = sg % SG_N, sg_m = sg / SG_N;
-    uint K8 = pc.K / 8, xrow = pc.K / 4;  // uvec4 per W row and per split x row
+    uint K8 = pc.K / 8, xrow = pc.K / 4;  // pieces of 8 per W row, uvec4 per split x row
 #ifdef GATED
     bool up = n0 >= pc.N / 2;
     uint wrow0 = up ? n0 - pc.N / 2 : n0;
@@ -104,11 +132,36 @@ void main() {
     // Which of this subgroup's row tiles hold rows below M (uniform per subgroup).
     uint live_tm = min(TM, (M - min(M, m0 + sg_m * TM * 16) + 15) / 16);
 
-    uvec4 wr[W_LOADS], xr[X_LOADS];
+    // Quantized W: where the scales start (words), and the scale of each staged piece: int8's is
+    // its row's (the rows an invocation stages are the same every stage), int4's its group's.
+#ifdef GATED
+    uint scale_base = (pc.N / 2) * (pc.K / 8) * (W_BYTES_PER_8 / 4);
+#else
+    uint scale_base = pc.N * (pc.K / 8) * (W_BYTES_PER_8 / 4);
+#endif
+    float wsc[W_LOADS];
+    [[unroll]] for (uint i = 0; i < W_LOADS; i++) {
+        wsc[i] = 1.0;
+#ifdef W_I8
+        uint at = scale_base + wrow0 + (tid + WG * i) / 8;
+        wsc[i] = uintBitsToFloat(up ? u_scales[at] : w_scales[at]);
+#endif
+    }
+#ifdef W_I4
+#define LOAD_SCALE(i, row, k) { uint g_ = (row) * (pc.K / pc.group) + (k) / pc.group; \
+        uint pair_ = up ? u_scales[scale_base + g_ / 2] : w_scales[scale_base + g_ / 2]; \
+        wsc[i] = int4_scale(pair_, g_ & 1u); }
+#else
+#define LOAD_SCALE(i, row, k)
+#endif
+
+    WPIECE wr[W_LOADS];
+    uvec4 xr[X_LOADS];
 #define LOAD_STAGE(k0) { \
         [[unroll]] for (uint i = 0; i < W_LOADS; i++) { \
             uint e = tid + WG * i, at = (wrow0 + e / 8) * K8 + (k0) / 8 + e % 8; \
             if (up) wr[i] = u4[at]; else wr[i] = w4[at]; \
+            LOAD_SCALE(i, wrow0 + e / 8, (k0) + 8 * (e % 8)); \
         } \
         [[unroll]] for (uint i = 0; i < X_LOADS; i++) { \
             uint e = tid + WG * i, row = e / 16, half_ = (e / 8) % 2; \
@@ -123,7 +176,7 @@ void main() {
         barrier();  // the last stage's multiplies are done with shared memory
         [[unroll]] for (uint i = 0; i < W_LOADS; i++) {
             uint e = tid + WG * i;
-            wsh[(e / 8) * PAD + e % 8] = to_fp16(wr[i]);
+            wsh[(e / 8) * PAD + e % 8] = to_fp16(wr[i], wsc[i]);
         }
         [[unroll]] for (uint i = 0; i < X_LOADS; i++) {
             uint e = tid + WG * i, row = e / 16, half_ = (e / 8) % 2;

@@ -9,12 +9,13 @@ layout(std430, binding = 10) writeonly buffer Qb { float q_out[]; };
 layout(std430, binding = 11) readonly buffer Pb { int positions[]; };
 layout(std430, binding = 12) readonly buffer Fb { float inv_freq[]; };  // [hd / 2]
 layout(std430, binding = 13) readonly buffer Sb { int slots[]; };
-#ifdef KV_F16
-layout(std430, binding = 14) writeonly buffer Kb { uint kpage[]; };
-layout(std430, binding = 15) writeonly buffer Vb { uint vpage[]; };
-#else
+#include "kv_pages.glsl"
+#ifdef KV_F32
 layout(std430, binding = 14) writeonly buffer Kb { float kpage[]; };
 layout(std430, binding = 15) writeonly buffer Vb { float vpage[]; };
+#else
+layout(std430, binding = 14) writeonly buffer Kb { uint kpage[]; };  // KV_F16 | KV_BF16 | KV_I8: 32-bit words
+layout(std430, binding = 15) writeonly buffer Vb { uint vpage[]; };
 #endif
 #endif
 
@@ -68,7 +69,8 @@ shared float vals[HD_MAX];
 
 // Head `h` of the tile's rows: q and k heads RMS-normalised with (1 + q_norm / k_norm) and rotated
 // (rotate-half RoPE, angle fp32(position * inv_freq[i]), range-reduced sin/cos); q heads go to
-// q_out [T, nh, hd], k and v heads into the pages at slots[t].
+// q_out [T, nh, hd], k and v heads into the pages at slots[t] (kv_pages.glsl), rounded as
+// kv_formats.py says (KV_I8: the scale from the head's max |x|, a workgroup_max).
 void epilogue(uint m0, uint M, uint h) {
     uint tid = gl_LocalInvocationID.x;
     uint hd = pc.head_dim, half_hd = hd / 2;
@@ -99,17 +101,30 @@ void epilogue(uint m0, uint M, uint h) {
             for (uint d = tid; d < hd; d += WG) q_out[(t * pc.num_heads + h) * hd + d] = vals[d];
         } else {
             uint kv = is_v ? h - pc.num_heads - pc.num_kv_heads : h - pc.num_heads;
-            uint dst = (uint(slots[t]) * pc.num_kv_heads + kv) * hd;
-#ifdef KV_F16
+            uint row = uint(slots[t]) * pc.num_kv_heads + kv;
+#define STORE(at, value) { if (is_v) vpage[at] = value; else kpage[at] = value; }
+#if defined(KV_F16) || defined(KV_BF16)
             for (uint d = 2 * tid; d < hd; d += 2 * WG) {
-                uint word = packHalf2x16(vec2(vals[d], vals[d + 1]));
-                if (is_v) vpage[(dst + d) / 2] = word; else kpage[(dst + d) / 2] = word;
-            }
+                vec2 pair = vec2(vals[d], vals[d + 1]);
+#ifdef KV_F16
+                STORE((row * hd + d) / 2, packHalf2x16(clamp(pair, -65504.0, 65504.0)));
 #else
-            for (uint d = tid; d < hd; d += WG) {
-                if (is_v) vpage[dst + d] = vals[d]; else kpage[dst + d] = vals[d];
-            }
+                STORE((row * hd + d) / 2, pack_bf16x2(pair));
 #endif
+            }
+#elif defined(KV_I8)
+            float mx = 0.0;
+            for (uint d = tid; d < hd; d += WG) mx = max(mx, abs(vals[d]));
+            float s = int8_scale(workgroup_max(mx));
+            uint at = row * kv_i8_row_words(hd);
+            for (uint d = 4 * tid; d < hd; d += 4 * WG) {
+                STORE(at + d / 4, pack_int8x4(vec4(vals[d], vals[d + 1], vals[d + 2], vals[d + 3]), s));
+            }
+            if (tid == 0) STORE(at + hd / 4, floatBitsToUint(s));
+#else
+            for (uint d = tid; d < hd; d += WG) STORE(row * hd + d, vals[d]);
+#endif
+#undef STORE
         }
         barrier();  // vals is reused by the next row
     }

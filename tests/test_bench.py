@@ -15,17 +15,23 @@ import numpy as np
 import pytest
 from transformers import Gemma3TextConfig
 
+from gemma_batch.backends.base import StepBatch
+from gemma_batch.backends.cpu import CpuBackend
 from gemma_batch.bench.metrics import CaseRun, StepTiming, case_metrics, decode_kv_bytes, roofline_tokens_per_s
 from gemma_batch.bench.random_weights import random_tensors, weight_bytes
+from gemma_batch.bench.runner import BenchError, BenchOptions, run_bench
 from gemma_batch.bench.shapes import SHAPES, shape_config
 from gemma_batch.model.checkpoint import to_float32
 from gemma_batch.model.config import FULL, SLIDING, Gemma3Config, KVGroup
+from gemma_batch.model.quant import QuantizedTensor, WeightFormat
+from gemma_batch.model.quant_cache import convert
 from gemma_batch.model.weights import tensor_shapes
 from tests.test_run_job import gemma_batch
 
 RUN_FIELDS = {
-    "date", "command", "backend", "backend_choice", "shape", "config", "dtype", "seed", "block_size", "weight_bytes",
-    "weight_load_s", "kv_bytes_per_token", "bandwidth_test_bytes", "bandwidth_bytes_per_s",
+    "date", "command", "backend", "backend_choice", "shape", "config", "weights", "kv_dtype", "seed", "block_size",
+    "weight_bytes", "weight_bytes_by_dtype", "weight_load_s", "kv_bytes_per_token", "bandwidth_test_bytes",
+    "bandwidth_bytes_per_s",
 }
 CASE_FIELDS = {
     "batch", "prompt_len", "gen_len", "step_token_budget", "steps", "prefill_steps", "decode_steps", "prefill_tokens",
@@ -37,28 +43,39 @@ CASE_FIELDS = {
 # tiny, by hand: embedding 512*64 = 32768; a layer: 4 norms of 64, q 64*64, k and v 32*64 each, q/k norms of 16,
 # o 64*64, gate/up/down 128*64 each = 37152, times 4 layers; final norm 64. Tied head: no more.
 TINY_PARAMS = 32768 + 4 * 37152 + 64
+# The same in the quantized formats. A layer's matrices [N, K]: q and o 64x64, k and v 32x64, gate and up 128x64,
+# down 64x128: 36864 weights in 512 rows. The embedding 512x64. Norms 4 * (4*64 + 2*16) + 64 = 1216, bf16 always.
+# int8: N*K codes + 4 B of scale a row; int4 (groups of 32): N*K/2 + 2 B of scale per 32 weights, the embedding int8.
+TINY_NORM_BYTES = 2 * 1216
+TINY_EMBED_INT8 = 512 * 64 + 4 * 512
+TINY_INT8 = TINY_EMBED_INT8 + 4 * (36864 + 4 * 512) + TINY_NORM_BYTES
+TINY_INT4_G32 = TINY_EMBED_INT8 + 4 * (36864 // 2 + 2 * 36864 // 32) + TINY_NORM_BYTES
 PROMPT, GEN = 12, 6
 
 
-def run_bench_cli(tmp_path, backend: str, batches: str) -> tuple[dict, str]:
+def run_bench_cli(tmp_path, backend: str, batches: str, *options: str) -> tuple[dict, str]:
     out = tmp_path / f"{backend}.json"
     done = gemma_batch("bench", "--shape", "tiny", "--backend", backend, "--batch", batches, "--prompt-len", PROMPT,
-                       "--gen-len", GEN, "--bandwidth-bytes", 8 << 20, "--json", out, timeout=300)
+                       "--gen-len", GEN, "--bandwidth-bytes", 8 << 20, "--json", out, *options, timeout=300)
     assert done.returncode == 0, done.stderr
     return json.loads(out.read_text()), done.stdout
 
 
-def check_report(report: dict, stdout: str, backend: str, batches: list[int], kv_bytes_per_token: int) -> None:
+def check_report(report: dict, stdout: str, backend: str, batches: list[int], kv_bytes_per_token: int,
+                 weights: str = "bf16", kv_dtype: str = "", weight_bytes: int = 2 * TINY_PARAMS) -> None:
     run, cases = report["run"], report["cases"]
     assert set(run) == RUN_FIELDS and all(set(case) == CASE_FIELDS for case in cases)
-    assert run["shape"] == "tiny" and run["dtype"] == "bf16" and run["config"] == SHAPES["tiny"]
+    assert run["shape"] == "tiny" and run["weights"] == weights and run["config"] == SHAPES["tiny"]
+    assert run["kv_dtype"] == kv_dtype
     assert run["backend"].startswith(backend) and run["command"].startswith("gemma-batch bench --shape tiny")
     assert datetime.datetime.fromisoformat(run["date"]).tzinfo is not None
     shapes = tensor_shapes(shape_config("tiny"))
-    assert run["weight_bytes"] == 2 * TINY_PARAMS == 2 * sum(math.prod(s) for s in shapes.values())
+    assert TINY_PARAMS == sum(math.prod(s) for s in shapes.values())
+    assert run["weight_bytes"] == weight_bytes == sum(run["weight_bytes_by_dtype"].values())
     assert run["bandwidth_test_bytes"] == 8 << 20 and run["bandwidth_bytes_per_s"] > 0
     assert run["kv_bytes_per_token"] == {FULL: kv_bytes_per_token, SLIDING: kv_bytes_per_token}
-    for word in ("shape tiny", "bf16", f"device: {run['backend']}", "GB/s", "decode tok/s", "bw fraction"):
+    for word in ("shape tiny", f"random {weights} weights", f"KV cache {kv_dtype}", f"device: {run['backend']}", "GB/s",
+                 "decode tok/s", "bw fraction"):
         assert word in stdout
 
     assert [c["batch"] for c in cases] == batches
@@ -84,7 +101,8 @@ def check_report(report: dict, stdout: str, backend: str, batches: list[int], kv
 
 def test_bench_on_cpu_reports_every_figure_derived_from_its_own_counts(tmp_path):
     report, stdout = run_bench_cli(tmp_path, "cpu", "1,3")
-    check_report(report, stdout, "cpu", [1, 3], kv_bytes_per_token=2 * 2 * 2 * 16 * 4)  # 2 layers, K+V, 2 heads, fp32
+    # 2 layers a group, K+V, 2 heads of 16, fp32
+    check_report(report, stdout, "cpu", [1, 3], kv_bytes_per_token=2 * 2 * 2 * 16 * 4, kv_dtype="fp32")
     for c in report["cases"]:
         assert c["decode_device_ms_median"] is c["host_ms_per_decode_step"] is c["host_percent_of_device"] is None
         # fp32 weights plus the KV arrays: per group 3 blocks a sequence (ceil(18 / 16) = 2, and a spare) of 16 slots.
@@ -94,7 +112,7 @@ def test_bench_on_cpu_reports_every_figure_derived_from_its_own_counts(tmp_path)
 
 def test_bench_on_vulkan_reports_device_and_host_time(tmp_path):
     report, stdout = run_bench_cli(tmp_path, "vulkan", "1,2")
-    check_report(report, stdout, "vulkan", [1, 2], kv_bytes_per_token=2 * 2 * 2 * 16 * 2)  # fp16 pages
+    check_report(report, stdout, "vulkan", [1, 2], kv_bytes_per_token=2 * 2 * 2 * 16 * 2, kv_dtype="fp16")  # fp16 pages
     for c in report["cases"]:
         assert c["decode_device_ms_median"] > 0 and c["host_ms_per_decode_step"] is not None
         assert c["host_percent_of_device"] == pytest.approx(
@@ -102,9 +120,56 @@ def test_bench_on_vulkan_reports_device_and_host_time(tmp_path):
         assert c["peak_memory_bytes"] >= report["run"]["weight_bytes"] + 2 * 3 * c["batch"] * 16 * 256
 
 
+@pytest.mark.parametrize("weights, options, kv_dtype, kv_value_bytes, expected_weight_bytes", [
+    ("int8", ("--weights", "int8"), "bf16", 2 * 16 * 2, TINY_INT8),  # per layer's K (or V): 2 heads of 16
+    ("int4-g32", ("--weights", "int4", "--int4-group", "32"), "int8", 2 * 16 + 4 * 2, TINY_INT4_G32),  # + fp32 scales
+])
+def test_bench_on_cpu_runs_quantized_weights_and_counts_their_bytes(tmp_path, weights, options, kv_dtype,
+                                                                     kv_value_bytes, expected_weight_bytes):
+    """Every decode step counts the format's bytes (codes + scales, the embedding int8 under int4, the norms bf16)
+    and the KV dtype's, worked out by hand from the shapes above; the CPU holds the quantized matrices as they are."""
+    report, stdout = run_bench_cli(tmp_path, "cpu", "1,2", *options, "--kv-dtype", kv_dtype)
+    kv_per_token = 2 * 2 * kv_value_bytes  # 2 layers a group, K and V
+    check_report(report, stdout, "cpu", [1, 2], kv_per_token, weights, kv_dtype, expected_weight_bytes)
+    for c in report["cases"]:
+        # The CPU widens the bf16 norms to float32 (TINY_NORM_BYTES more); KV: per group 3 blocks a sequence of 16.
+        held = expected_weight_bytes + TINY_NORM_BYTES
+        assert c["peak_memory_bytes"] == held + 2 * 3 * c["batch"] * 16 * kv_per_token
+
+
+@pytest.mark.parametrize("weights, group", [("int8", 32), ("int4", 32), ("int4", 64)])
+def test_quantized_weight_bytes_of_the_1b_by_hand(weights, group):
+    """1b: hidden 1152, intermediate 6912, 26 layers, 4 query heads and 1 KV head of 256, vocab 262144."""
+    h, i, q, kv, layers, vocab = 1152, 6912, 4 * 256, 256, 26, 262144
+    layer = [(q, h), (kv, h), (kv, h), (h, q), (i, h), (i, h), (h, i)]  # [N, K]
+    norms = layers * (4 * h + 2 * 256) + h
+
+    def int8(n: int, k: int) -> int:
+        return n * k + 4 * n
+
+    def int4(n: int, k: int) -> int:
+        return n * k // 2 + 2 * n * k // group
+
+    per_matrix = int8 if weights == "int8" else int4
+    expected = int8(vocab, h) + layers * sum(per_matrix(n, k) for n, k in layer) + 2 * norms
+    assert weight_bytes(shape_config("1b"), WeightFormat.parse(weights, group)) == expected
+
+
+def test_a_backend_without_the_format_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(CpuBackend, "weight_formats", ("bf16",))
+    with pytest.raises(BenchError, match="the cpu backend cannot run int8 weights"):
+        run_bench(BenchOptions("tiny", (1,), 4, 2, "cpu", weights=WeightFormat("int8")))
+
+
 def test_bad_options_are_usage_errors():
     assert gemma_batch("bench", "--shape", "3b").returncode == 2
     assert gemma_batch("bench", "--batch", "1,x").returncode == 2
+    for option, value, message in [("--weights", "int3", "unknown weight format 'int3'"),
+                                   ("--int4-group", "48", "int4 group size must be one of"),
+                                   ("--kv-dtype", "fp8", "'fp8' is not one of fp32")]:
+        extra = ("--weights", "int4") if option == "--int4-group" else ()
+        done = gemma_batch("bench", "--shape", "tiny", "--backend", "cpu", *extra, option, value)
+        assert done.returncode == 2 and message in done.stderr, done.stderr
     done = gemma_batch("bench", "--shape", "tiny", "--backend", "cpu", "--prompt-len", "4000", "--gen-len", "200")
     assert done.returncode == 1 and "exceed the tiny context of 4096" in done.stderr
 
@@ -157,6 +222,41 @@ def test_random_weights_have_every_tensor_in_bf16_with_the_stated_spread():
     assert not np.array_equal(q, k)  # each tensor its own slice of the pool
     again = dict(random_tensors(cfg, seed=3))
     assert all(np.array_equal(again[n].data, t.data) for n, t in tensors.items())
+
+
+@pytest.mark.parametrize("weights, group", [("fp16", 32), ("int8", 32), ("int4", 32), ("int4", 64)])
+def test_random_weights_in_a_format_are_what_conversion_gives_the_backend(weights, group):
+    """Same types, formats, dtypes and shapes as `quant_cache.convert` makes of the bf16 tensors; big arrays are views
+    of the pools; a CPU backend loads them and computes finite logits of ordinary size."""
+    cfg, fmt = shape_config("tiny"), WeightFormat.parse(weights, group)
+    tensors = dict(random_tensors(cfg, 1, fmt))
+    for name, bf16 in random_tensors(cfg, 1):
+        want, got = convert(name, bf16, fmt), tensors[name]
+        assert type(got) is type(want)
+        if isinstance(want, QuantizedTensor):
+            assert got.format == want.format and got.shape == want.shape
+            assert (got.q.dtype, got.q.shape, got.scales.dtype, got.scales.shape) == \
+                (want.q.dtype, want.q.shape, want.scales.dtype, want.scales.shape)
+            assert got.q.base is not None and got.scales.base is not None  # views, no copies
+            values = got.dequantize()
+        else:
+            assert (got.dtype, got.data.dtype, got.data.shape) == (want.dtype, want.data.dtype, want.data.shape)
+            values = to_float32(got)
+        assert np.isfinite(values).all() and np.abs(values).max() < 1
+    if fmt.name == "int4":
+        assert tensors["embed_tokens.weight"].format == WeightFormat("int8")  # the embedding (the LM head) stays int8
+    held = sum(t.nbytes if isinstance(t, QuantizedTensor) else t.data.nbytes for t in tensors.values())
+    assert held == weight_bytes(cfg, fmt)  # the bytes bench counts are the bytes it loads
+
+    backend = CpuBackend(cfg)
+    backend.load_weights(tensors.items())
+    backend.allocate_kv({FULL: 1, SLIDING: 1}, 16)
+    n = 8
+    step = StepBatch(np.arange(2, 2 + n, dtype=np.int32), np.arange(n, dtype=np.int32), np.array([0, n], np.int32),
+                     np.array([n], np.int32), {g: np.zeros((1, 1), np.int32) for g in (FULL, SLIDING)},
+                     {g: np.arange(n, dtype=np.int32) for g in (FULL, SLIDING)}, np.array([True]), return_logits=True)
+    logits = backend.step(step).logits
+    assert logits.shape == (n, cfg.vocab_size) and np.isfinite(logits).all() and 0 < np.abs(logits).max() < 1e3
 
 
 def test_weight_bytes_match_the_published_parameter_counts():

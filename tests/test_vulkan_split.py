@@ -45,7 +45,7 @@ def run_split(variant: str, x: np.ndarray, g: np.ndarray, eps: float, w: np.ndar
             fold = M > 64  # the prefill tile, which sums the chunks itself (kernels.COOP_FOLD_DEFINES)
             kernels.record_direct(cb, "coop_rows_bf16_fold" if fold else "coop_rows_bf16",
                                   kernels.descriptor_set({0: wbuf, 1: split, 2: part, 7: meta}, meta),
-                                  {"N": N, "K": K, "kchunk": K // chunks, "pad": 0},
+                                  {"N": N, "K": K, "kchunk": K // chunks, "group": 0},
                                   -(-M // 128) * N // 64 if fold else -(-M // 32) * N // 64 * chunks)
             kernels.record_direct(cb, "reduce_rows", kernels.descriptor_set({0: part, 2: y, 4: scale, 7: meta}, meta),
                                   {"N": N, "chunks": chunks, "eps": eps, "num_heads": 0, "num_kv_heads": 0, "head_dim": 0},

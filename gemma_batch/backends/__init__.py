@@ -13,14 +13,10 @@ from .base import Backend
 BACKENDS = ("cpu", "vulkan")
 
 
-def resolve_backend(name: str, device: str | None = None, weights: str = "bf16") -> tuple[str, str]:
-    """The backend `name` stands for ("auto" picks one that runs `weights`), and why, for the job's log."""
+def resolve_backend(name: str, device: str | None = None) -> tuple[str, str]:
+    """The backend `name` stands for, and why, for the job's log."""
     if name == "auto":
-        from .vulkan import VulkanBackend
         from .vulkan.device import VulkanUnavailable, choose_device, list_devices
-
-        if weights not in VulkanBackend.weight_formats:
-            return "cpu", f"auto: the Vulkan backend has no {weights} kernels yet"
 
         try:
             devices = list_devices()

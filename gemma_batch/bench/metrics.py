@@ -1,8 +1,11 @@
 """From the timed steps of one benchmark case to its figures, and the decode roofline they are judged by.
 
-A decode step reads every weight once (the tied embedding once: the LM head reads it whole, the
-lookup only a row per sequence) plus, per sequence and KV group, the K/V of the tokens it
-attends to. The roofline is that many bytes at the measured read bandwidth:
+A decode step reads every weight once, as the run's weight format stores it (the tied embedding
+once: the LM head reads it whole, the lookup only a row per sequence): an int8 / int4 matrix's
+codes and its scales, a bf16 / fp16 one 2 bytes a weight, norm weights as stored
+(`random_weights.weight_bytes`). It also reads, per sequence and KV group, the K/V of the tokens
+it attends to, at the KV dtype's bytes per token (int8's scales included;
+`Backend.kv_bytes_per_token`). The roofline is that many bytes at the measured read bandwidth:
 
     decode bytes per step  = weight bytes + batch * sum_groups min(context, window) * KV bytes per token
     roofline tokens/s      = batch * bandwidth / decode bytes per step
@@ -67,7 +70,8 @@ def _median_ms(values: list[float]) -> float | None:
 
 def case_metrics(run: CaseRun, groups: tuple[KVGroup, ...], kv_bytes_per_token: Mapping[str, int],
                  weight_bytes: int, bandwidth: float) -> dict:
-    """The case's JSON row (units in the names; None where a figure does not apply)."""
+    """The case's JSON row (units in the names; None where a figure does not apply). `weight_bytes`:
+    every weight in the run's format; `kv_bytes_per_token`: per KV group, at the run's KV dtype."""
     steps = run.steps
     prefill = [s for s in steps if s.prefill_tokens]
     decode = [s for s in steps if not s.prefill_tokens]

@@ -1,9 +1,18 @@
-"""Random bf16 weights of a model's real shapes, made in seconds even for the 27B.
+"""Random weights of a model's real shapes in any weight format, made in seconds even for the 27B.
 
-Drawing 27e9 normal numbers would take minutes of host time, so a few million are drawn once and
-tiled into one pool as long as the largest tensor; every tensor is a contiguous slice of the pool
-at its own random offset (a view: no copy, no extra memory per tensor). Matrices take values of
-std 0.02 (transformers' initializer range), norm weights std 0.1 around zero (applied as 1 + w).
+Drawing 27e9 numbers (or quantizing them) would take minutes of host time, so a few million values
+are drawn once per kind of array and tiled into one pool as long as the largest array of that
+kind; every array is a contiguous slice of its pool at its own random offset (a view: no copy, no
+extra memory per tensor). The arrays are those a converted checkpoint hands the backend
+(`quant_cache.stored_entries` and `matrix_format` decide which matrices are converted and how),
+drawn directly in their storage dtype:
+
+* bf16 / fp16 matrices: values of std 0.02 (transformers' initializer range); norm weights
+  (never converted) std 0.1 around zero (applied as 1 + w).
+* int8: codes of std 127/3 clipped to [-127, 127], fp32 scales around 0.02 * 3 / 127 (a std-0.02
+  row whose extreme lies at 3 std).
+* int4: any bytes (every byte is a pair of codes), fp16 group scales around 0.02 * 3 / 8.
+
 The values only have to be finite and ordinary: a benchmark's speed does not depend on them.
 """
 
@@ -15,36 +24,94 @@ import numpy as np
 
 from ..model.checkpoint import Tensor
 from ..model.config import Gemma3Config
+from ..model.quant import QuantizedTensor, WeightFormat, to_fp16
+from ..model.quant_cache import converted_nbytes_by_dtype, matrix_format, stored_entries
+from ..model.safetensors_file import NUMPY_DTYPES
 from ..model.weights import tensor_shapes
 
-DRAWN = 1 << 22  # normal values drawn; the pool repeats them
-OFFSETS = 1 << 20  # the pool is this much longer than the largest tensor, for the random offsets
+DRAWN = 1 << 22  # values drawn per pool; the pool repeats them
+OFFSETS = 1 << 20  # a pool is this much longer than its largest array, for the random offsets
 MATRIX_STD, NORM_STD = 0.02, 0.1
-BF16_BYTES = 2
+SCALE_SPREAD = 0.25  # scales lie within +-25% of their nominal value
+Pool = tuple[str, str]  # (stored dtype, part: "matrix" | "norm" | "scales")
 
 
-def _bf16_pool(rng: np.random.Generator, std: float, length: int) -> np.ndarray:
-    """[length] uint16 bf16 bits (float32 truncated), normal of `std`, read-only."""
-    drawn = rng.standard_normal(min(DRAWN, length), dtype=np.float32) * np.float32(std)
-    pool = np.resize((drawn.view(np.uint32) >> 16).astype(np.uint16), length)
+def layout(cfg: Gemma3Config) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """The random checkpoint as `Checkpoint.layout` gives a real one: every tensor of
+    `tensor_shapes(cfg)` stored as BF16."""
+    return {name: ("BF16", shape) for name, shape in tensor_shapes(cfg).items()}
+
+
+def weight_bytes_by_dtype(cfg: Gemma3Config, fmt: WeightFormat = WeightFormat()) -> dict[str, int]:
+    """Bytes of every weight in `fmt` by storage kind (`converted_nbytes_by_dtype`); a tied
+    embedding counts once (it is also the LM head)."""
+    return converted_nbytes_by_dtype(layout(cfg), fmt)
+
+
+def weight_bytes(cfg: Gemma3Config, fmt: WeightFormat = WeightFormat()) -> int:
+    """Bytes of every weight in `fmt`: quantized matrices' data and scales, everything else as stored."""
+    return sum(weight_bytes_by_dtype(cfg, fmt).values())
+
+
+def random_tensors(cfg: Gemma3Config, seed: int = 0,
+                   fmt: WeightFormat = WeightFormat()) -> Iterator[tuple[str, Tensor | QuantizedTensor]]:
+    """Every tensor of `tensor_shapes(cfg)` in the order a checkpoint would stream them, as
+    `quant_cache.load_converted` would hand them to `Backend.load_weights` in `fmt`: a
+    QuantizedTensor for an int8 / int4 matrix, else a Tensor (F16 for an fp16 matrix, BF16 else).
+    Raises ValueError when a matrix's columns are not a whole number of int4 groups."""
+    entries = {}
+    for name, (dtype, shape) in layout(cfg).items():
+        if fmt.converts(shape):
+            matrix_format(name, fmt).check_shape(name, shape)
+        entries[name] = stored_entries(name, dtype, shape, fmt)
+    longest: dict[Pool, int] = {}
+    for entry, dtype, shape in (e for es in entries.values() for e in es):
+        key = (dtype, _part(entry, shape))
+        longest[key] = max(longest.get(key, 0), int(np.prod(shape)))
+    rng = np.random.default_rng(seed)
+    pools = {key: _pool(rng, key, n + OFFSETS) for key, n in longest.items()}
+    for name, tensor_entries in entries.items():
+        arrays = {entry: _take(rng, pools[dtype, _part(entry, shape)], shape) for entry, dtype, shape in tensor_entries}
+        if f"{name}.q" in arrays:
+            yield name, QuantizedTensor(matrix_format(name, fmt), arrays[f"{name}.q"], arrays[f"{name}.scales"])
+        else:
+            yield name, Tensor(tensor_entries[0][1], arrays[name])
+
+
+def _part(entry: str, shape: tuple[int, ...]) -> str:
+    """Which pool an array of a stored entry comes from, besides its dtype."""
+    if entry.endswith(".scales"):
+        return "scales"
+    return "norm" if len(shape) == 1 else "matrix"
+
+
+def _pool(rng: np.random.Generator, key: Pool, length: int) -> np.ndarray:
+    """[length] values of `key`'s dtype (BF16 as its bits), DRAWN of them repeated; read-only."""
+    pool = np.resize(_draw(rng, key, min(DRAWN, length)), length)
     pool.flags.writeable = False
     return pool
 
 
-def random_tensors(cfg: Gemma3Config, seed: int = 0) -> Iterator[tuple[str, Tensor]]:
-    """Every tensor of `tensor_shapes(cfg)`, as BF16, in the order a checkpoint would stream them."""
-    shapes = tensor_shapes(cfg)
-    rng = np.random.default_rng(seed)
-    largest = max(int(np.prod(s)) for s in shapes.values())
-    matrices = _bf16_pool(rng, MATRIX_STD, largest + OFFSETS)
-    norms = _bf16_pool(rng, NORM_STD, max(cfg.hidden_size, cfg.head_dim) + OFFSETS)
-    for name, shape in shapes.items():
-        pool = norms if len(shape) == 1 else matrices
-        n = int(np.prod(shape))
-        start = int(rng.integers(0, pool.size - n + 1))
-        yield name, Tensor("BF16", pool[start : start + n].reshape(shape))
+def _draw(rng: np.random.Generator, key: Pool, n: int) -> np.ndarray:
+    """n values of the pool `key` (see the module docstring)."""
+    dtype, part = key
+    if dtype == "U8":  # int4: two codes a byte, every byte a valid pair
+        return rng.integers(0, 256, n, dtype=np.uint8)
+    x = rng.standard_normal(n, dtype=np.float32)
+    if part == "scales":  # F32: int8's per row; F16: int4's per group
+        nominal = MATRIX_STD * 3 / (127 if dtype == "F32" else 8)
+        return (np.float32(nominal) * (1 + np.float32(SCALE_SPREAD) * np.tanh(x))).astype(NUMPY_DTYPES[dtype])
+    if dtype == "I8":
+        return np.clip(np.rint(x * np.float32(127 / 3)), -127, 127).astype(np.int8)
+    x *= np.float32(NORM_STD if part == "norm" else MATRIX_STD)
+    if dtype == "F16":
+        return to_fp16(x)
+    return (x.view(np.uint32) >> 16).astype(np.uint16)  # BF16: float32 truncated
 
 
-def weight_bytes(cfg: Gemma3Config) -> int:
-    """Bytes of every weight as stored in bf16; a tied embedding counts once (it is also the LM head)."""
-    return BF16_BYTES * sum(int(np.prod(s)) for s in tensor_shapes(cfg).values())
+def _take(rng: np.random.Generator, pool: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """A view of `pool`: `shape`'s many values from a random offset."""
+    n = int(np.prod(shape))
+    start = int(rng.integers(0, pool.size - n + 1))
+    return pool[start : start + n].reshape(shape)
+

@@ -47,7 +47,8 @@ COLUMNS: list[Column] = [
 
 
 def format_table(report: dict) -> str:
-    """A header that states the conditions (device, shape, dtype, lengths, bandwidth), then one row per case."""
+    """A header that states the conditions (device, shape, weight format, KV dtype, lengths, bandwidth),
+    then one row per case."""
     run, cases = report["run"], report["cases"]
     cfg = run["config"]
     windows = "" if SLIDING not in run["kv_bytes_per_token"] else f", window {cfg['sliding_window']}"
@@ -55,17 +56,25 @@ def format_table(report: dict) -> str:
     header = [
         f"shape {run['shape']} ({cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, "
         f"{cfg['num_attention_heads']}/{cfg['num_key_value_heads']} heads of {cfg['head_dim']}, "
-        f"vocab {cfg['vocab_size']}{windows}), random {run['dtype']} weights, "
-        f"{binary_size(run['weight_bytes'])}, loaded in {run['weight_load_s']:.1f} s",
+        f"vocab {cfg['vocab_size']}{windows}), random {run['weights']} weights ({_by_kind(run)}) "
+        f"loaded in {run['weight_load_s']:.1f} s; KV cache {run['kv_dtype']}",
         f"device: {run['backend']}; {run['backend_choice']}",
         f"measured read bandwidth: {run['bandwidth_bytes_per_s'] / 1e9:,.1f} GB/s "
         f"(streaming read of {binary_size(run['bandwidth_test_bytes'])})",
         f"each case: batch requests of {first['prompt_len']} prompt tokens, {first['gen_len']} generated "
         f"(greedy); decode figures over decode-only steps (step times: medians); "
-        f"roofline: weights + KV read per step at the measured bandwidth",
+        f"roofline: weights ({run['weights']}) + KV ({run['kv_dtype']}) read per step at the measured bandwidth",
     ]
     rows = [[heading for heading, _ in COLUMNS]] + [[show(case) for _, show in COLUMNS] for case in cases]
     return "\n".join([*header, "", *align(rows)])
+
+
+def _by_kind(run: dict) -> str:
+    """The weights' bytes, by storage kind where there are several: "1.2 GiB: INT4 1.0 GiB, INT8 204.8 MiB, ..."."""
+    kinds = sorted(run["weight_bytes_by_dtype"].items(), key=lambda kv: -kv[1])
+    if len(kinds) == 1:
+        return binary_size(run["weight_bytes"])
+    return f"{binary_size(run['weight_bytes'])}: " + ", ".join(f"{kind} {binary_size(n)}" for kind, n in kinds)
 
 
 def align(rows: list[list[str]]) -> list[str]:

@@ -1,10 +1,10 @@
 """`gemma-batch bench`: the real engine on random weights of a real Gemma 3 shape, timed step by step.
 
-Per run: resolve and create the backend, load random bf16 weights (timed), then per batch size
-one case: a KV cache for exactly that batch, a warm-up through the same engine (so pipelines are
-built and command buffers recorded before timing), the timed run, and at the end one
-measurement of the device's read bandwidth (last, so that its buffer stays out of the cases'
-peak memory).
+Per run: resolve and create the backend for the weight format (`--weights`) and KV dtype, load
+random weights in that format (timed), then per batch size one case: a KV cache for exactly that
+batch, a warm-up through the same engine (so pipelines are built and command buffers recorded
+before timing), the timed run, and at the end one measurement of the device's read bandwidth
+(last, so that its buffer stays out of the cases' peak memory).
 
 Each case submits `batch` requests of `prompt_len` random ids at once and runs them greedily to
 exactly `gen_len` tokens (no tokenizer, hence no stop token). The step token budget takes every
@@ -30,8 +30,9 @@ from ..engine.kv_plan import KVPlan, blocks_per_sequence
 from ..engine.sampling_params import SamplingParams
 from ..engine.stats import EngineStats
 from ..model.config import Gemma3Config
+from ..model.quant import WeightFormat
 from .metrics import CaseRun, StepTiming, case_metrics
-from .random_weights import random_tensors, weight_bytes
+from .random_weights import random_tensors, weight_bytes_by_dtype
 from .report import binary_size
 from .shapes import SHAPES, shape_config
 
@@ -54,6 +55,8 @@ class BenchOptions:
     device: str | None = None
     bandwidth_bytes: int = 1 << 30
     seed: int = 0
+    weights: WeightFormat = WeightFormat()
+    kv_dtype: str | None = None  # None: the backend's default
 
 
 def run_bench(options: BenchOptions, command: str = "", log: TextIO | None = None) -> dict:
@@ -61,19 +64,24 @@ def run_bench(options: BenchOptions, command: str = "", log: TextIO | None = Non
     log = log or sys.stderr
     cfg = shape_config(options.shape)
     _check(options, cfg)
+    fmt = options.weights
     backend_name, why = resolve_backend(options.backend, options.device)
-    backend = create_backend(backend_name, cfg, options.device)
-    print(f"backend: {backend.identity} ({why})", file=log)
+    try:
+        backend = create_backend(backend_name, cfg, options.device, options.kv_dtype, fmt.name)
+    except ValueError as e:  # the backend lacks the weight format or the KV dtype
+        raise BenchError(str(e)) from None
+    print(f"backend: {backend.identity} ({why}); weights {fmt}", file=log)
 
-    nbytes = weight_bytes(cfg)
-    held, available = backend.weight_bytes({"BF16": nbytes}), backend.available_memory()
+    by_dtype = weight_bytes_by_dtype(cfg, fmt)
+    nbytes = sum(by_dtype.values())
+    held, available = backend.weight_bytes(by_dtype), backend.available_memory()
     if held >= available:
-        raise BenchError(f"the {options.shape} weights take {held / 2**30:.2f} GiB on {backend.identity} "
+        raise BenchError(f"the {options.shape} weights in {fmt} take {held / 2**30:.2f} GiB on {backend.identity} "
                          f"but only {available / 2**30:.2f} GiB is free there")
     started = time.perf_counter()
-    backend.load_weights(random_tensors(cfg, options.seed))
+    backend.load_weights(random_tensors(cfg, options.seed, fmt))
     load_s = time.perf_counter() - started
-    print(f"weights: random {options.shape}, {binary_size(nbytes)} bf16, loaded in {load_s:.1f} s", file=log)
+    print(f"weights: random {options.shape}, {binary_size(nbytes)} {fmt}, loaded in {load_s:.1f} s", file=log)
 
     runs = []
     for batch in options.batches:
@@ -92,10 +100,12 @@ def run_bench(options: BenchOptions, command: str = "", log: TextIO | None = Non
             "backend_choice": why,
             "shape": options.shape,
             "config": SHAPES[options.shape],
-            "dtype": "bf16",
+            "weights": str(fmt),
+            "kv_dtype": backend.kv_dtype,
             "seed": options.seed,
             "block_size": BLOCK_SIZE,
             "weight_bytes": nbytes,
+            "weight_bytes_by_dtype": by_dtype,
             "weight_load_s": load_s,
             "kv_bytes_per_token": kv_per_token,
             "bandwidth_test_bytes": options.bandwidth_bytes,

@@ -54,7 +54,7 @@ def run_job(spec: JobSpec, log: TextIO | None = None, out: TextIO | None = None)
     tokenizer = Tokenizer.from_dir(spec.model)
     checkpoint = Checkpoint.open(spec.model, cfg)  # every header checked before any data is read
     fmt = spec.weight_format
-    backend_name, why = resolve_backend(spec.backend, spec.device, fmt.name)
+    backend_name, why = resolve_backend(spec.backend, spec.device)
     try:
         backend = create_backend(backend_name, cfg, spec.device, spec.kv_dtype, fmt.name)
     except ValueError as e:

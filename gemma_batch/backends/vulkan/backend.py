@@ -8,8 +8,10 @@
 Per step the host writes the step's metadata into mapped buffers, fills in the indirect grids and
 submits the command buffer recorded once (`graph.py`) (`submit`); then it waits for the device
 and reads R sampled ids (`wait`). The engine schedules the next step in between.
-Numerics: weights as stored (bf16/fp16/fp32, widened exactly), residual stream and every
-reduction in fp32, KV pages fp16 (default) or fp32 (`--kv-dtype`; bf16 and int8 are not built yet).
+Numerics: weights as stored (bf16/fp16/fp32, widened exactly) or int8 / int4 (dequantized in
+registers, `weights.py`), residual stream and every
+reduction in fp32, KV pages fp16 (default), bf16, fp32 or int8 (`--kv-dtype`: rounded as
+`kv_formats.py` defines, laid out as `shaders/kv_pages.glsl` says, widened in registers).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 
 from ...model.checkpoint import Tensor
 from ...model.config import Gemma3Config
+from ...model.quant import FORMATS
 from ..base import Backend, StepBatch, StepResult
 from ..cpu import rope_inv_freq
 from ..kv_formats import kv_slot_bytes, kv_token_bytes
@@ -32,14 +35,15 @@ from .memory import Memory
 from .step_buffers import PARAMS_DTYPE, Capacity, StepBuffers
 from .weights import DeviceWeights
 
-KV_VARIANTS = {"fp16": "float16", "fp32": "float32"}  # --kv-dtype -> suffix of the KV-page kernel variants
+# --kv-dtype -> suffix of the KV-page kernel variants (kernels.KV_DEFINES)
+KV_VARIANTS = {"fp16": "float16", "fp32": "float32", "bf16": "bfloat16", "int8": "int8"}
 SCRATCH_RESERVE = 0.1  # share of free device memory left out of `available_memory` for step buffers
 
 
 class VulkanBackend(Backend):
     name = "vulkan"
     overlaps = True
-    weight_formats = ("bf16", "fp16")  # int8 / int4 kernels are not built yet
+    weight_formats = FORMATS
 
     def __init__(self, cfg: Gemma3Config, device: str | None = None, kv_dtype: str = "fp16",
                  profile: bool = False, attention_chunk: int = DEFAULT_CHUNK,

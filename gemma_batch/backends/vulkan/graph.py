@@ -181,7 +181,7 @@ class StepGraph:
             buffers[3] = norm
         cfg = self.cfg
         push = {"N": N, "K": K, "eps": cfg.rms_norm_eps, "num_heads": cfg.num_heads,
-                "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim}
+                "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim, "group": self.w.group}
         self._dispatch(matmul_variant(kind, dtype), buffers, push,
                        ("matmul_rows" if kind == "norm_rows" else "matmul_tokens", -(-N // matmul_cols(kind))))
 
@@ -206,7 +206,7 @@ class StepGraph:
         for fold in folds:
             grid = (f"coopfold_{count}", cols // COOP_COLS) if fold else (f"coop_{count} {chunks}", cols // COOP_COLS)
             self._dispatch(coop_variant(gemm, dtype, fold), {**weights, 1: b.split, 2: b.partial},
-                           {"N": cols, "K": K, "kchunk": K // chunks, "pad": 0}, grid)
+                           {"N": cols, "K": K, "kchunk": K // chunks, "group": self.w.group}, grid)
         epilogue = {} if gated or rows else (extra or {})  # the post-norm's or QK-norm/RoPE/KV buffers
         if split_next is not None:  # a workgroup per row, which also writes the next input's split
             reduce, groups, epilogue = f"{reduce}_split", 1, {**epilogue, 5: b.split, **split_next}
@@ -230,7 +230,7 @@ class StepGraph:
         vk.vkCmdPipelineBarrier(self.cb, vk.VK_PIPELINE_STAGE_TRANSFER_BIT, vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                                 0, 1, [filled], 0, None, 0, None)
         self._dispatch(f"embed_{w.dtype(-1, 'embed').lower()}", {0: w.buffer(-1, "embed"), 1: b.tokens, 2: b.x},
-                       {"H": H, "scale": cfg.embed_scale}, ("tokens", 1))
+                       {"H": H, "scale": cfg.embed_scale, "V": cfg.vocab_size}, ("tokens", 1))
         groups = {layer: g for g in cfg.kv_groups() for layer in g.layers}
         qkv_n = cfg.q_width + 2 * cfg.kv_width
         qkv_presplit = False  # the last post-norm reduce wrote qkv's split (reduce.comp SPLIT_NEXT)

@@ -26,21 +26,24 @@ PUSH_BYTES = 32  # the pipeline layout's push-constant range (llvmpipe allows 12
 
 _u, _f = np.uint32, np.float32
 PUSH = {
-    "embed": np.dtype([("H", _u), ("scale", _f)]),
-    "matmul": np.dtype([("N", _u), ("K", _u), ("eps", _f), ("num_heads", _u), ("num_kv_heads", _u), ("head_dim", _u)]),
+    "embed": np.dtype([("H", _u), ("scale", _f), ("V", _u)]),
+    "matmul": np.dtype([("N", _u), ("K", _u), ("eps", _f), ("num_heads", _u), ("num_kv_heads", _u), ("head_dim", _u),
+                        ("group", _u)]),
     "attention": np.dtype([
         ("num_heads", _u), ("num_kv_heads", _u), ("head_dim", _u), ("window", _u),
         ("block_size", _u), ("table_stride", _u), ("chunk", _u), ("scale", _f),
     ]),
     "sample": np.dtype([("row_stride", _u)]),
     "read_bandwidth": np.dtype([("n", _u), ("iterations", _u)]),
-    "matmul_coop": np.dtype([("N", _u), ("K", _u), ("kchunk", _u), ("pad", _u)]),
+    "matmul_coop": np.dtype([("N", _u), ("K", _u), ("kchunk", _u), ("group", _u)]),
     "split": np.dtype([("K", _u), ("eps", _f)]),
     "reduce": np.dtype([("N", _u), ("chunks", _u), ("eps", _f), ("num_heads", _u), ("num_kv_heads", _u), ("head_dim", _u)]),
 }
 
-WEIGHT_DEFINES = {"BF16": "W_BF16", "F16": "W_F16", "F32": "W_F32"}
-KV_DEFINES = {"float16": "KV_F16", "float32": "KV_F32"}
+# Weight storage types (weights.py): as stored, or quantized (int8 / int4, model/quant.py).
+WEIGHT_DEFINES = {"BF16": "W_BF16", "F16": "W_F16", "F32": "W_F32", "I8": "W_I8", "I4": "W_I4"}
+EMBED_DTYPES = ("BF16", "F16", "F32", "I8")  # embed.comp's (int4 keeps the embedding int8: model/quant_cache.py)
+KV_DEFINES = {"float16": "KV_F16", "float32": "KV_F32", "bfloat16": "KV_BF16", "int8": "KV_I8"}  # shaders/kv_pages.glsl
 MATMUL_KINDS = {  # kind -> defines (see the header of shaders/matmul.comp)
     "post_norm": ("EPI_NORM_ADD", "NT=2", "KSPLIT=4"),  # N = H is small: split K
     "norm_gated": ("NORM_IN", "GATED", "NT=2"),
@@ -61,7 +64,7 @@ COOP_KINDS = {
     "norm_rows": ("split_norm_rows", ("ROWS",), "reduce_rows"),
     **{f"norm_qk_rope_{kv}": ("split_norm", (), f"reduce_qk_rope_{kv}") for kv in KV_DEFINES},
 }
-COOP_DTYPES = ("BF16", "F16")  # weight dtypes matmul_coop.comp reads
+COOP_DTYPES = ("BF16", "F16", "I8", "I4")  # weight dtypes matmul_coop.comp reads
 COOP_COLS, COOP_ROWS = 64, 32  # outputs and rows per workgroup of matmul_coop.comp (BN, BM)
 # Above COOP_FOLD_ROWS rows (prefill) the `_fold` variants run instead: 8 subgroups of 2 x 2
 # tiles, 64 outputs x 128 rows per workgroup (each weight read by 4x the rows); the same sums in
@@ -125,7 +128,8 @@ class Variant:
 def _variants() -> dict[str, Variant]:
     out = [Variant("sample", "sample"), Variant("read_bandwidth", "read_bandwidth")]
     for dtype, define in WEIGHT_DEFINES.items():
-        out.append(Variant(f"embed_{dtype.lower()}", "embed", (define,)))
+        if dtype in EMBED_DTYPES:
+            out.append(Variant(f"embed_{dtype.lower()}", "embed", (define,)))
         for kind, extra in MATMUL_KINDS.items():
             out.append(Variant(f"matmul_{kind}_{dtype.lower()}", "matmul", (define, *extra)))
     for kv, define in KV_DEFINES.items():

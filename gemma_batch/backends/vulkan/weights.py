@@ -1,9 +1,12 @@
-"""The model's weights in device memory, uploaded once, in the checkpoint's own dtype.
+"""The model's weights in device memory, uploaded once, in the run's weight format.
 
-Matrices stay bf16 / fp16 / fp32 as stored (bf16 and fp16 are widened exactly in the shaders);
-norm weights are stored fp32. Layout changes happen here, at upload, from the checkpoint's
-tensors: q, k and v of a layer go into one [(nh + 2 nkv) * hd, H] matrix so that the projection
-is one dispatch; q_norm and k_norm share one [2 * hd] buffer.
+Matrices stay bf16 / fp16 / fp32 as given (bf16 and fp16 are widened exactly in the shaders), or
+int8 / int4 (`model.quant`: the kernels dequantize in registers). A quantized matrix [N, K] is
+one buffer: its codes (int8 [N, K], or int4 [N, K / 2] bytes), then its scales (fp32 [N], or
+fp16 [N, K / group]), so the scales start at byte N K (int8) or N K / 2 (int4), where the
+shaders find them. Norm weights are stored fp32. Layout changes happen here, at upload: q, k
+and v of a layer go into one [(nh + 2 nkv) * hd, H] matrix so that the projection is one
+dispatch (codes and scales each in row order); q_norm and k_norm share one [2 * hd] buffer.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ import numpy as np
 
 from ...model.checkpoint import Tensor, to_float32
 from ...model.config import Gemma3Config
+from ...model.quant import QuantizedTensor
 from ...model.weights import tensor_shapes
+from .kernels import EMBED_DTYPES
 from .memory import Buffer, Memory
 
 _QKV = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight")
@@ -23,12 +28,26 @@ _MATRICES = ("self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.wei
 _NORMS = ("input_layernorm.weight", "post_attention_layernorm.weight", "pre_feedforward_layernorm.weight",
           "post_feedforward_layernorm.weight")
 _ITEMSIZE = {"BF16": 2, "F16": 2, "F32": 4}
+_QUANTIZED = {"int8": "I8", "int4": "I4"}  # format name -> the shaders' storage type
+Matrix = Tensor | QuantizedTensor
+
+
+def _storage(tensor: Matrix) -> str:
+    return _QUANTIZED[tensor.format.name] if isinstance(tensor, QuantizedTensor) else tensor.dtype
+
+
+def _row_bytes(tensor: Matrix) -> tuple[int, int]:
+    """Bytes per row of a matrix's codes (its values, unquantized) and of its scales."""
+    if isinstance(tensor, QuantizedTensor):
+        return tensor.q.shape[1] * tensor.q.itemsize, tensor.scales[0].nbytes
+    return tensor.data.shape[1] * _ITEMSIZE[tensor.dtype], 0
 
 
 class DeviceWeights:
     """Per layer: `qkv`, `o_proj`, `gate_proj`, `up_proj`, `down_proj` (matrices), `qk_norm` and
     the four block norms (fp32); globally `embed`, `lm_head` (the embedding when tied), `norm`.
-    `dtypes` gives each matrix's storage dtype ("BF16" | "F16" | "F32")."""
+    `dtypes` gives each matrix's storage dtype ("BF16" | "F16" | "F32" | "I8" | "I4"), `group`
+    the int4 group size (0 when no matrix is int4)."""
 
     def __init__(self, cfg: Gemma3Config, memory: Memory) -> None:
         self.cfg = cfg
@@ -36,6 +55,7 @@ class DeviceWeights:
         self.layers: list[dict[str, Buffer]] = [{} for _ in range(cfg.num_layers)]
         self.globals: dict[str, Buffer] = {}
         self.dtypes: dict[tuple[int, str], str] = {}  # (layer or -1, key) -> dtype
+        self.group = 0
 
     def buffer(self, layer: int, key: str) -> Buffer:
         return self.globals[key] if layer < 0 else self.layers[layer][key]
@@ -43,7 +63,7 @@ class DeviceWeights:
     def dtype(self, layer: int, key: str) -> str:
         return self.dtypes[(layer, key)]
 
-    def load(self, tensors: Iterable[tuple[str, Tensor]]) -> None:
+    def load(self, tensors: Iterable[tuple[str, Matrix]]) -> None:
         cfg = self.cfg
         expected = tensor_shapes(cfg)
         seen: set[str] = set()
@@ -60,22 +80,27 @@ class DeviceWeights:
         missing = sorted(set(expected) - seen)
         if missing:
             raise ValueError(f"backend received no tensor for {', '.join(missing[:5])} ({len(missing)} missing)")
+        if self.dtypes[(-1, "embed")] not in EMBED_DTYPES:
+            raise ValueError(f"embed_tokens.weight: the Vulkan embedding lookup reads {', '.join(EMBED_DTYPES)}, "
+                             f"not {self.dtypes[(-1, 'embed')]}")
         if "lm_head" not in self.globals:
             self.globals["lm_head"] = self.globals["embed"]
             self.dtypes[(-1, "lm_head")] = self.dtypes[(-1, "embed")]
 
-    def _layer_tensor(self, layer: int, suffix: str, tensor: Tensor, name: str) -> None:
+    def _layer_tensor(self, layer: int, suffix: str, tensor: Matrix, name: str) -> None:
         cfg, slots = self.cfg, self.layers[layer]
         if suffix in _QKV:
+            dtype = self._check_dtype(tensor, name)
+            code_row, scale_row = _row_bytes(tensor)
+            rows = cfg.q_width + 2 * cfg.kv_width
             if (layer, "qkv") not in self.dtypes:
-                rows = cfg.q_width + 2 * cfg.kv_width
-                slots["qkv"] = self.mem.alloc(rows * cfg.hidden_size * _ITEMSIZE[tensor.dtype], f"{name} (fused qkv)")
-                self.dtypes[(layer, "qkv")] = tensor.dtype
-            elif self.dtypes[(layer, "qkv")] != tensor.dtype:
-                raise ValueError(f"{name} is {tensor.dtype} but the layer's other q/k/v weights are "
+                slots["qkv"] = self.mem.alloc(rows * (code_row + scale_row), f"{name} (fused qkv)")
+                self.dtypes[(layer, "qkv")] = dtype
+            elif self.dtypes[(layer, "qkv")] != dtype:
+                raise ValueError(f"{name} is {dtype} but the layer's other q/k/v weights are "
                                  f"{self.dtypes[(layer, 'qkv')]}; the fused projection needs one dtype")
             first_row = (0, cfg.q_width, cfg.q_width + cfg.kv_width)[_QKV.index(suffix)]
-            self.mem.upload(slots["qkv"], tensor.data, first_row * cfg.hidden_size * _ITEMSIZE[tensor.dtype])
+            self._upload_rows(slots["qkv"], tensor, first_row, rows)
         elif suffix in _QK_NORM:
             if "qk_norm" not in slots:
                 slots["qk_norm"] = self.mem.alloc(2 * cfg.head_dim * 4, f"layer {layer} q/k norms")
@@ -88,13 +113,33 @@ class DeviceWeights:
         else:
             raise ValueError(f"unexpected tensor {name}")
 
-    def _matrix(self, layer: int, key: str, tensor: Tensor, name: str) -> Buffer:
-        if tensor.dtype not in _ITEMSIZE:
-            raise ValueError(f"{name}: dtype {tensor.dtype} is not supported by the Vulkan backend (BF16, F16, F32)")
-        buf = self.mem.alloc(tensor.data.nbytes, name)
-        self.mem.upload(buf, tensor.data)
-        self.dtypes[(layer, key)] = tensor.dtype
+    def _matrix(self, layer: int, key: str, tensor: Matrix, name: str) -> Buffer:
+        self.dtypes[(layer, key)] = self._check_dtype(tensor, name)
+        quantized = isinstance(tensor, QuantizedTensor)
+        buf = self.mem.alloc(tensor.nbytes if quantized else tensor.data.nbytes, name)
+        self._upload_rows(buf, tensor, 0, len(tensor.q if quantized else tensor.data))
         return buf
+
+    def _check_dtype(self, tensor: Matrix, name: str) -> str:
+        dtype = _storage(tensor)
+        if isinstance(tensor, QuantizedTensor):
+            if tensor.format.name == "int4":
+                if self.group not in (0, tensor.format.group):
+                    raise ValueError(f"{name}: int4 groups of {tensor.format.group}, but other matrices have {self.group}")
+                self.group = tensor.format.group
+        elif dtype not in _ITEMSIZE:
+            raise ValueError(f"{name}: dtype {dtype} is not supported by the Vulkan backend (BF16, F16, F32, int8, int4)")
+        return dtype
+
+    def _upload_rows(self, buf: Buffer, tensor: Matrix, first_row: int, rows: int) -> None:
+        """Put `tensor`'s rows at row `first_row` of the [rows, K] matrix held in `buf`: codes in
+        the codes' part, scales in the scales' part (see the module doc)."""
+        code_row, scale_row = _row_bytes(tensor)
+        if isinstance(tensor, QuantizedTensor):
+            self.mem.upload(buf, tensor.q, first_row * code_row)
+            self.mem.upload(buf, tensor.scales, rows * code_row + first_row * scale_row)
+        else:
+            self.mem.upload(buf, tensor.data, first_row * code_row)
 
     def _fp32(self, values: np.ndarray, name: str) -> Buffer:
         buf = self.mem.alloc(values.nbytes, name)

@@ -1,0 +1,62 @@
+"""int8 and int4 weights on the Vulkan backend against the CPU backend, given the same quantized
+weights (the CPU backend's own numerics against transformers and its quantization against bf16
+are tests/test_quant.py's and tests/test_quality.py's).
+
+Tolerances, on logits (max abs; the tiny models' logits reach about 3), fp32 KV pages:
+- matmul.comp (llvmpipe, and any device without cooperative matrices): 1e-4, as for bf16 weights
+  in tests/test_vulkan_backend.py. Both backends multiply by the same dequantized values in fp32;
+  the kernel applies int8's row scale to the whole sum and int4's group scale to each piece of 8
+  rather than to every weight, which moves only the rounding of the sums (a few 1e-6).
+- matmul_coop.comp: 1e-2. The staged weight fp16(code * scale) is the CPU's fp32 weight rounded
+  once more, by up to 2^-11 relative, the same size as the fp16 KV pages' rounding, whose bound
+  tests/test_vulkan_backend.py derives.
+A wrong scale, group or nibble order moves logits by far more: the negative control below
+checks that the int4 model is farther than that from the unquantized one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gemma_batch.backends.cpu import CpuBackend
+from gemma_batch.backends.vulkan import VulkanBackend
+from gemma_batch.model.checkpoint import Checkpoint
+from gemma_batch.model.config import Gemma3Config
+from gemma_batch.model.quant import WeightFormat
+from gemma_batch.model.quant_cache import load_converted
+from tests.test_cpu_vs_transformers import checkpoints, run_batched  # noqa: F401
+
+
+def load(backend, model_dir, cfg, weights: str):
+    backend.load_weights(load_converted(Checkpoint.open(model_dir, cfg), WeightFormat.parse(weights, 32), None).tensors)
+    return backend
+
+
+@pytest.fixture(scope="module")
+def cpu_runs(checkpoints):
+    model_dir = checkpoints["bf16"][0]
+    cfg = Gemma3Config.from_dir(model_dir)
+    return {w: run_batched(load(CpuBackend(cfg), model_dir, cfg, w), step_token_budget=7) for w in ("bf16", "int8", "int4")}
+
+
+@pytest.mark.parametrize("weights", ["int8", "int4"])
+def test_quantized_logits_and_greedy_tokens_match_the_cpu_backend(checkpoints, cpu_runs, weights):
+    """4 prompts together, prefill in 7-token chunks mixed with decode (every matmul kind, the
+    LM head's gathered rows and the int8 embedding lookup)."""
+    model_dir = checkpoints["bf16"][0]
+    cfg = Gemma3Config.from_dir(model_dir)
+    backend = load(VulkanBackend(cfg, kv_dtype="fp32"), model_dir, cfg, weights)
+    tol = 1e-2 if backend.device.coopmat else 1e-4
+    completions, logits = run_batched(backend, step_token_budget=7)
+    ref_completions, ref_logits = cpu_runs[weights]
+    assert completions == ref_completions
+    for ours, ref in zip(logits, ref_logits):
+        assert np.abs(ours - ref).max() < tol
+
+
+def test_negative_control_quantization_moves_logits_beyond_the_tolerance(cpu_runs):
+    """The comparison above could tell int4 from the unquantized weights (and so a kernel that
+    dropped or misplaced the scales)."""
+    for ours, ref in zip(cpu_runs["int4"][1], cpu_runs["bf16"][1]):
+        assert np.abs(ours - ref).max() > 10 * 1e-2
