@@ -9,9 +9,9 @@ Per step the host writes the step's metadata into mapped buffers, fills in the i
 submits the command buffer recorded once (`graph.py`) (`submit`); then it waits for the device
 and reads R sampled ids (`wait`). The engine schedules the next step in between.
 Numerics: weights as stored (bf16/fp16/fp32, widened exactly) or int8 / int4 (dequantized in
-registers, `weights.py`), residual stream and every
-reduction in fp32, KV pages fp16 (default), bf16, fp32 or int8 (`--kv-dtype`: rounded as
-`kv_formats.py` defines, laid out as `shaders/kv_pages.glsl` says, widened in registers).
+registers, `weights.py`); residual stream and every reduction in fp32; KV pages fp16 (default),
+bf16, fp32 or int8 (`--kv-dtype`: rounded as `kv_formats.py` defines, laid out as
+`shaders/kv_pages.glsl` says, widened in registers).
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ def _storage(tensor: Matrix) -> str:
 
 
 def _row_bytes(tensor: Matrix) -> tuple[int, int]:
-    """Bytes per row of a matrix's codes (its values, unquantized) and of its scales."""
+    """Bytes per row of a matrix's codes (its values, when not quantized) and of its scales (0 then)."""
     if isinstance(tensor, QuantizedTensor):
         return tensor.q.shape[1] * tensor.q.itemsize, tensor.scales[0].nbytes
     return tensor.data.shape[1] * _ITEMSIZE[tensor.dtype], 0
