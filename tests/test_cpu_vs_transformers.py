@@ -51,9 +51,9 @@ def checkpoints(tmp_path_factory):
     }
 
 
-def cpu_backend(model_dir, **config_changes) -> CpuBackend:
+def cpu_backend(model_dir, kv_dtype: str = "fp32", **config_changes) -> CpuBackend:
     cfg = Gemma3Config.from_dir(model_dir)
-    backend = CpuBackend(dataclasses.replace(cfg, **config_changes))
+    backend = CpuBackend(dataclasses.replace(cfg, **config_changes), kv_dtype=kv_dtype)
     backend.load_weights(Checkpoint.open(model_dir, cfg).tensors())
     return backend
 

@@ -16,24 +16,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gemma_batch.backends.cpu import CpuBackend
 from gemma_batch.backends.kv_formats import KV_DTYPES, KVStore, kv_slot_bytes
 from gemma_batch.backends.vulkan.attention import DEFAULT_CHUNK
 from gemma_batch.backends.vulkan.backend import KV_VARIANTS
 from gemma_batch.engine.generate import generate_greedy
-from gemma_batch.model.checkpoint import Checkpoint
 from gemma_batch.model.config import Gemma3Config
-from tests.test_cpu_vs_transformers import checkpoints, run_batched  # noqa: F401
+from tests.test_cpu_vs_transformers import checkpoints, cpu_backend, run_batched  # noqa: F401
 from tests.test_vulkan_backend import LONG_PROMPTS, vulkan_backend
 
 TOL = {"bf16": 5e-3, "int8": 2e-2}
-
-
-def cpu_backend(model_dir, kv_dtype: str) -> CpuBackend:
-    cfg = Gemma3Config.from_dir(model_dir)
-    backend = CpuBackend(cfg, kv_dtype=kv_dtype)
-    backend.load_weights(Checkpoint.open(model_dir, cfg).tensors())
-    return backend
 
 
 @pytest.fixture(scope="module")

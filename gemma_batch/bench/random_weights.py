@@ -59,11 +59,7 @@ def random_tensors(cfg: Gemma3Config, seed: int = 0,
     `quant_cache.load_converted` would hand them to `Backend.load_weights` in `fmt`: a
     QuantizedTensor for an int8 / int4 matrix, else a Tensor (F16 for an fp16 matrix, BF16 else).
     Raises ValueError when a matrix's columns are not a whole number of int4 groups."""
-    entries = {}
-    for name, (dtype, shape) in layout(cfg).items():
-        if fmt.converts(shape):
-            matrix_format(name, fmt).check_shape(name, shape)
-        entries[name] = stored_entries(name, dtype, shape, fmt)
+    entries = {name: stored_entries(name, dtype, shape, fmt) for name, (dtype, shape) in layout(cfg).items()}
     longest: dict[Pool, int] = {}
     for entry, dtype, shape in (e for es in entries.values() for e in es):
         key = (dtype, _part(entry, shape))

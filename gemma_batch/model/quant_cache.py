@@ -71,10 +71,12 @@ def convert(name: str, tensor: Tensor, fmt: WeightFormat) -> Loaded:
 
 
 def stored_entries(name: str, dtype: str, shape: tuple[int, ...], fmt: WeightFormat) -> list[tuple[str, str, tuple[int, ...]]]:
-    """The cache file's (name, dtype, shape) entries for one checkpoint tensor."""
+    """The cache file's (name, dtype, shape) entries for one checkpoint tensor. Raises ValueError
+    when the tensor cannot take the format (`WeightFormat.check_shape`)."""
     if not fmt.converts(shape):
         return [(name, dtype, shape)]
     mfmt = matrix_format(name, fmt)
+    mfmt.check_shape(name, shape)
     n, k = shape
     if mfmt.name == "fp16":
         return [(name, "F16", shape)]
