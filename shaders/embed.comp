@@ -1,7 +1,8 @@
 #version 450
 // x[t, :] = E[token_ids[t], :] * scale   (Gemma's sqrt(H) embedding scale, as an fp32 product)
-// Variants: W_BF16 | W_F16 | W_F32 | W_I8, the table's storage type (W_I8: int8 codes [V, H], then
-// a scale per row, as matmul.comp reads them). One workgroup per token.
+// Variants: W_BF16 | W_F16 | W_F32 | W_I8 | W_T16, the table's storage type (W_I8: int8 codes
+// [V, H], then a scale per row, as matmul.comp reads them; W_T16: fp16 in 16 x 16 tiles, as
+// matmul_coop_direct.comp reads them, where the table is also the LM head). One workgroup per token.
 #include "common.glsl"
 layout(local_size_x = 256) in;
 
@@ -15,13 +16,18 @@ layout(push_constant) uniform Push {
     uint V;  // rows of the table (W_I8: its scales follow the V H codes)
 } pc;
 
-float table(uint i) {
+float table(uint row, uint h) {
+#if defined(W_T16)  // tile (row / 16, h / 16) of 256 halves, its row row % 16
+    uint i = ((row / 16) * (pc.H / 16) + h / 16) * 256 + (row % 16) * 16 + h % 16;
+#else
+    uint i = row * pc.H + h;
+#endif
 #if defined(W_I8)
     int word = int(e[i / 4]);
     return float(bitfieldExtract(word, int(8u * (i & 3u)), 8)) * uintBitsToFloat(e[pc.V * (pc.H / 4) + i / pc.H]);
 #elif defined(W_F32)
     return uintBitsToFloat(e[i]);
-#elif defined(W_F16)
+#elif defined(W_F16) || defined(W_T16)
     vec2 pair = unpackHalf2x16(e[i / 2]);
     return (i & 1u) == 0u ? pair.x : pair.y;
 #else
@@ -33,6 +39,6 @@ float table(uint i) {
 void main() {
     uint t = linear_group();
     if (t >= meta.num_tokens) return;
-    uint row = uint(token_ids[t]) * pc.H;
-    for (uint h = gl_LocalInvocationID.x; h < pc.H; h += 256) x[t * pc.H + h] = table(row + h) * pc.scale;
+    uint row = uint(token_ids[t]);
+    for (uint h = gl_LocalInvocationID.x; h < pc.H; h += 256) x[t * pc.H + h] = table(row, h) * pc.scale;
 }

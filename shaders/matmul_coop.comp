@@ -4,11 +4,13 @@
 //
 // x comes from split.comp: each row as fp16 hi and lo halves of the row times a power of two
 // (hi + lo keeps 22 significant bits), so every tile is multiplied twice, W.hi then W.lo, and
-// the product keeps near-fp32 accuracy. W is bf16 (converted to fp16 while staged: exact in
-// fp16's normal range, which holds every weight of a real checkpoint) or fp16, or int8 / int4
-// codes (matmul.comp's W_I8 / W_I4 layout: codes, then scales, in one buffer), dequantized while
-// staged as fp16(code * scale): the weight the CPU uses, rounded once more, to fp16 (a relative
-// 2^-11, well inside the quantization's own error).
+// the product keeps near-fp32 accuracy. W is fp16 in 16 x 16 tiles (W_T16: bf16 and fp16
+// checkpoints, converted at upload by weights.py, exact in fp16's normal range, which holds every
+// weight of a real checkpoint), or int8 / int4 codes (matmul.comp's W_I8 / W_I4 layout: codes,
+// then scales, in one buffer), dequantized while staged as fp16(code * scale): the weight the CPU
+// uses, rounded once more, to fp16 (a relative 2^-11, well inside the quantization's own error).
+// For fp16 tiles, steps of up to FOLD_ROWS rows run matmul_coop_direct.comp instead (same sums,
+// same order), so only this kernel's prefill tile is built for them.
 //
 // Sum order, the same for every M and every tile shape (batch invariance): K is cut into
 // chunks of pc.kchunk; inside a chunk the 16-wide k blocks are accumulated in order; the chunks'
@@ -23,7 +25,7 @@
 // Rows past M read row M - 1 and are written only into the padding of partial (rows up to the
 // tile's end); whole row tiles past M are skipped.
 //
-// Variants: W_BF16 | W_F16 | W_I8 | W_I4; GATED (N = 2 I: output columns [0, I) from W at binding 0, [I, 2 I)
+// Variants: W_T16 | W_I8 | W_I4; GATED (N = 2 I: output columns [0, I) from W at binding 0, [I, 2 I)
 // from the up weights at binding 4); ROWS (M = meta.num_rows: the LM head's gathered rows); the
 // tile (SG_N, SG_M, TN, TM; the host runs kernels.COOP_FOLD_DEFINES' tile above FOLD_ROWS rows).
 #extension GL_KHR_cooperative_matrix : require
@@ -82,6 +84,14 @@ shared uvec4 xsh[2 * BM * PAD];  // x stage: hi rows, then lo rows
 #else
 #define W_BYTES_PER_8 16
 #endif
+// Where staged piece e (8 weights: row e / 8 of the stage, k 8 (e % 8) on) comes from and goes to.
+#ifdef W_T16  // pieces in tile order: tile e / 32 of the stage (output tile t / 4, k block t % 4), its row (e % 32) / 2
+#define W_AT(e, k0) ((((wrow0 / 16) + (e) / 128) * (pc.K / 16) + (k0) / 16 + ((e) / 32) % 4) * 32 + (e) % 32)
+#define W_SH(e) ((((e) / 128) * 16 + ((e) % 32) / 2) * PAD + (((e) / 32) % 4) * 2 + (e) % 2)
+#else
+#define W_AT(e, k0) ((wrow0 + (e) / 8) * K8 + (k0) / 8 + (e) % 8)
+#define W_SH(e) (((e) / 8) * PAD + (e) % 8)
+#endif
 #define X_LOADS (2 * BM * 8 / WG)    // uvec4 of x per invocation per stage
 
 uint fp16_pair(float a, float b) {  // two weights as fp16, clamped into fp16's range
@@ -93,10 +103,7 @@ uvec4 fp16_8(vec4 lo, vec4 hi) {
 }
 
 uvec4 to_fp16(WPIECE v, float scale) {  // 8 weights of W's storage type as 8 fp16 (scale: quantized W's)
-#if defined(W_BF16)
-    return fp16_8(vec4(bf16_lo(v.x), bf16_hi(v.x), bf16_lo(v.y), bf16_hi(v.y)),
-                  vec4(bf16_lo(v.z), bf16_hi(v.z), bf16_lo(v.w), bf16_hi(v.w)));
-#elif defined(W_I8)
+#if defined(W_I8)
     return fp16_8(int8x4(v.x) * scale, int8x4(v.y) * scale);
 #elif defined(W_I4)
     return fp16_8(int4x4(v) * scale, int4x4(v >> 16) * scale);
@@ -159,7 +166,7 @@ void main() {
     uvec4 xr[X_LOADS];
 #define LOAD_STAGE(k0) { \
         [[unroll]] for (uint i = 0; i < W_LOADS; i++) { \
-            uint e = tid + WG * i, at = (wrow0 + e / 8) * K8 + (k0) / 8 + e % 8; \
+            uint e = tid + WG * i, at = W_AT(e, k0); \
             if (up) wr[i] = u4[at]; else wr[i] = w4[at]; \
             LOAD_SCALE(i, wrow0 + e / 8, (k0) + 8 * (e % 8)); \
         } \
@@ -176,7 +183,7 @@ void main() {
         barrier();  // the last stage's multiplies are done with shared memory
         [[unroll]] for (uint i = 0; i < W_LOADS; i++) {
             uint e = tid + WG * i;
-            wsh[(e / 8) * PAD + e % 8] = to_fp16(wr[i], wsc[i]);
+            wsh[W_SH(e)] = to_fp16(wr[i], wsc[i]);
         }
         [[unroll]] for (uint i = 0; i < X_LOADS; i++) {
             uint e = tid + WG * i, row = e / 16, half_ = (e / 8) % 2;

@@ -17,13 +17,17 @@ import pytest
 from gemma_batch.backends.vulkan.device import Device
 from gemma_batch.backends.vulkan.kernels import Kernels
 from gemma_batch.backends.vulkan.memory import Memory
+from gemma_batch.backends.vulkan.weights import fp16_tiles
+from gemma_batch.model.checkpoint import Tensor
 from tests.test_vulkan_coopmat import needs_coopmat
 
 
 def run_split(variant: str, x: np.ndarray, g: np.ndarray, eps: float, w: np.ndarray | None = None,
               chunks: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """(hi + lo as fp32 [M, K], scale [M]) from one dispatch of split.comp's `variant`; with
-    `w` (bf16 bits [N, K]) also y = x . w^T from matmul_coop.comp and reduce.comp (rows variants)."""
+    `w` (bf16 bits [N, K]) also y = x . w^T from the cooperative matmul of fp16 tiles (the decode
+    tile of matmul_coop_direct.comp, or matmul_coop.comp's prefill tile) and reduce.comp (rows
+    variants)."""
     device = Device()
     mem, kernels = Memory(device), Kernels(device)
     try:
@@ -41,12 +45,12 @@ def run_split(variant: str, x: np.ndarray, g: np.ndarray, eps: float, w: np.ndar
         if w is not None:
             N = w.shape[0]
             wbuf, part, y = mem.alloc(w.nbytes, "w"), mem.alloc(4 * 96 * N * chunks, "partial"), mem.alloc(4 * M * N, "y")
-            mem.upload(wbuf, w)
+            mem.upload(wbuf, fp16_tiles(Tensor("BF16", w)))
             fold = M > 64  # the prefill tile, which sums the chunks itself (kernels.COOP_FOLD_DEFINES)
-            kernels.record_direct(cb, "coop_rows_bf16_fold" if fold else "coop_rows_bf16",
+            kernels.record_direct(cb, "coop_rows_t16_fold" if fold else "coop_rows_t16",
                                   kernels.descriptor_set({0: wbuf, 1: split, 2: part, 7: meta}, meta),
                                   {"N": N, "K": K, "kchunk": K // chunks, "group": 0},
-                                  -(-M // 128) * N // 64 if fold else -(-M // 32) * N // 64 * chunks)
+                                  -(-M // 128) * N // 64 if fold else -(-M // 32) * -(-N // 128) * chunks)
             kernels.record_direct(cb, "reduce_rows", kernels.descriptor_set({0: part, 2: y, 4: scale, 7: meta}, meta),
                                   {"N": N, "chunks": chunks, "eps": eps, "num_heads": 0, "num_kv_heads": 0, "head_dim": 0},
                                   M * -(-N // 128))
@@ -87,7 +91,7 @@ def test_a_cooperative_matmul_matches_float64(M, chunks):
     """Relative error over the output's largest value: about 1e-7 for the split (fp32 sums of
     exact products); 1e-5 bounds it, and plain fp16 inputs (about 1e-4) would fail."""
     rng = np.random.default_rng(M + chunks)
-    N, K = 128, 1024
+    N, K = 192, 1024  # the decode tile is 128 wide: its second workgroup has half its outputs
     x = (rng.standard_normal((M, K)) * 3).astype(np.float32)
     w = (rng.standard_normal((N, K)) * 0.05).astype(np.float32)
     bits = (w.view(np.uint32) >> 16).astype(np.uint16)

@@ -67,7 +67,7 @@ class VulkanBackend(Backend):
         self.device = Device(device)
         self.mem = Memory(self.device)
         self.kernels = Kernels(self.device)
-        self.weights = DeviceWeights(cfg, self.mem)
+        self.weights = DeviceWeights(cfg, self.mem, tiles=self.device.coopmat)
         self.k_pages: dict = {}
         self.v_pages: dict = {}
         self.block_size = 0

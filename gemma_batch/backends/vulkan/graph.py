@@ -44,8 +44,8 @@ import numpy as np
 
 from ...model.config import Gemma3Config
 from .attention import most_chunks
-from .kernels import (COOP_COLS, COOP_DTYPES, COOP_FOLD_ROWS, COOP_FOLD_TILE_ROWS, COOP_KINDS, COOP_REDUCE_WG, COOP_ROWS,
-                      GATED_SPLIT_MAX_ROW, MATMUL_ROWS, META_BINDING, Kernels, coop_chunks, coop_fits, coop_variant,
+from .kernels import (COOP_DTYPES, COOP_FOLD_ROWS, COOP_FOLD_TILE_ROWS, COOP_KINDS, COOP_REDUCE_WG, COOP_ROWS,
+                      GATED_SPLIT_MAX_ROW, MATMUL_ROWS, META_BINDING, Kernels, coop_chunks, coop_cols, coop_fits, coop_variant,
                       matmul_cols, matmul_variant)
 from .memory import Buffer
 from .step_buffers import GRID_SLOTS, StepBuffers
@@ -204,7 +204,8 @@ class StepGraph:
         # ones; the LM head's rows may be few in a long step, so that recording has both for it.
         folds = ((False, True) if rows else (True,)) if self.prefill else (False,)
         for fold in folds:
-            grid = (f"coopfold_{count}", cols // COOP_COLS) if fold else (f"coop_{count} {chunks}", cols // COOP_COLS)
+            tiles = -(-cols // coop_cols(dtype, fold))
+            grid = (f"coopfold_{count}", tiles) if fold else (f"coop_{count} {chunks}", tiles)
             self._dispatch(coop_variant(gemm, dtype, fold), {**weights, 1: b.split, 2: b.partial},
                            {"N": cols, "K": K, "kchunk": K // chunks, "group": self.w.group}, grid)
         epilogue = {} if gated or rows else (extra or {})  # the post-norm's or QK-norm/RoPE/KV buffers

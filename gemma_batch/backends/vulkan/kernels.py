@@ -36,13 +36,16 @@ PUSH = {
     "sample": np.dtype([("row_stride", _u)]),
     "read_bandwidth": np.dtype([("n", _u), ("iterations", _u)]),
     "matmul_coop": np.dtype([("N", _u), ("K", _u), ("kchunk", _u), ("group", _u)]),
+    "matmul_coop_direct": np.dtype([("N", _u), ("K", _u), ("kchunk", _u), ("group", _u)]),
     "split": np.dtype([("K", _u), ("eps", _f)]),
     "reduce": np.dtype([("N", _u), ("chunks", _u), ("eps", _f), ("num_heads", _u), ("num_kv_heads", _u), ("head_dim", _u)]),
 }
 
-# Weight storage types (weights.py): as stored, or quantized (int8 / int4, model/quant.py).
-WEIGHT_DEFINES = {"BF16": "W_BF16", "F16": "W_F16", "F32": "W_F32", "I8": "W_I8", "I4": "W_I4"}
-EMBED_DTYPES = ("BF16", "F16", "F32", "I8")  # embed.comp's (int4 keeps the embedding int8: model/quant_cache.py)
+# Weight storage types (weights.py): as stored, quantized (int8 / int4, model/quant.py), or fp16
+# in 16 x 16 tiles (T16: bf16 / fp16 matrices of the cooperative-matrix path).
+WEIGHT_DEFINES = {"BF16": "W_BF16", "F16": "W_F16", "F32": "W_F32", "I8": "W_I8", "I4": "W_I4", "T16": "W_T16"}
+MATMUL_DTYPES = ("BF16", "F16", "F32", "I8", "I4")  # matmul.comp's
+EMBED_DTYPES = ("BF16", "F16", "F32", "I8", "T16")  # embed.comp's (int4 keeps the embedding int8: model/quant_cache.py)
 KV_DEFINES = {"float16": "KV_F16", "float32": "KV_F32", "bfloat16": "KV_BF16", "int8": "KV_I8"}  # shaders/kv_pages.glsl
 MATMUL_KINDS = {  # kind -> defines (see the header of shaders/matmul.comp)
     "post_norm": ("EPI_NORM_ADD", "NT=2", "KSPLIT=4"),  # N = H is small: split K
@@ -64,8 +67,10 @@ COOP_KINDS = {
     "norm_rows": ("split_norm_rows", ("ROWS",), "reduce_rows"),
     **{f"norm_qk_rope_{kv}": ("split_norm", (), f"reduce_qk_rope_{kv}") for kv in KV_DEFINES},
 }
-COOP_DTYPES = ("BF16", "F16", "I8", "I4")  # weight dtypes matmul_coop.comp reads
+COOP_DTYPES = ("T16", "I8", "I4")  # weight dtypes of the cooperative path (matmul_coop.comp reads each)
+COOP_DIRECT_DTYPES = ("T16",)  # ... whose decode tile is matmul_coop_direct.comp's
 COOP_COLS, COOP_ROWS = 64, 32  # outputs and rows per workgroup of matmul_coop.comp (BN, BM)
+COOP_DIRECT_COLS = 128  # outputs per workgroup of matmul_coop_direct.comp (its BM is COOP_ROWS)
 # Above COOP_FOLD_ROWS rows (prefill) the `_fold` variants run instead: 8 subgroups of 2 x 2
 # tiles, 64 outputs x 128 rows per workgroup (each weight read by 4x the rows); the same sums in
 # the same order per output, so the results are bit for bit those of the decode tile.
@@ -127,16 +132,19 @@ class Variant:
 
 def _variants() -> dict[str, Variant]:
     out = [Variant("sample", "sample"), Variant("read_bandwidth", "read_bandwidth")]
-    for dtype, define in WEIGHT_DEFINES.items():
-        if dtype in EMBED_DTYPES:
-            out.append(Variant(f"embed_{dtype.lower()}", "embed", (define,)))
+    for dtype in EMBED_DTYPES:
+        out.append(Variant(f"embed_{dtype.lower()}", "embed", (WEIGHT_DEFINES[dtype],)))
+    for dtype in MATMUL_DTYPES:
         for kind, extra in MATMUL_KINDS.items():
-            out.append(Variant(f"matmul_{kind}_{dtype.lower()}", "matmul", (define, *extra)))
+            out.append(Variant(f"matmul_{kind}_{dtype.lower()}", "matmul", (WEIGHT_DEFINES[dtype], *extra)))
     for kv, define in KV_DEFINES.items():
         out.append(Variant(f"attention_{kv}", "attention", (define,)))
     for dtype in COOP_DTYPES:
         for gemm in dict.fromkeys(defines for _, defines, _ in COOP_KINDS.values()):
-            out.append(Variant(coop_variant(gemm, dtype), "matmul_coop", (WEIGHT_DEFINES[dtype], *gemm), "glslang"))
+            if dtype in COOP_DIRECT_DTYPES:
+                out.append(Variant(coop_variant(gemm, dtype), "matmul_coop_direct", gemm, "glslang"))
+            else:
+                out.append(Variant(coop_variant(gemm, dtype), "matmul_coop", (WEIGHT_DEFINES[dtype], *gemm), "glslang"))
             out.append(Variant(coop_variant(gemm, dtype, fold=True), "matmul_coop",
                                (WEIGHT_DEFINES[dtype], *gemm, *COOP_FOLD_DEFINES), "glslang"))
     out += [Variant("split_plain", "split"), Variant("split_norm", "split", ("NORM",)),
@@ -150,9 +158,15 @@ def _variants() -> dict[str, Variant]:
 
 
 def coop_variant(defines: tuple[str, ...], dtype: str, fold: bool = False) -> str:
-    """The matmul_coop.comp variant for weights of `dtype` with `defines` (GATED, ROWS or none),
-    with the decode tile or (`fold`) the tile for steps of more than COOP_FOLD_ROWS rows."""
+    """The cooperative matmul variant for weights of `dtype` with `defines` (GATED, ROWS or none),
+    with the decode tile (matmul_coop_direct.comp's for COOP_DIRECT_DTYPES) or (`fold`)
+    matmul_coop.comp's tile for steps of more than COOP_FOLD_ROWS rows."""
     return "_".join(["coop", *(d.lower() for d in defines), dtype.lower(), *(["fold"] if fold else [])])
+
+
+def coop_cols(dtype: str, fold: bool) -> int:
+    """Outputs per workgroup of that variant."""
+    return COOP_DIRECT_COLS if dtype in COOP_DIRECT_DTYPES and not fold else COOP_COLS
 
 
 VARIANTS = _variants()

@@ -7,11 +7,21 @@ fp16 [N, K / group]), so the scales start at byte N K (int8) or N K / 2 (int4), 
 shaders find them. Norm weights are stored fp32. Layout changes happen here, at upload: q, k
 and v of a layer go into one [(nh + 2 nkv) * hd, H] matrix so that the projection is one
 dispatch (codes and scales each in row order); q_norm and k_norm share one [2 * hd] buffer.
+
+With `tiles` (a device that runs the cooperative-matrix path), every bf16 / fp16 matrix that path
+takes (kernels.coop_fits) is stored as fp16 in 16 x 16 tiles ("T16"): tile (nt, kt) of a
+[N, K] matrix is W[16 nt : 16 nt + 16, 16 kt : 16 kt + 16], row-major, at half (nt K / 16 + kt)
+256, so the 16 rows of a strip stay where their rows were (`fp16_tiles`). bf16 -> fp16 is exact
+in fp16's normal range; values beyond it are clamped, as the kernels did when they converted
+while staging. The matrix units load a tile in one piece; the embedding lookup reads rows out
+of the tiles when the table is also the LM head.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -19,7 +29,7 @@ from ...model.checkpoint import Tensor, to_float32
 from ...model.config import Gemma3Config
 from ...model.quant import QuantizedTensor
 from ...model.weights import tensor_shapes
-from .kernels import EMBED_DTYPES
+from .kernels import EMBED_DTYPES, coop_fits
 from .memory import Buffer, Memory
 
 _QKV = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight")
@@ -30,10 +40,40 @@ _NORMS = ("input_layernorm.weight", "post_attention_layernorm.weight", "pre_feed
 _ITEMSIZE = {"BF16": 2, "F16": 2, "F32": 4}
 _QUANTIZED = {"int8": "I8", "int4": "I4"}  # format name -> the shaders' storage type
 Matrix = Tensor | QuantizedTensor
+TILE = 16
+_TILE_BLOCK_ROWS = 1024  # rows converted to tiles per task, by up to _TILE_WORKERS threads at once
+_TILE_WORKERS = min(8, os.cpu_count() or 1)
 
 
 def _storage(tensor: Matrix) -> str:
     return _QUANTIZED[tensor.format.name] if isinstance(tensor, QuantizedTensor) else tensor.dtype
+
+
+def fp16_bits(tensor: Tensor) -> np.ndarray:
+    """A bf16 or fp16 tensor's values as fp16 bits (uint16), rounded to nearest even and clamped
+    to fp16's range. A bf16 value in fp16's normal range converts exactly by rebasing its
+    exponent (integer arithmetic, about 4x faster than through float32); the rest (zeros, fp16
+    subnormals, values beyond 65504, inf / nan) go through float32."""
+    if tensor.dtype == "F16":
+        return tensor.data.view(np.uint16)
+    bits = tensor.data
+    magnitude = bits & np.uint16(0x7FFF)
+    out = magnitude - np.uint16(0x3800)  # exponent 127 - 15 lower: bf16 bias -> fp16 bias (<< 7)
+    out <<= 3  # 7 mantissa bits -> 10
+    out |= bits & np.uint16(0x8000)
+    rest = np.flatnonzero((magnitude < 0x3880) | (magnitude >= 0x4780))  # exponents outside 113..142
+    if rest.size:
+        values = (bits.reshape(-1)[rest].astype(np.uint32) << 16).view(np.float32)
+        out.reshape(-1)[rest] = np.clip(values, -65504.0, 65504.0).astype(np.float16).view(np.uint16)
+    return out
+
+
+def fp16_tiles(tensor: Tensor) -> np.ndarray:
+    """A bf16 or fp16 matrix [R, K] (R and K multiples of 16) as fp16 16 x 16 tiles
+    [R / 16, K / 16, 16, 16] (see the module doc)."""
+    rows, cols = tensor.data.shape
+    half = fp16_bits(tensor).view(np.float16)
+    return np.ascontiguousarray(half.reshape(rows // TILE, TILE, cols // TILE, TILE).transpose(0, 2, 1, 3))
 
 
 def _row_bytes(tensor: Matrix) -> tuple[int, int]:
@@ -46,12 +86,14 @@ def _row_bytes(tensor: Matrix) -> tuple[int, int]:
 class DeviceWeights:
     """Per layer: `qkv`, `o_proj`, `gate_proj`, `up_proj`, `down_proj` (matrices), `qk_norm` and
     the four block norms (fp32); globally `embed`, `lm_head` (the embedding when tied), `norm`.
-    `dtypes` gives each matrix's storage dtype ("BF16" | "F16" | "F32" | "I8" | "I4"), `group`
-    the int4 group size (0 when no matrix is int4)."""
+    `dtypes` gives each matrix's storage dtype ("BF16" | "F16" | "F32" | "I8" | "I4" | "T16"),
+    `group` the int4 group size (0 when no matrix is int4). `tiles`: store the matrices of the
+    cooperative-matrix path as fp16 tiles (the module doc)."""
 
-    def __init__(self, cfg: Gemma3Config, memory: Memory) -> None:
+    def __init__(self, cfg: Gemma3Config, memory: Memory, tiles: bool = False) -> None:
         self.cfg = cfg
         self.mem = memory
+        self.tiles = tiles
         self.layers: list[dict[str, Buffer]] = [{} for _ in range(cfg.num_layers)]
         self.globals: dict[str, Buffer] = {}
         self.dtypes: dict[tuple[int, str], str] = {}  # (layer or -1, key) -> dtype
@@ -90,9 +132,10 @@ class DeviceWeights:
     def _layer_tensor(self, layer: int, suffix: str, tensor: Matrix, name: str) -> None:
         cfg, slots = self.cfg, self.layers[layer]
         if suffix in _QKV:
-            dtype = self._check_dtype(tensor, name)
-            code_row, scale_row = _row_bytes(tensor)
             rows = cfg.q_width + 2 * cfg.kv_width
+            tiled = cfg.q_width % TILE == 0 and cfg.kv_width % TILE == 0 and self._tiled(tensor, rows)
+            dtype = "T16" if tiled else self._check_dtype(tensor, name)
+            code_row, scale_row = _row_bytes(tensor)
             if (layer, "qkv") not in self.dtypes:
                 slots["qkv"] = self.mem.alloc(rows * (code_row + scale_row), f"{name} (fused qkv)")
                 self.dtypes[(layer, "qkv")] = dtype
@@ -100,7 +143,7 @@ class DeviceWeights:
                 raise ValueError(f"{name} is {dtype} but the layer's other q/k/v weights are "
                                  f"{self.dtypes[(layer, 'qkv')]}; the fused projection needs one dtype")
             first_row = (0, cfg.q_width, cfg.q_width + cfg.kv_width)[_QKV.index(suffix)]
-            self._upload_rows(slots["qkv"], tensor, first_row, rows)
+            self._upload_rows(slots["qkv"], tensor, first_row, rows, tiled)
         elif suffix in _QK_NORM:
             if "qk_norm" not in slots:
                 slots["qk_norm"] = self.mem.alloc(2 * cfg.head_dim * 4, f"layer {layer} q/k norms")
@@ -114,11 +157,19 @@ class DeviceWeights:
             raise ValueError(f"unexpected tensor {name}")
 
     def _matrix(self, layer: int, key: str, tensor: Matrix, name: str) -> Buffer:
-        self.dtypes[(layer, key)] = self._check_dtype(tensor, name)
         quantized = isinstance(tensor, QuantizedTensor)
+        rows = len(tensor.q if quantized else tensor.data)
+        # The embedding is tiled only when it is also the LM head (tied), which reads it as a matrix.
+        tiled = self._tiled(tensor, rows) and not (key == "embed" and not self.cfg.tie_word_embeddings)
+        self.dtypes[(layer, key)] = "T16" if tiled else self._check_dtype(tensor, name)
         buf = self.mem.alloc(tensor.nbytes if quantized else tensor.data.nbytes, name)
-        self._upload_rows(buf, tensor, 0, len(tensor.q if quantized else tensor.data))
+        self._upload_rows(buf, tensor, 0, rows, tiled)
         return buf
+
+    def _tiled(self, tensor: Matrix, rows: int) -> bool:
+        """Whether a matrix of `rows` rows (fused: the whole) goes into fp16 tiles."""
+        return (self.tiles and isinstance(tensor, Tensor) and tensor.dtype in ("BF16", "F16")
+                and coop_fits(rows, tensor.data.shape[1]))
 
     def _check_dtype(self, tensor: Matrix, name: str) -> str:
         dtype = _storage(tensor)
@@ -131,11 +182,21 @@ class DeviceWeights:
             raise ValueError(f"{name}: dtype {dtype} is not supported by the Vulkan backend (BF16, F16, F32, int8, int4)")
         return dtype
 
-    def _upload_rows(self, buf: Buffer, tensor: Matrix, first_row: int, rows: int) -> None:
+    def _upload_rows(self, buf: Buffer, tensor: Matrix, first_row: int, rows: int, tiled: bool = False) -> None:
         """Put `tensor`'s rows at row `first_row` of the [rows, K] matrix held in `buf`: codes in
-        the codes' part, scales in the scales' part (see the module doc)."""
+        the codes' part, scales in the scales' part, or as fp16 tiles (see the module doc)."""
         code_row, scale_row = _row_bytes(tensor)
-        if isinstance(tensor, QuantizedTensor):
+        if tiled:  # a strip of 16 rows occupies the bytes its rows would: upload blocks of strips
+            def convert(start: int) -> np.ndarray:
+                return fp16_tiles(Tensor(tensor.dtype, tensor.data[start:start + _TILE_BLOCK_ROWS]))
+
+            starts = range(0, len(tensor.data), _TILE_BLOCK_ROWS)
+            with ThreadPoolExecutor(_TILE_WORKERS) as pool:  # numpy converts outside the GIL
+                for wave in range(0, len(starts), _TILE_WORKERS):  # at most a wave of blocks in memory
+                    batch = starts[wave:wave + _TILE_WORKERS]
+                    for start, tiles in zip(batch, pool.map(convert, batch)):
+                        self.mem.upload(buf, tiles, (first_row + start) * code_row)
+        elif isinstance(tensor, QuantizedTensor):
             self.mem.upload(buf, tensor.q, first_row * code_row)
             self.mem.upload(buf, tensor.scales, rows * code_row + first_row * scale_row)
         else:

@@ -1,0 +1,126 @@
+"""fp16 16 x 16 tiles, the weight layout of the cooperative-matrix path (vulkan/weights.py): the
+layout itself in numpy, which matrices DeviceWeights tiles and what it uploads (read back from
+the device), and embed.comp's W_T16 lookup reading rows out of the tiles. These run on any Vulkan
+device (llvmpipe in CI); the matmuls that read the tiles need cooperative matrices and are
+checked on the GPU machine (test_vulkan_split.py, test_vulkan_coopmat.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gemma_batch.backends.vulkan.device import Device
+from gemma_batch.backends.vulkan.kernels import Kernels
+from gemma_batch.backends.vulkan.memory import Memory
+from gemma_batch.backends.vulkan.weights import DeviceWeights, fp16_bits, fp16_tiles
+from gemma_batch.job.spec import DEMO_MODEL
+from gemma_batch.model.checkpoint import Checkpoint, Tensor, to_float32
+from gemma_batch.model.config import Gemma3Config
+from tests.test_cpu_vs_transformers import checkpoints  # noqa: F401
+
+
+def untile(flat: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    return flat.reshape(rows // 16, cols // 16, 16, 16).transpose(0, 2, 1, 3).reshape(rows, cols)
+
+
+def bf16(values: np.ndarray) -> Tensor:
+    return Tensor("BF16", (np.asarray(values, np.float32).view(np.uint32) >> 16).astype(np.uint16))
+
+
+def test_bf16_converts_to_fp16_as_numpy_rounds_it():
+    """The integer fast path and the float32 path for the rest, against numpy's float32 -> fp16,
+    over every bf16 bit pattern but nan."""
+    every = Tensor("BF16", np.arange(1 << 16, dtype=np.uint32).astype(np.uint16))
+    values = to_float32(every)
+    keep = ~np.isnan(values)
+    expected = np.clip(values, -65504, 65504).astype(np.float16)
+    assert np.array_equal(fp16_bits(every)[keep], expected.view(np.uint16)[keep])
+
+
+def test_a_tile_holds_a_16_by_16_block_row_major():
+    rng = np.random.default_rng(0)
+    w = to_float32(bf16(rng.standard_normal((48, 64))))
+    w[5, 7], w[40, 63] = 1e6, -1e6  # beyond fp16: clamped
+    tiles = fp16_tiles(bf16(w))
+    assert tiles.dtype == np.float16 and tiles.shape == (3, 4, 16, 16)
+    flat = tiles.reshape(-1)
+    for n, k in [(0, 0), (17, 33), (47, 63), (5, 7), (40, 63)]:
+        at = ((n // 16) * (64 // 16) + k // 16) * 256 + (n % 16) * 16 + k % 16
+        assert flat[at] == np.float16(np.clip(w[n, k], -65504, 65504)), (n, k)
+    assert flat[(0 * 4 + 0) * 256 + 5 * 16 + 7] == np.float16(65504)
+
+
+def _loaded(model_dir) -> tuple[DeviceWeights, Memory, Device, dict]:
+    cfg = Gemma3Config.from_dir(model_dir)
+    device = Device()
+    mem = Memory(device)
+    weights = DeviceWeights(cfg, mem, tiles=True)
+    tensors = dict(Checkpoint.open(model_dir, cfg).tensors())
+    weights.load(tensors.items())
+    return weights, mem, device, tensors
+
+
+def test_the_demo_model_goes_into_tiles_whole():
+    weights, mem, device, tensors = _loaded(DEMO_MODEL)
+    try:
+        cfg = weights.cfg
+        for key in ("qkv", "o_proj", "gate_proj", "up_proj", "down_proj"):
+            assert weights.dtype(0, key) == "T16", key
+        assert weights.dtype(-1, "embed") == weights.dtype(-1, "lm_head") == "T16"  # tied: one table
+        q, k, v = (to_float32(tensors[f"layers.1.self_attn.{p}_proj.weight"]) for p in "qkv")
+        fused = np.concatenate([q, k, v])
+        got = untile(mem.download(weights.buffer(1, "qkv")).view(np.float16), *fused.shape)
+        assert np.array_equal(got, fused.astype(np.float16))
+        down = to_float32(tensors["layers.3.mlp.down_proj.weight"])
+        got = untile(mem.download(weights.buffer(3, "down_proj")).view(np.float16), *down.shape)
+        assert np.array_equal(got, down.astype(np.float16))
+        assert cfg.tie_word_embeddings
+    finally:
+        mem.close()
+        device.close()
+
+
+def test_matrices_the_cooperative_path_cannot_take_stay_as_they_are(checkpoints):  # noqa: F811
+    """The tiny model: qkv is 192 x 64 (tiled); o (K = 96), gate/up (N = 96), down and the
+    300-row embedding do not fit the path's 64-wide tiles and stay bf16."""
+    weights, mem, device, tensors = _loaded(checkpoints["bf16"][0])
+    try:
+        assert weights.dtype(0, "qkv") == "T16"
+        for key in ("o_proj", "gate_proj", "up_proj", "down_proj"):
+            assert weights.dtype(0, key) == "BF16", key
+        assert weights.dtype(-1, "embed") == "BF16"
+        o = tensors["layers.0.self_attn.o_proj.weight"].data
+        assert np.array_equal(mem.download(weights.buffer(0, "o_proj")).view(np.uint16).reshape(o.shape), o)
+    finally:
+        mem.close()
+        device.close()
+
+
+def test_the_embedding_lookup_reads_rows_out_of_tiles():
+    rng = np.random.default_rng(3)
+    V, H, scale = 64, 96, 9.797959
+    table = (rng.standard_normal((V, H)) * 0.05).astype(np.float32)
+    tokens = np.array([0, 17, 63, 40, 17], np.int32)
+    device = Device()
+    mem, kernels = Memory(device), Kernels(device)
+    try:
+        meta = mem.alloc_host(16, "meta")
+        meta.array[:16] = np.array([len(tokens), 1, len(tokens), 0], np.uint32).view(np.uint8)
+        bufs = {0: mem.alloc(V * H * 2, "table"), 1: mem.alloc(tokens.nbytes, "tokens"),
+                2: mem.alloc(len(tokens) * H * 4, "x"), 7: meta}
+        mem.upload(bufs[0], fp16_tiles(bf16(table)))
+        table = to_float32(bf16(table))
+        mem.upload(bufs[1], tokens)
+        cb = device.command_buffer()
+        vk = device.vk
+        vk.vkBeginCommandBuffer(cb, vk.VkCommandBufferBeginInfo(sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO))
+        kernels.record_direct(cb, "embed_t16", kernels.descriptor_set(bufs, meta), {"H": H, "scale": scale, "V": V},
+                              len(tokens))
+        vk.vkEndCommandBuffer(cb)
+        device.submit_and_wait(cb)
+        x = mem.download(bufs[2]).view(np.float32).reshape(len(tokens), H)
+        expected = table.astype(np.float16).astype(np.float32)[tokens] * np.float32(scale)
+        assert np.array_equal(x, expected)
+    finally:
+        kernels.close()
+        mem.close()
+        device.close()
