@@ -28,10 +28,13 @@ Per step (shapes for T tokens, R logits rows):
     matmul rows      logits [R, V]     = rms(x[rows])(1 + norm) . E
     sample           ids [R]
 
-On a device with cooperative matrices (`Device.coopmat`), each matmul whose weights are bf16 or
-fp16 and whose shape fits (kernels.coop_fits) is three dispatches instead: `split` writes its
-input (normalised where the kind fuses the norm; the gathered rows for the LM head) as fp16
-hi + lo, `coop` multiplies on the matrix units into partial sums per K chunk, and `reduce` adds
+On a device with cooperative matrices (`Device.coopmat`), each matmul whose shape fits
+(kernels.coop_fits) and whose weights are int8, int4 or fp16 tiles (weights.py stores every bf16
+or fp16 matrix that fits as tiles there) is three dispatches instead: `split` writes its input
+(normalised where the kind fuses the norm; the gathered rows for the LM head) as fp16 hi + lo,
+`coop` multiplies on the matrix units into partial sums per K chunk (steps of up to
+COOP_FOLD_ROWS tokens: matmul_coop_direct.comp for tiles, matmul_coop.comp's decode tile for
+int8 / int4; longer steps: matmul_coop.comp's prefill tile, the same sums), and `reduce` adds
 the chunks and runs the kind's epilogue (the same code as matmul.comp's). Where the next matmul
 is on that path too, the reduces of o (post-norm), gate/up and down (post-norm) write its split
 themselves (reduce.comp SPLIT_NEXT), so a layer is 10 dispatches: split, qkv, reduce, attention,
@@ -106,8 +109,8 @@ class StepGraph:
     def _grid(self, kind: str, n: int) -> int:
         """Byte offset of the indirect grid for `kind`: "tokens" (T * n groups), "rows" (R * n),
         "matmul_tokens" / "matmul_rows" (row tiles of M times n column tiles), "coop_tokens C" /
-        "coop_rows C" (the same for matmul_coop.comp's decode tiles, times its C chunks of K, and
-        none above COOP_FOLD_ROWS rows), "coopfold_tokens" / "coopfold_rows" (its prefill tiles,
+        "coop_rows C" (the same for the decode tiles, times their C chunks of K, and
+        none above COOP_FOLD_ROWS rows), "coopfold_tokens" / "coopfold_rows" (the prefill tiles,
         none up to COOP_FOLD_ROWS rows), "attention <group>" (T * n times the
         step's most chunks of a token in that KV group)."""
         spec = (kind, n)
