@@ -25,6 +25,7 @@ META_BINDING = 7
 PUSH_BYTES = 32  # the pipeline layout's push-constant range (llvmpipe allows 128)
 
 _u, _f = np.uint32, np.float32
+_COOP_PUSH = np.dtype([("N", _u), ("K", _u), ("kchunk", _u), ("group", _u)])
 PUSH = {
     "embed": np.dtype([("H", _u), ("scale", _f), ("V", _u)]),
     "matmul": np.dtype([("N", _u), ("K", _u), ("eps", _f), ("num_heads", _u), ("num_kv_heads", _u), ("head_dim", _u),
@@ -35,8 +36,8 @@ PUSH = {
     ]),
     "sample": np.dtype([("row_stride", _u)]),
     "read_bandwidth": np.dtype([("n", _u), ("iterations", _u)]),
-    "matmul_coop": np.dtype([("N", _u), ("K", _u), ("kchunk", _u), ("group", _u)]),
-    "matmul_coop_direct": np.dtype([("N", _u), ("K", _u), ("kchunk", _u), ("group", _u)]),
+    "matmul_coop": _COOP_PUSH,
+    "matmul_coop_direct": _COOP_PUSH,  # the same layout: the graph dispatches either with one push
     "split": np.dtype([("K", _u), ("eps", _f)]),
     "reduce": np.dtype([("N", _u), ("chunks", _u), ("eps", _f), ("num_heads", _u), ("num_kv_heads", _u), ("head_dim", _u)]),
 }

@@ -20,6 +20,7 @@ of the tiles when the table is also the LM head.
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -41,7 +42,7 @@ _ITEMSIZE = {"BF16": 2, "F16": 2, "F32": 4}
 _QUANTIZED = {"int8": "I8", "int4": "I4"}  # format name -> the shaders' storage type
 Matrix = Tensor | QuantizedTensor
 TILE = 16
-_TILE_BLOCK_ROWS = 1024  # rows converted to tiles per task, by up to _TILE_WORKERS threads at once
+_TILE_BLOCK_ROWS = 1024  # rows converted to tiles per task, by _TILE_WORKERS threads
 _TILE_WORKERS = min(8, os.cpu_count() or 1)
 
 
@@ -190,12 +191,15 @@ class DeviceWeights:
             def convert(start: int) -> np.ndarray:
                 return fp16_tiles(Tensor(tensor.dtype, tensor.data[start:start + _TILE_BLOCK_ROWS]))
 
-            starts = range(0, len(tensor.data), _TILE_BLOCK_ROWS)
+            pending: deque = deque()  # (first row, its future): converting while earlier blocks upload
             with ThreadPoolExecutor(_TILE_WORKERS) as pool:  # numpy converts outside the GIL
-                for wave in range(0, len(starts), _TILE_WORKERS):  # at most a wave of blocks in memory
-                    batch = starts[wave:wave + _TILE_WORKERS]
-                    for start, tiles in zip(batch, pool.map(convert, batch)):
-                        self.mem.upload(buf, tiles, (first_row + start) * code_row)
+                for start in range(0, len(tensor.data), _TILE_BLOCK_ROWS):
+                    pending.append((start, pool.submit(convert, start)))
+                    if len(pending) > 2 * _TILE_WORKERS:  # bounds the converted blocks held
+                        done, tiles = pending.popleft()
+                        self.mem.upload(buf, tiles.result(), (first_row + done) * code_row)
+                for done, tiles in pending:
+                    self.mem.upload(buf, tiles.result(), (first_row + done) * code_row)
         elif isinstance(tensor, QuantizedTensor):
             self.mem.upload(buf, tensor.q, first_row * code_row)
             self.mem.upload(buf, tensor.scales, rows * code_row + first_row * scale_row)
