@@ -4,8 +4,9 @@
                                            [--weights bf16|fp16|int8|int4] [--int4-group 32|64]
 
 Per batch size: prefill `batch` random prompts in one step, decode to `gen-len` tokens, and print
-the median decode step (wall), the GPU time of the last step by kernel (timestamps after every
-dispatch, `VulkanBackend(profile=True)`), and the weight bytes streamed per second. Complements
+the prefill step's GPU time by kernel, the median decode step (wall), the GPU time of the last
+step by kernel (timestamps after every dispatch, `VulkanBackend(profile=True)`), and the weight
+bytes streamed per second. Complements
 `gemma-batch bench` (whole-run figures) when deciding which kernel to work on.
 """
 
@@ -39,6 +40,10 @@ def main() -> None:
     nbytes = weight_bytes(cfg, fmt)
     for batch in (int(b) for b in args.batch.split(",")):
         engine = prefilled_engine(backend, batch, args.prompt_len, args.gen_len)
+        prefill = backend.profile_seconds()
+        kernels = ", ".join(f"{k} {v * 1e3:.3f}" for k, v in prefill.items())
+        print(f"{args.shape} {fmt} batch {batch}: prefill step of {batch * args.prompt_len} tokens, "
+              f"GPU {sum(prefill.values()) * 1e3:.2f} ms; GPU ms by kernel: {kernels}")
         times = []
         while engine.num_unfinished:
             start = time.perf_counter()

@@ -34,21 +34,21 @@ def timed_device(backend: VulkanBackend, wait: str, out: dict[str, float]) -> No
     dev, vk = backend.device, backend.device.vk
     own_submit, own_wait = dev.submit, dev.wait
 
-    def submit(cb) -> None:
+    def submit(cb, fence: int = 0) -> None:
         t0 = time.perf_counter()
-        own_submit(cb)
+        own_submit(cb, fence)
         out["submit"] = time.perf_counter() - t0
 
-    def wait_fence() -> None:
+    def wait_fence(fence: int = 0) -> None:
         t0 = time.perf_counter()
         if wait == "spin":
             while True:
                 try:
-                    vk.vkGetFenceStatus(dev.device, dev.fence)  # raises VkNotReady until signalled
+                    vk.vkGetFenceStatus(dev.device, dev.fences[fence])  # raises VkNotReady until signalled
                     break
                 except vk.VkNotReady:
                     pass
-        own_wait()  # returns at once after the spin (and resets the fence)
+        own_wait(fence)  # returns at once after the spin (and resets the fence)
         out["wait"] = time.perf_counter() - t0
 
     dev.submit, dev.wait = submit, wait_fence

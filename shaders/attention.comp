@@ -20,12 +20,14 @@
 // registers (16 bytes of fp16 or bf16 pairs, 32 of fp32, or 8 of int8 times the row's scale):
 //   scores   teams of KL = 4 adjacent lanes per key, lane l taking pieces l, l + 4, ... of the row
 //            (4 lanes read 4 adjacent pieces); per lane dot products in piece order, then a
-//            2-step xor butterfly per head (subgroups of 4 or more).
+//            2-step xor butterfly per head (subgroups of 4 or more). A lane issues all loads of
+//            its pieces before the first product (a loop that loaded one piece per iteration
+//            left one load in flight per lane: about 30 us per layer whatever the batch).
 //   softmax  a subgroup per head: subgroupMax, exp, per-lane sums in key order, subgroupAdd.
 //   values   a thread per (piece, quad of heads) and key group: KG adjacent lanes (a power of
 //            two, at most the subgroup) take keys kg, kg + KG, ... of the pass, so each V row piece
-//            is read once per workgroup; at the end of the chunk an xor butterfly over the KG
-//            lanes adds the key groups.
+//            is read once per workgroup, VK keys' loads issued together; at the end of the chunk
+//            an xor butterfly over the KG lanes adds the key groups.
 // Merge: a token with a single chunk writes its output directly. Otherwise each workgroup writes
 // its partial (running max m, sum l and the unnormalised output acc of the G heads) to `part_*`
 // at record `id`, and counts itself done on the (t, j) counter; the last of the token's chunks to
@@ -47,6 +49,8 @@
 #define WG 128
 #define KB 64           // keys per pass
 #define KL 4            // lanes per key in the score pass
+#define KP 8            // pieces of a key row per lane: head_dim <= 8 * KL * KP = 256
+#define VK 8            // keys whose V pieces a value-pass thread loads at once
 #define MAX_CHUNKS 32   // attention.py: MAX_CHUNKS
 #define GMAX 16         // query heads per kv head
 #define QMAX 2048       // G * head_dim
@@ -152,14 +156,16 @@ void main() {
         for (uint k = team; k < n; k += WG / KL) {
             uint key = base + k;
             uint row = (uint(block_table[table + key / pc.block_size]) * pc.block_size + key % pc.block_size) * nkv + j;
+            vec4 klo[KP], khi[KP];  // the lane's pieces of the key's row, all loads issued first
+            [[unroll]] for (uint i = 0u; i < KP; i++) LOAD8(k4, row, min(lane + i * KL, hd8 - 1u), klo[i], khi[i]);
             float s[GMAX];
             [[unroll]] for (uint g = 0u; g < GMAX; g++) s[g] = 0.0;
-            for (uint c = lane; c < hd8; c += KL) {
-                vec4 klo, khi;
-                LOAD8(k4, row, c, klo, khi);
+            [[unroll]] for (uint i = 0u; i < KP; i++) {
+                uint c = lane + i * KL;
+                if (c >= hd8) break;
                 [[unroll]] for (uint g = 0u; g < GMAX; g++) {
                     if (g >= G) break;
-                    s[g] += dot(qs[2u * (g * hd8 + c)], klo) + dot(qs[2u * (g * hd8 + c) + 1u], khi);
+                    s[g] += dot(qs[2u * (g * hd8 + c)], klo[i]) + dot(qs[2u * (g * hd8 + c) + 1u], khi[i]);
                 }
             }
             [[unroll]] for (uint g = 0u; g < GMAX; g++) {
@@ -203,14 +209,18 @@ void main() {
                 acc[2u * gg] *= rescale[g0 + gg];
                 acc[2u * gg + 1u] *= rescale[g0 + gg];
             }
-            for (uint k = kg; k < n; k += KG) {
-                vec4 vlo, vhi;
-                LOAD8(v4, krow[k], piece, vlo, vhi);
-                [[unroll]] for (uint gg = 0u; gg < 4u; gg++) {
-                    if (g0 + gg >= G) break;
-                    float w = sc[(g0 + gg) * KB + k];
-                    acc[2u * gg] += w * vlo;
-                    acc[2u * gg + 1u] += w * vhi;
+            for (uint k0 = kg; k0 < n; k0 += VK * KG) {
+                vec4 vlo[VK], vhi[VK];  // VK keys' pieces, all loads issued first
+                [[unroll]] for (uint i = 0u; i < VK; i++) LOAD8(v4, krow[min(k0 + i * KG, n - 1u)], piece, vlo[i], vhi[i]);
+                [[unroll]] for (uint i = 0u; i < VK; i++) {
+                    uint k = k0 + i * KG;
+                    if (k >= n) break;
+                    [[unroll]] for (uint gg = 0u; gg < 4u; gg++) {
+                        if (g0 + gg >= G) break;
+                        float w = sc[(g0 + gg) * KB + k];
+                        acc[2u * gg] += w * vlo[i];
+                        acc[2u * gg + 1u] += w * vhi[i];
+                    }
                 }
             }
         }

@@ -3,12 +3,15 @@
 // Variants: W_BF16 | W_F16 | W_F32 | W_I8 | W_T16, the table's storage type (W_I8: int8 codes
 // [V, H], then a scale per row, as matmul.comp reads them; W_T16: fp16 in 16 x 16 tiles, as
 // matmul_coop_direct.comp reads them, where the table is also the LM head). One workgroup per token.
+// A token id -1 - r (< 0) is the id the step before sampled into its row r (binding 3: the other
+// input set's ids, step_buffers.py), for a step submitted while that one ran.
 #include "common.glsl"
 layout(local_size_x = 256) in;
 
 layout(std430, binding = 0) readonly buffer Eb { uint e[]; };
 layout(std430, binding = 1) readonly buffer Tb { int token_ids[]; };
 layout(std430, binding = 2) writeonly buffer Xb { float x[]; };
+layout(std430, binding = 3) readonly buffer Pb { int prev_ids[]; };
 
 layout(push_constant) uniform Push {
     uint H;
@@ -39,6 +42,7 @@ float table(uint row, uint h) {
 void main() {
     uint t = linear_group();
     if (t >= meta.num_tokens) return;
-    uint row = uint(token_ids[t]);
+    int token = token_ids[t];
+    uint row = uint(token < 0 ? prev_ids[-1 - token] : token);
     for (uint h = gl_LocalInvocationID.x; h < pc.H; h += 256) x[t * pc.H + h] = table(row, h) * pc.scale;
 }

@@ -146,12 +146,13 @@ def test_plan_lowers_max_model_len_when_one_sequence_does_not_fit():
 
 @pytest.mark.parametrize("seed", range(6))
 def test_scheduling_ahead_finishes_identically_with_stops_and_late_requests(seed):
-    """`Engine.schedule_ahead` (the next step scheduled while the backend runs this one, with
-    placeholders for the tokens being sampled) against scheduling after each step: the same
-    completions and finish reasons, with stop tokens ending sequences early (the step scheduled
-    ahead is then dropped), requests added between steps, and a pool tight enough to preempt.
-    RecordingBackend fails on any wrong block or slot; every step leaves the blocks consistent
-    and nothing leaks."""
+    """`Engine.schedule_ahead` (the next step scheduled and submitted while the backend runs this
+    one, its tokens still being sampled fed from that step: `StepBatch.token_sources`) against
+    scheduling after each step: the same completions and finish reasons, with stop tokens ending
+    sequences early (the step ahead then still holds them; its K/V writes go to freed blocks),
+    requests added between steps, and a pool tight enough to preempt. RecordingBackend fails on
+    any wrong block or slot, so a stale write read by the blocks' next owner would fail it; every
+    step leaves the blocks consistent and nothing leaks."""
     rng = np.random.default_rng(100 + seed)
     stops = frozenset(rng.choice(VOCAB, 4, replace=False).tolist())
     requests = [Request(r.request_id, r.prompt_ids, r.params, stops) for r in random_requests(rng, 20)]
@@ -160,8 +161,18 @@ def test_scheduling_ahead_finishes_identically_with_stops_and_late_requests(seed
     budget, max_batch = int(rng.integers(8, 40)), int(rng.integers(2, 9))
     results = []
     for ahead in (False, True):
-        engine = Engine(RecordingBackend(cfg), plan_for(cfg, longest, 1, budget, 4), None, max_batch, budget,
+        backend = RecordingBackend(cfg)
+        engine = Engine(backend, plan_for(cfg, longest, 1, budget, 4), None, max_batch, budget,
                         schedule_ahead=ahead)
+        fed = 0  # tokens taken from the step before, on the device's side of the contract
+        step = backend.step
+
+        def counting_step(batch):
+            nonlocal fed
+            fed += 0 if batch.token_sources is None else int((batch.token_sources >= 0).sum())
+            return step(batch)
+
+        backend.step = counting_step
         pending, done, steps = list(requests), {}, 0
         for r in pending[:8]:
             engine.add(r)
@@ -175,6 +186,7 @@ def test_scheduling_ahead_finishes_identically_with_stops_and_late_requests(seed
             check_blocks(engine)
             steps += 1
         assert all(pool.num_free == pool.num_blocks for pool in engine.kv.pools.values())
+        assert (fed > 0) == ahead
         results.append((done, engine.stats.preemptions))
     (sync, _), (ahead, preemptions) = results
     assert ahead == sync and sorted(ahead) == list(range(len(requests)))

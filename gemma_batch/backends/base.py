@@ -16,6 +16,7 @@ not hold (sliding-window blocks that left the window, padding) are -1 and are ne
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -62,6 +63,10 @@ class StepBatch:
     sample: np.ndarray  # [S] bool, whether the sequence's last token this step is sampled
     sampling: SamplingBatch | None = None  # None: greedy for every sequence
     return_logits: bool = False  # also return the logits of every token (tests, scoring)
+    # [T] int32 or None: -1 where `token_ids` holds the token; s >= 0 where the token is the one
+    # the step submitted just before this one samples for its sequence s (token_ids has
+    # sequence.PENDING there). Lets the engine submit a step before the one before it finished.
+    token_sources: np.ndarray | None = None
 
     @property
     def num_seqs(self) -> int:
@@ -89,7 +94,8 @@ class Backend(ABC):
 
     def __init__(self, cfg: Gemma3Config) -> None:
         self.cfg = cfg
-        self._submitted = None  # the step between `submit` and `wait`
+        self._submitted: deque[StepBatch] = deque()  # steps between `submit` and `wait`, oldest first
+        self._last_ids: np.ndarray | None = None  # the sampled ids of the last step `wait` returned
 
     @property
     def identity(self) -> str:
@@ -139,17 +145,27 @@ class Backend(ABC):
         raise NotImplementedError(f"{self.name} cannot measure its memory bandwidth")
 
     overlaps = False  # whether `submit` returns while the device is still running the step
+    MAX_IN_FLIGHT = 2  # steps submitted and not yet waited for
 
     def submit(self, batch: StepBatch) -> None:
-        """Start a step; `wait` returns its result. Between the two the host may do other work
-        (the engine schedules the next step) but must not submit again. Default: the step runs
-        in `wait`."""
-        self._submitted = batch
+        """Start a step; `wait` returns the results in submission order. A second step may be
+        submitted before the first is waited for (never more than MAX_IN_FLIGHT); its
+        `token_sources` then name tokens the first is sampling. Default: each step runs in
+        `wait`, its sourced tokens filled in from the step before."""
+        if len(self._submitted) >= self.MAX_IN_FLIGHT:
+            raise RuntimeError(f"{self.MAX_IN_FLIGHT} steps are already in flight")
+        self._submitted.append(batch)
 
     def wait(self) -> StepResult:
-        """The result of the step `submit` started."""
-        batch, self._submitted = self._submitted, None
-        return self.step(batch)
+        """The result of the oldest step submitted and not yet waited for."""
+        batch = self._submitted.popleft()
+        if batch.token_sources is not None:
+            fed = batch.token_sources >= 0
+            batch.token_ids = batch.token_ids.copy()
+            batch.token_ids[fed] = self._last_ids[batch.token_sources[fed]]
+        result = self.step(batch)
+        self._last_ids = result.token_ids
+        return result
 
     @abstractmethod
     def step(self, batch: StepBatch) -> StepResult:

@@ -26,9 +26,9 @@ from .kv_cache import KVCacheManager
 from .kv_plan import KVPlan
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler
-from .sequence import PENDING, Sequence
+from .sequence import Sequence
 from .stats import EngineStats
-from .step_builder import build_step, refresh_token_ids
+from .step_builder import build_step
 
 StepHook = Callable[[list[int], StepBatch, StepResult], None]
 AHEAD_ENV = "GEMMA_BATCH_SCHEDULE_AHEAD"  # "0": schedule each step only after the last one finished
@@ -66,6 +66,16 @@ class _Live:
     stopped_by_string: bool = field(default=False)
 
 
+@dataclass
+class _Submitted:
+    """A step handed to the backend: its sequences (and tokens each), and which of them it samples
+    (index in the step, sequence, whether it is the sequence's first completion token)."""
+
+    scheduled: list[tuple[Sequence, int]]
+    batch: StepBatch
+    sampled: list[tuple[int, Sequence, bool]]
+
+
 class Engine:
     def __init__(
         self,
@@ -79,9 +89,9 @@ class Engine:
     ) -> None:
         """`tokenizer` is needed for text and stop strings; without it completions carry ids only.
         `on_step` sees each step's request ids, batch and result (and asks for all logits).
-        `schedule_ahead`: schedule each step while the last one runs (default: where the backend
-        overlaps, without `on_step`, unless GEMMA_BATCH_SCHEDULE_AHEAD=0); the completions are the
-        same either way."""
+        `schedule_ahead`: schedule and submit each step while the one before it runs (default:
+        where the backend overlaps, without `on_step`, unless GEMMA_BATCH_SCHEDULE_AHEAD=0); the
+        completions are the same either way."""
         self.backend = backend
         self.tokenizer = tokenizer
         self.groups = backend.cfg.kv_groups()
@@ -91,14 +101,13 @@ class Engine:
         self.stats = EngineStats()
         self.on_step = on_step
         self._live: dict[int, _Live] = {}
-        # The next step scheduled while this one runs (see `step`); never with an `on_step` hook,
-        # which needs each step's results before the next is scheduled.
+        # Never ahead with an `on_step` hook, which needs each step's results before the next is scheduled.
         if schedule_ahead and on_step is not None:
             raise ValueError("an on_step hook needs each step's results before the next is scheduled")
         if schedule_ahead is None:
             schedule_ahead = backend.overlaps and on_step is None and os.environ.get(AHEAD_ENV, "1") != "0"
         self.schedule_ahead = schedule_ahead
-        self._ahead: tuple[list[tuple[Sequence, int]], StepBatch] | None = None
+        self._in_flight: _Submitted | None = None  # submitted ahead by the last `step`, not waited for
         backend.allocate_kv(plan.num_blocks, plan.block_size)
 
     @property
@@ -115,32 +124,56 @@ class Engine:
             raise ValueError("stop strings need an engine with a tokenizer")
         self._live[seq.seq_id] = _Live(request, IncrementalDetokenizer(self.tokenizer) if needs_text else None)
         self.scheduler.add(seq)
-        self._ahead = None  # scheduled without this request: schedule again, so that it may join
 
     def step(self) -> list[Completion]:
         """Run one step; return the requests it finished.
 
-        On a backend whose `submit` returns while the device runs (`Backend.overlaps`), the next
-        step is scheduled and built in that time, with placeholders for the tokens this step is
-        sampling (filled in before it is submitted). It is dropped, and scheduled again next
-        time, when a sequence in it stops on a token or string, or a request is added."""
+        With `schedule_ahead`, the next step is scheduled, built and submitted while this one
+        runs, so the device goes from one step to the next without waiting for the host: each
+        token this step is sampling is fed to the next one on the device (`StepBatch.token_sources`),
+        and a sequence that stops here on a token or a string still has its row in the next step,
+        whose result for it is dropped (its K/V there went to blocks it no longer holds; whoever
+        gets them next writes every slot before reading it)."""
         started = time.perf_counter()
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            scheduled, batch = ahead
-            refresh_token_ids(batch, scheduled)
-        else:
+        current, self._in_flight = self._in_flight, None
+        if current is None:
             scheduled = self.scheduler.schedule()
             if not scheduled:
                 raise RuntimeError(f"scheduler made no progress with {self.num_unfinished} unfinished requests")
-            batch = self._build(scheduled)
+            current = self._submit(scheduled, started)
+        if self.schedule_ahead:
+            self._in_flight = self._submit_ahead(current, started)
+        result = self.backend.wait()
+        if self.on_step is not None:
+            self.on_step([seq.seq_id for seq, _ in current.scheduled], current.batch, result)
+
+        done = []
+        for s, seq, first in current.sampled:
+            if seq.finished:  # it stopped in the step before, which was still running when this one was submitted
+                continue
+            if first:
+                self.stats.record_ttft(time.perf_counter() - self._live[seq.seq_id].admitted_at)
+            self._append(seq, int(result.token_ids[s]))
+            self.stats.generated_tokens += 1
+            if seq.finished:
+                done.append(self._finish(seq))
+        if self._in_flight is not None and not self.num_unfinished:
+            self.backend.wait()  # every sequence of the step ahead has stopped: nothing to take from it
+            self._in_flight = None
+        self._record(current.scheduled, current.batch, started)
+        return done
+
+    def _submit(self, scheduled: list[tuple[Sequence, int]], started: float,
+                previous: _Submitted | None = None) -> _Submitted:
+        """Build and submit a step (`previous`: the step still running before it), and count its
+        tokens as cached."""
+        batch = self._build(scheduled, [seq for seq, _ in previous.scheduled] if previous is not None else None)
         for seq, _ in scheduled:
             live = self._live[seq.seq_id]
             live.admitted_at = live.admitted_at or started
         batch.sampling = self._sampling(scheduled)
         self.backend.submit(batch)
-
-        sampled = []  # (index in the step, sequence, its first token?) of the tokens this step samples
+        sampled = []
         for s, (seq, n) in enumerate(scheduled):
             decode = n == 1 and seq.num_completion_tokens > 0 and seq.num_cached_tokens == seq.num_tokens - 1
             self.stats.prefill_tokens += 0 if decode else n
@@ -148,38 +181,23 @@ class Engine:
             self.kv.release_out_of_window(seq)
             if batch.sample[s]:
                 sampled.append((s, seq, seq.num_completion_tokens == 0))
-        if self.schedule_ahead:
-            self._ahead = self._schedule_ahead([seq for _, seq, _ in sampled])
-        result = self.backend.wait()
-        if self.on_step is not None:
-            self.on_step([seq.seq_id for seq, _ in scheduled], batch, result)
+        return _Submitted(scheduled, batch, sampled)
 
-        done = []
-        for s, seq, first in sampled:
-            if first:
-                self.stats.record_ttft(time.perf_counter() - self._live[seq.seq_id].admitted_at)
-            self._append(seq, int(result.token_ids[s]))
-            self.stats.generated_tokens += 1
-            if seq.finished:
-                done.append(self._finish(seq))
-        if self._ahead is not None and any(seq.finished for seq, _ in self._ahead[0]):
-            self._ahead = None
-        self._record(scheduled, batch, started)
-        return done
-
-    def _schedule_ahead(self, sampled: list[Sequence]) -> tuple[list[tuple[Sequence, int]], StepBatch] | None:
-        """The next step, scheduled while this one runs: each sampled sequence holds the place of
-        its coming token, and those that reach their length limit with it leave the batch now."""
-        for seq in sampled:
+    def _submit_ahead(self, current: _Submitted, started: float) -> _Submitted | None:
+        """The next step, submitted while `current` runs: each sequence `current` samples holds the
+        place of its coming token, and those that reach their length limit with it leave the batch now."""
+        for _, seq, _ in current.sampled:
+            if seq.finished:  # stopped in the step before `current`
+                continue
             seq.append_pending()
             if seq.at_length_limit:
                 self.scheduler.finish(seq)
         scheduled = self.scheduler.schedule()
-        return (scheduled, self._build(scheduled)) if scheduled else None
+        return self._submit(scheduled, started, current) if scheduled else None
 
-    def _build(self, scheduled: list[tuple[Sequence, int]]) -> StepBatch:
+    def _build(self, scheduled: list[tuple[Sequence, int]], previous: list[Sequence] | None) -> StepBatch:
         return build_step(scheduled, [g.name for g in self.groups], self.block_size,
-                          return_logits=self.on_step is not None)
+                          return_logits=self.on_step is not None, previous=previous)
 
     def _sampling(self, scheduled: list[tuple[Sequence, int]]) -> SamplingBatch:
         params = [self._live[seq.seq_id].request for seq, _ in scheduled]
@@ -194,9 +212,9 @@ class Engine:
         )
 
     def _append(self, seq: Sequence, token: int) -> None:
-        """Add a sampled token (in the place `_schedule_ahead` held for it, if any); end the
+        """Add a sampled token (in the place `_submit_ahead` held for it, if any); end the
         sequence at a stop string (cut from the text)."""
-        if seq.token_ids and seq.token_ids[-1] == PENDING:
+        if seq.num_pending:
             seq.resolve(token)
         else:
             seq.append(token)
@@ -217,6 +235,8 @@ class Engine:
 
     def _finish(self, seq: Sequence) -> Completion:
         self.scheduler.finish(seq)  # (nothing to do if it left when its last token was scheduled)
+        if seq.num_pending:  # a stop string ended it: drop the place held in the step ahead
+            del seq.token_ids[-seq.num_pending:]
         live = self._live.pop(seq.seq_id)
         if live.detok is not None and not live.stopped_by_string:
             live.text += live.detok.flush()

@@ -57,12 +57,26 @@ class Sequence:
 
     def append_pending(self) -> None:
         """Hold the place of a token still being sampled, so that the next step can be scheduled
-        meanwhile; `resolve` puts the token in (and only then are the stop rules applied)."""
+        (and submitted) meanwhile; `resolve` puts the token in (and only then are the stop rules
+        applied). Up to two tokens may be pending: the engine keeps two steps in flight."""
         self.token_ids.append(PENDING)
 
+    @property
+    def num_pending(self) -> int:
+        """Tokens at the end of `token_ids` still being sampled."""
+        n = 0
+        while n < len(self.token_ids) and self.token_ids[-1 - n] == PENDING:
+            n += 1
+        return n
+
     def resolve(self, token_id: int) -> None:
-        self.token_ids[-1] = token_id
-        self._check_end()
+        """Put in the oldest pending token. A stop token ends the sequence there: a place held
+        after it (for a step already submitted) is dropped."""
+        i = len(self.token_ids) - self.num_pending
+        self.token_ids[i] = token_id
+        if token_id in self.stop_token_ids or i + 1 - self.num_prompt_tokens >= self.max_new_tokens:
+            self.finished = True
+            del self.token_ids[i + 1:]
 
     @property
     def at_length_limit(self) -> bool:

@@ -5,16 +5,19 @@ from __future__ import annotations
 import numpy as np
 
 from ..backends.base import StepBatch
-from .sequence import Sequence
+from .sequence import PENDING, Sequence
 
 
 def build_step(
-    scheduled: list[tuple[Sequence, int]], group_names: list[str], block_size: int, return_logits: bool = False
+    scheduled: list[tuple[Sequence, int]], group_names: list[str], block_size: int, return_logits: bool = False,
+    previous: list[Sequence] | None = None,
 ) -> StepBatch:
     """Build one step from `(sequence, number of its uncached tokens to run)` pairs.
 
     The sequences' block tables must already cover every position the step writes or reads.
-    A sequence is sampled when the step reaches the end of its known tokens.
+    A sequence is sampled when the step reaches the end of its known tokens. A token still
+    being sampled (sequence.PENDING) by the step submitted before this one, whose sequences are
+    `previous` in its order, gets that sequence's index there as its `token_sources` entry.
     """
     tokens, positions, starts, context_lens, sample = [], [], [0], [], []
     for seq, n in scheduled:
@@ -34,8 +37,18 @@ def build_step(
             table[s, : len(seq.block_tables[name])] = seq.block_tables[name]
         tables[name] = table
         slots[name] = (table[row, pos // block_size] * block_size + pos % block_size).astype(np.int32)
+    token_ids = np.asarray(tokens, np.int32)
+    sources = None
+    if (token_ids == PENDING).any():
+        if previous is None:
+            raise RuntimeError("a step has a pending token but no step before it samples it")
+        index = {seq.seq_id: i for i, seq in enumerate(previous)}
+        sources = np.full(len(token_ids), -1, np.int32)
+        for t in np.flatnonzero(token_ids == PENDING):
+            sources[t] = index[scheduled[row[t]][0].seq_id]
     return StepBatch(
-        token_ids=np.asarray(tokens, np.int32),
+        token_ids=token_ids,
+        token_sources=sources,
         positions=pos,
         seq_starts=np.asarray(starts, np.int32),
         context_lens=np.asarray(context_lens, np.int32),
@@ -45,11 +58,3 @@ def build_step(
         return_logits=return_logits,
     )
 
-
-def refresh_token_ids(batch: StepBatch, scheduled: list[tuple[Sequence, int]]) -> None:
-    """Read the step's token ids again from its sequences: a step built while the previous one ran
-    held placeholders (sequence.PENDING) for the tokens that step was sampling."""
-    firsts = batch.positions[batch.seq_starts[:-1]]
-    batch.token_ids = np.asarray([t for (seq, n), p in zip(scheduled, firsts) for t in seq.token_ids[p: p + n]], np.int32)
-    if (batch.token_ids < 0).any():
-        raise RuntimeError("a step's token is still pending after the step before it finished")

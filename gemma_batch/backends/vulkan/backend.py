@@ -7,7 +7,9 @@
 
 Per step the host writes the step's metadata into mapped buffers, fills in the indirect grids and
 submits the command buffer recorded once (`graph.py`) (`submit`); then it waits for the device
-and reads R sampled ids (`wait`). The engine schedules the next step in between.
+and reads R sampled ids (`wait`). The engine submits the next step before waiting for this one:
+two sets of step inputs take turns, and the next step reads the tokens this one samples on the
+device, so the GPU never waits for the host between steps.
 Numerics: weights as stored (bf16/fp16/fp32, widened exactly) or int8 / int4 (dequantized in
 registers, `weights.py`); residual stream and every reduction in fp32; KV pages fp16 (default),
 bf16, fp32 or int8 (`--kv-dtype`: rounded as `kv_formats.py` defines, laid out as
@@ -16,7 +18,9 @@ bf16, fp32 or int8 (`--kv-dtype`: rounded as `kv_formats.py` defines, laid out a
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -72,7 +76,11 @@ class VulkanBackend(Backend):
         self.v_pages: dict = {}
         self.block_size = 0
         self.buffers: StepBuffers | None = None
-        self.graph: StepGraph | None = None
+        self.graphs: list[StepGraph] = []  # one per input set of `buffers`
+        self._in_flight: deque[_InFlight] = deque()  # submitted steps, oldest first
+        self._next_slot = 0  # the input set the next step writes
+        self._last_seconds: float | None = None  # GPU time of the last step `wait` returned
+        self._last_profile: dict[str, float] = {}
         self.inv_freq = {}
         for name, spec in cfg.rope.items():  # the CPU reference's fp32 inv_freq, bit for bit
             values = rope_inv_freq(cfg.head_dim, spec)
@@ -103,6 +111,8 @@ class VulkanBackend(Backend):
     def allocate_kv(self, num_blocks: Mapping[str, int], block_size: int) -> None:
         cfg = self.cfg
         self._drop_graph()  # it points at the old pages
+        while self._in_flight:  # an engine left steps running (it stopped early): nobody will take them
+            self.device.wait(self._in_flight.popleft().slot)
         for page in [*self.k_pages.values(), *self.v_pages.values()]:
             self.mem.free(page)
         self.k_pages, self.v_pages = {}, {}
@@ -115,55 +125,89 @@ class VulkanBackend(Backend):
                 self.v_pages[layer] = self.mem.alloc(size, f"layer {layer} V pages ({group.name})")
 
     def step(self, batch: StepBatch) -> StepResult:
+        if self._in_flight:
+            raise RuntimeError("step() with steps in flight: wait() for them first")
         self.submit(batch)
         return self.wait()
 
     def submit(self, batch: StepBatch) -> None:
-        """Write the step's inputs and start it; `wait` reads its sampled ids."""
+        """Write the step's inputs into the free input set and start it; `wait` reads its sampled
+        ids. With the step before still running, this one's sourced tokens are read on the device
+        from that step's ids (embed.comp), and the queue runs it right after (graph.py's barrier)."""
         cfg = self.cfg
+        if len(self._in_flight) >= self.MAX_IN_FLIGHT:
+            raise RuntimeError(f"{self.MAX_IN_FLIGHT} steps are already in flight")
         T, S = batch.num_tokens, batch.num_seqs
         last = batch.seq_starts[1:] - 1
         rows = np.arange(T, dtype=np.int32) if batch.return_logits else last[batch.sample].astype(np.int32)
         R = len(rows)
-        self._ensure(Capacity(T, S, max(R, 1), tuple((g, t.shape[1]) for g, t in batch.block_tables.items())))
-        b = self.buffers
+        need = Capacity(T, S, max(R, 1), tuple((g, t.shape[1]) for g, t in batch.block_tables.items()))
+        grows = self.buffers is None or not self.buffers.capacity.covers(need)
+        before = self._in_flight[-1] if self._in_flight else None
+        if before is not None and grows:
+            self._finish(before)  # its ids must be read before the buffers go
+        token_ids = batch.token_ids
+        if batch.token_sources is not None:
+            fed = batch.token_sources >= 0
+            token_ids = token_ids.copy()
+            if before is not None and before.result is None:  # -1 - its ids row, for embed.comp
+                token_ids[fed] = -1 - before.id_rows[batch.token_sources[fed]]
+            else:
+                token_ids[fed] = (self._last_ids if before is None else before.result.token_ids)[batch.token_sources[fed]]
+        self._ensure(need)
+        slot = self._next_slot
+        self._next_slot = 1 - slot
+        b, graph, view = self.buffers.inputs[slot], self.graphs[slot], StepBuffers.view
         vocab_limit = batch.sampling.vocab_size if batch.sampling is not None and batch.sampling.vocab_size else cfg.vocab_size
-        b.view(b.meta, np.uint32, 4)[:] = (T, S, R, vocab_limit)
-        b.view(b.tokens, np.int32, T)[:] = batch.token_ids
-        b.view(b.positions, np.int32, T)[:] = batch.positions
-        b.view(b.token_seq, np.int32, T)[:] = np.repeat(np.arange(S, dtype=np.int32), np.diff(batch.seq_starts))
-        b.view(b.rows, np.int32, R)[:] = rows
+        view(b.meta, np.uint32, 4)[:] = (T, S, R, vocab_limit)
+        view(b.tokens, np.int32, T)[:] = token_ids
+        view(b.positions, np.int32, T)[:] = batch.positions
+        view(b.token_seq, np.int32, T)[:] = np.repeat(np.arange(S, dtype=np.int32), np.diff(batch.seq_starts))
+        view(b.rows, np.int32, R)[:] = rows
         for group, table in batch.block_tables.items():
-            width = dict(b.capacity.widths)[group]
-            b.view(b.slots[group], np.int32, T)[:] = batch.slots[group]
-            b.view(b.tables[group], np.int32, S * width).reshape(S, width)[:, : table.shape[1]] = table
-        params = b.view(b.params, PARAMS_DTYPE, R)
+            width = dict(self.buffers.capacity.widths)[group]
+            view(b.slots[group], np.int32, T)[:] = batch.slots[group]
+            view(b.tables[group], np.int32, S * width).reshape(S, width)[:, : table.shape[1]] = table
+        params = view(b.params, PARAMS_DTYPE, R)
         seq_of_row = np.searchsorted(batch.seq_starts, rows, side="right") - 1
         _fill_params(params, batch, seq_of_row, rows == last[seq_of_row])
-        b.view(b.grids, np.uint32, b.grids.size // 4)[:] = self.graph.grids(T, R, batch.positions).ravel()
-        self.device.submit(self.graph.command_buffer(T))
-        self._submitted = (batch, R, last)
+        view(b.grids, np.uint32, b.grids.size // 4)[:] = graph.grids(T, R, batch.positions).ravel()
+        self.device.submit(graph.command_buffer(T), slot)
+        id_rows = last if batch.return_logits else np.cumsum(batch.sample) - 1  # each sequence's sampled id
+        self._in_flight.append(_InFlight(slot, batch, rows, id_rows))
 
     def wait(self) -> StepResult:
-        cfg, b = self.cfg, self.buffers
-        (batch, R, last), self._submitted = self._submitted, None
-        T, S = batch.num_tokens, batch.num_seqs
-        self.device.wait()
-        ids = b.view(b.ids, np.int32, R).copy()
-        next_ids = np.full(S, -1, np.int32)
+        step = self._finish(self._in_flight.popleft())
+        self._last_ids, self._last_seconds, self._last_profile = step.result.token_ids, step.seconds, step.profile
+        return step.result
+
+    def _finish(self, step: _InFlight) -> _InFlight:
+        """Wait for `step` (the oldest in flight) and read its results and timestamps, once."""
+        if step.result is not None:
+            return step
+        cfg, b, graph, batch = self.cfg, self.buffers.inputs[step.slot], self.graphs[step.slot], step.batch
+        self.device.wait(step.slot)
+        ids = StepBuffers.view(b.ids, np.int32, len(step.rows)).copy()
+        step.seconds = graph.device_seconds()
+        step.profile = graph.profile_seconds() if self.profile else {"step": step.seconds}
+        next_ids = np.full(batch.num_seqs, -1, np.int32)
         if batch.return_logits:
-            next_ids[batch.sample] = ids[last[batch.sample]]
-            logits = self.mem.download(b.logits, 4 * T * cfg.vocab_size).view(np.float32).reshape(T, cfg.vocab_size)
-            return StepResult(next_ids, logits)
-        next_ids[batch.sample] = ids
-        return StepResult(next_ids)
+            T = batch.num_tokens
+            next_ids[batch.sample] = ids[step.id_rows[batch.sample]]
+            logits = self.mem.download(self.buffers.logits, 4 * T * cfg.vocab_size).view(np.float32).reshape(T, cfg.vocab_size)
+            step.result = StepResult(next_ids, logits)
+        else:
+            next_ids[batch.sample] = ids
+            step.result = StepResult(next_ids)
+        return step
 
     def last_step_device_seconds(self) -> float | None:
-        return self.graph.device_seconds() if self.graph is not None else None
+        return self._last_seconds
 
     def profile_seconds(self) -> dict[str, float]:
-        """GPU seconds of the last step per kernel (all in "step" unless built with `profile`)."""
-        return self.graph.profile_seconds() if self.graph is not None else {}
+        """GPU seconds of the last step `wait` returned, per kernel (all in "step" unless built
+        with `profile`)."""
+        return dict(self._last_profile)
 
     def peak_memory(self) -> int:
         return self.mem.peak
@@ -172,7 +216,8 @@ class VulkanBackend(Backend):
         return measure_read_bandwidth(self.kernels, self.mem, nbytes)
 
     def _ensure(self, need: Capacity) -> None:
-        """Grow the step buffers (and record the graph again) when this step does not fit."""
+        """Grow the step buffers (and record the graphs again) when this step does not fit (no
+        step may be running: `submit` finishes the one before first)."""
         if self.buffers is not None and self.buffers.capacity.covers(need):
             return
         if not self.k_pages:
@@ -182,28 +227,44 @@ class VulkanBackend(Backend):
         self._drop_graph()
         coop = self.coop_min_chunk if self.device.coopmat else None
         self.buffers = StepBuffers(self.cfg, self.mem, capacity, self.block_size, self.attention_chunk, coop)
-        self.graph = StepGraph(self.cfg, self.kernels, self.weights, self.buffers, self.k_pages, self.v_pages,
-                               self.inv_freq, KV_VARIANTS[self.kv_dtype], self.block_size, self.attention_chunk, self.profile, coop)
+        self.graphs = [StepGraph(self.cfg, self.kernels, self.weights, self.buffers, self.k_pages, self.v_pages,
+                                 self.inv_freq, KV_VARIANTS[self.kv_dtype], self.block_size, self.attention_chunk,
+                                 self.profile, coop, slot) for slot in (0, 1)]
 
     def _drop_graph(self) -> None:
-        """Free the recorded step and its buffers; the next step records them again."""
-        if self.graph is not None:
+        """Free the recorded steps and their buffers; the next step records them again."""
+        if self.buffers is not None:
             self.device.vk.vkDeviceWaitIdle(self.device.device)
-            self.graph.free()
+            for graph in self.graphs:
+                graph.free()
             self.buffers.free()
             self.kernels.reset_sets()
-            self.graph = self.buffers = None
+            self.graphs, self.buffers = [], None
 
     def close(self) -> None:
         """Release every device resource (also done at interpreter exit by the driver)."""
         if self.device.device is None:
             return
         self.device.vk.vkDeviceWaitIdle(self.device.device)
-        if self.graph is not None:
-            self.graph.free()
+        for graph in self.graphs:
+            graph.free()
         self.kernels.close()
         self.mem.close()
         self.device.close()
+
+
+@dataclass
+class _InFlight:
+    """A submitted step: its input set, its logits rows, the ids row of each sequence's sampled
+    token, and once waited for, its result and GPU seconds (total, and per kernel)."""
+
+    slot: int
+    batch: StepBatch
+    rows: np.ndarray
+    id_rows: np.ndarray
+    result: StepResult | None = None
+    seconds: float | None = None
+    profile: dict[str, float] = field(default_factory=dict)
 
 
 def _fill_params(params: np.ndarray, batch: StepBatch, seq_of_row: np.ndarray, sampled: np.ndarray) -> None:

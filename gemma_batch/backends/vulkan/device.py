@@ -14,6 +14,7 @@ from . import coopmat
 from .errors import VulkanUnavailable
 
 DEVICE_ENV = "GEMMA_BATCH_VK_DEVICE"
+SYNC_FENCE = 2  # the fence of submit_and_wait; 0 and 1 are the steps in flight
 _TYPE_NAMES = {0: "other", 1: "integrated GPU", 2: "discrete GPU", 3: "virtual GPU", 4: "CPU"}
 _PREFERENCE = {2: 0, 1: 1, 3: 2, 4: 3, 0: 4}  # device type -> rank (lower is preferred)
 
@@ -220,7 +221,9 @@ class Device:
         self.command_pool = vk.vkCreateCommandPool(self.device, vk.VkCommandPoolCreateInfo(
             sType=vk.VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, queueFamilyIndex=self.queue_family,
             flags=vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT), None)
-        self.fence = vk.vkCreateFence(self.device, vk.VkFenceCreateInfo(sType=vk.VK_STRUCTURE_TYPE_FENCE_CREATE_INFO), None)
+        # A fence per step in flight (backend.submit: up to two), and one for submit_and_wait.
+        self.fences = [vk.vkCreateFence(self.device, vk.VkFenceCreateInfo(sType=vk.VK_STRUCTURE_TYPE_FENCE_CREATE_INFO), None)
+                       for _ in range(SYNC_FENCE + 1)]
         self.memory_properties = vk.vkGetPhysicalDeviceMemoryProperties(self.physical)
 
     def command_buffer(self):
@@ -229,20 +232,22 @@ class Device:
             sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, commandPool=self.command_pool,
             level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, commandBufferCount=1))[0]
 
-    def submit(self, command_buffer) -> None:
-        """Start `command_buffer` on the queue; `wait` returns when it is done (one at a time)."""
+    def submit(self, command_buffer, fence: int = 0) -> None:
+        """Start `command_buffer` on the queue; `wait(fence)` returns when it is done. Each fence
+        (0 .. SYNC_FENCE - 1) has one submission at a time; the queue runs them in order."""
         vk = self.vk
         vk.vkQueueSubmit(self.queue, 1, [vk.VkSubmitInfo(
-            sType=vk.VK_STRUCTURE_TYPE_SUBMIT_INFO, commandBufferCount=1, pCommandBuffers=[command_buffer])], self.fence)
+            sType=vk.VK_STRUCTURE_TYPE_SUBMIT_INFO, commandBufferCount=1, pCommandBuffers=[command_buffer])],
+            self.fences[fence])
 
-    def wait(self) -> None:
+    def wait(self, fence: int = 0) -> None:
         vk = self.vk
-        vk.vkWaitForFences(self.device, 1, [self.fence], vk.VK_TRUE, 2**63 - 1)
-        vk.vkResetFences(self.device, 1, [self.fence])
+        vk.vkWaitForFences(self.device, 1, [self.fences[fence]], vk.VK_TRUE, 2**63 - 1)
+        vk.vkResetFences(self.device, 1, [self.fences[fence]])
 
     def submit_and_wait(self, command_buffer) -> None:
-        self.submit(command_buffer)
-        self.wait()
+        self.submit(command_buffer, SYNC_FENCE)
+        self.wait(SYNC_FENCE)
 
     def heap_budget(self) -> tuple[int, int] | None:
         """(budget, usage) of the largest device-local heap from VK_EXT_memory_budget, if present."""
@@ -262,7 +267,8 @@ class Device:
         vk = self.vk
         if getattr(self, "device", None) is not None:
             vk.vkDeviceWaitIdle(self.device)
-            vk.vkDestroyFence(self.device, self.fence, None)
+            for fence in self.fences:
+                vk.vkDestroyFence(self.device, fence, None)
             vk.vkDestroyCommandPool(self.device, self.command_pool, None)
             vk.vkDestroyDevice(self.device, None)
             self.device = None

@@ -7,12 +7,15 @@ Nothing in the recording depends on the step's size: kernels read T, S and R fro
 header and every dispatch takes its grid from the indirect buffer, which the host fills per step
 (`grids`). The command buffer is recorded again only when the step buffers grow. (The
 cooperative path records two, for steps of up to COOP_FOLD_ROWS tokens and for longer ones,
-whose matmuls use another tile: `command_buffer(T)` picks.)
+whose matmuls use another tile: `command_buffer(T)` picks.) The backend keeps a graph per input
+set (step_buffers.StepInputs), so that a step can be submitted while the one before it runs;
+a barrier at the start of each recording orders it after that step.
 
 Per step (shapes for T tokens, R logits rows):
 
     fill counters    0 (the matmul epilogues' and the attention merge's counters)
-    embed            x [T, H]          = E[tokens] * sqrt(H)
+    embed            x [T, H]          = E[tokens] * sqrt(H)   (a token id -1 - r: row r of the ids
+                                         the step before sampled, read from the other input set)
     per layer:
       matmul norm_qk_rope
                      qkv [T, q+2kv]    = rms(x)(1 + input_ln) . Wqkv, then per head: QK-norm, RoPE,
@@ -59,7 +62,7 @@ MAX_GROUPS_X = 32768
 
 
 class StepGraph:
-    """Records the step once; `grids(T, R, positions)` gives the indirect grid of every dispatch."""
+    """Records the step once per input set; `grids(T, R, positions)` gives the indirect grid of every dispatch."""
 
     def __init__(
         self,
@@ -75,10 +78,13 @@ class StepGraph:
         attention_chunk: int,
         profile: bool = False,
         coop_min_chunk: int | None = None,
+        slot: int = 0,
     ) -> None:
         """`coop_min_chunk`: the cooperative-matrix path's shortest K chunk (kernels.coop_chunks),
-        None to run every matmul on matmul.comp."""
+        None to run every matmul on matmul.comp. `slot`: which of the buffers' two input sets
+        this recording reads (the other set's sampled ids feed its sourced tokens)."""
         self.cfg, self.kernels, self.w, self.b = cfg, kernels, weights, buffers
+        self.inp, self.prev_ids = buffers.inputs[slot], buffers.inputs[1 - slot].ids
         self.attention_chunk = attention_chunk  # the smallest chunk span (attention.py)
         self.k_pages, self.v_pages, self.inv_freq = k_pages, v_pages, inv_freq
         self.kv_name = kv_dtype  # the suffix of the KV-page kernel variants
@@ -141,8 +147,8 @@ class StepGraph:
         return out
 
     def _dispatch(self, name: str, buffers: dict[int, Buffer], push: dict, grid: tuple[str, int]) -> None:
-        dset = self.kernels.descriptor_set({META_BINDING: self.b.meta, **buffers}, self.b.dummy)
-        self.kernels.record(self.cb, name, dset, push, self.b.grids, self._grid(*grid))
+        dset = self.kernels.descriptor_set({META_BINDING: self.inp.meta, **buffers}, self.b.dummy)
+        self.kernels.record(self.cb, name, dset, push, self.inp.grids, self._grid(*grid))
         if self.profile:
             self._stamp(name)
 
@@ -198,7 +204,7 @@ class StepGraph:
         count = "rows" if rows else "tokens"
         if not presplit:
             inputs = {1: x, 2: b.split, 4: b.split_scale, **({3: norm} if norm is not None else {}),
-                      **({5: b.rows} if rows else {})}
+                      **({5: self.inp.rows} if rows else {})}
             self._dispatch(split, inputs, {"K": K, "eps": cfg.rms_norm_eps}, (count, 1))
         cols = 2 * N if gated else N
         chunks = coop_chunks(cols, K, self.coop_min_chunk)
@@ -222,9 +228,16 @@ class StepGraph:
                         "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim}, (count, groups))
 
     def _record(self) -> None:
-        vk, cfg, b, w = self.kernels.vk, self.cfg, self.b, self.w
+        vk, cfg, b, inp, w = self.kernels.vk, self.cfg, self.b, self.inp, self.w
         H, I = cfg.hidden_size, cfg.intermediate_size
         vk.vkBeginCommandBuffer(self.cb, vk.VkCommandBufferBeginInfo(sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO))
+        # The step before may still be running (submitted ahead, backend.submit): wait for its
+        # shader writes (scratch, KV pages, its sampled ids) before this step writes or reads them.
+        before = vk.VkMemoryBarrier(sType=vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER, srcAccessMask=vk.VK_ACCESS_SHADER_WRITE_BIT,
+                                    dstAccessMask=vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT)
+        vk.vkCmdPipelineBarrier(self.cb, vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                                vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | vk.VK_PIPELINE_STAGE_TRANSFER_BIT,
+                                0, 1, [before], 0, None, 0, None)
         self.stamps.reset(self.cb)
         self.stamps.write(self.cb, 0)
         vk.vkCmdFillBuffer(self.cb, b.counters.handle, 0, b.counters.size, 0)
@@ -233,7 +246,8 @@ class StepGraph:
                                     dstAccessMask=vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT)
         vk.vkCmdPipelineBarrier(self.cb, vk.VK_PIPELINE_STAGE_TRANSFER_BIT, vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                                 0, 1, [filled], 0, None, 0, None)
-        self._dispatch(f"embed_{w.dtype(-1, 'embed').lower()}", {0: w.buffer(-1, "embed"), 1: b.tokens, 2: b.x},
+        self._dispatch(f"embed_{w.dtype(-1, 'embed').lower()}",
+                       {0: w.buffer(-1, "embed"), 1: inp.tokens, 2: b.x, 3: self.prev_ids},
                        {"H": H, "scale": cfg.embed_scale, "V": cfg.vocab_size}, ("tokens", 1))
         groups = {layer: g for g in cfg.kv_groups() for layer in g.layers}
         qkv_n = cfg.q_width + 2 * cfg.kv_width
@@ -246,12 +260,12 @@ class StepGraph:
             fuse_down = gate_coop and down_coop and I <= GATED_SPLIT_MAX_ROW  # gate/up's reduce splits down's
             fuse_qkv = down_coop and self._on_coop(layer + 1, "qkv", qkv_n, H)  # down's splits the next qkv's
             self._matmul(f"norm_qk_rope_{self.kv_name}", layer, "qkv", b.x, b.qkv, qkv_n, H,
-                         lw["input_layernorm"], {9: lw["qk_norm"], 10: b.q, 11: b.positions, 12: self.inv_freq[group.name],
-                                                 13: b.slots[group.name], 14: self.k_pages[layer], 15: self.v_pages[layer]},
+                         lw["input_layernorm"], {9: lw["qk_norm"], 10: b.q, 11: inp.positions, 12: self.inv_freq[group.name],
+                                                 13: inp.slots[group.name], 14: self.k_pages[layer], 15: self.v_pages[layer]},
                          presplit=qkv_presplit)
             width = dict(b.capacity.widths)[group.name]
             self._dispatch(f"attention_{self.kv_name}",
-                           {0: b.q, 1: b.attn, 2: b.positions, 3: b.token_seq, 4: b.tables[group.name],
+                           {0: b.q, 1: b.attn, 2: inp.positions, 3: inp.token_seq, 4: inp.tables[group.name],
                             5: b.part_acc, 6: self.k_pages[layer], 8: self.v_pages[layer], 9: b.part_ml,
                             10: b.attn_counters},
                            {"num_heads": cfg.num_heads, "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
@@ -267,8 +281,8 @@ class StepGraph:
                          extra={9: lw["post_feedforward_layernorm"], 10: b.x}, presplit=fuse_down,
                          split_next={3: w.layers[layer + 1]["input_layernorm"]} if fuse_qkv else None)
             qkv_presplit = fuse_qkv
-        self._matmul("norm_rows", -1, "lm_head", b.x, b.logits, cfg.vocab_size, H, w.buffer(-1, "norm"), {5: b.rows})
-        self._dispatch("sample", {0: b.logits, 1: b.params, 2: b.ids}, {"row_stride": cfg.vocab_size}, ("rows", 1))
+        self._matmul("norm_rows", -1, "lm_head", b.x, b.logits, cfg.vocab_size, H, w.buffer(-1, "norm"), {5: inp.rows})
+        self._dispatch("sample", {0: b.logits, 1: inp.params, 2: inp.ids}, {"row_stride": cfg.vocab_size}, ("rows", 1))
         if not self.profile:
             self._stamp("step")
         to_host = vk.VkMemoryBarrier(sType=vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER, srcAccessMask=vk.VK_ACCESS_SHADER_WRITE_BIT,

@@ -1,11 +1,13 @@
 """The buffers one step uses besides weights and KV pages, sized for a capacity that only grows.
 
-Host-visible inputs, written by the host before each submit (a few KiB per step):
+Host-visible inputs (`StepInputs`), written by the host before each submit (a few KiB per step):
 `meta` (the step header of common.glsl), `tokens`, `positions`, `token_seq` (sequence of each
 token), per KV group `slots` and `tables` ([S, width] block ids), `rows` (the flat token of each
 logits row), `params` (per-row sampling parameters), `grids` (the indirect dispatch sizes) and
-the output `ids`. Device-local scratch: the residual stream `x` [T, H], `qkv`, `q`, `attn`,
-`y` [T, H], `act` [T, I] and `logits` [R, V], all fp32; the `counters` of the matmul
+the output `ids`. There are two sets, used by turns, so that a step can be written and submitted
+while the one before it runs (its tokens may be read from the other set's `ids`: embed.comp).
+Device-local scratch, shared by the two (one step runs at a time): the residual stream `x`
+[T, H], `qkv`, `q`, `attn`, `y` [T, H], `act` [T, I] and `logits` [R, V], all fp32; the `counters` of the matmul
 epilogues (one per row tile and head, zeroed at the start of each step); and attention's partial
 results per (chunk, token, kv head), `part_acc` [records, G * hd] and `part_ml` [records, 2, G]
 (running max and sum), with `attn_counters` [T, nkv] (zeroed at the start of each step). Records
@@ -13,7 +15,7 @@ are T * nkv times the most chunks of any position the capacity's block tables ca
 (`attention.py`: at most MAX_CHUNKS; none when every context fits in one chunk).
 
 When a step needs more than the capacity, everything here is reallocated (doubling), and the
-backend records its command buffer again; steady state allocates nothing.
+backend records its command buffers again; steady state allocates nothing.
 """
 
 from __future__ import annotations
@@ -67,15 +69,15 @@ def coop_matmuls(cfg: Gemma3Config) -> dict[str, tuple[int, int, int, bool]]:
             "lm_head": (cfg.vocab_size, 1, cfg.hidden_size, True)}
 
 
-class StepBuffers:
-    def __init__(self, cfg: Gemma3Config, memory: Memory, capacity: Capacity, block_size: int,
-                 attention_chunk: int, coop_min_chunk: int | None = None) -> None:
-        """`coop_min_chunk`: with the cooperative-matrix path (coopmat.py), its shortest K chunk
-        (kernels.coop_chunks); None without it. Its buffers are sized for every matmul whose
-        shape fits, whatever its weights' dtype."""
-        self.cfg, self.mem, self.capacity = cfg, memory, capacity
+class StepInputs:
+    """One set of a step's host-visible inputs and its sampled ids (see the module doc)."""
+
+    def __init__(self, memory: Memory, capacity: Capacity, name: str) -> None:
         T, S, R = capacity.tokens, capacity.seqs, capacity.rows
-        host = memory.alloc_host
+
+        def host(size: int, what: str) -> Buffer:
+            return memory.alloc_host(size, f"{what} ({name})")
+
         self.meta = host(16, "step header")
         self.tokens = host(4 * T, "token ids")
         self.positions = host(4 * T, "positions")
@@ -86,6 +88,21 @@ class StepBuffers:
         self.ids = host(4 * R, "sampled ids")
         self.slots = {g: host(4 * T, f"{g} slots") for g, _ in capacity.widths}
         self.tables = {g: host(4 * S * w, f"{g} block tables") for g, w in capacity.widths}
+
+    def all(self) -> list[Buffer]:
+        return [self.meta, self.tokens, self.positions, self.token_seq, self.rows, self.params, self.grids,
+                self.ids, *self.slots.values(), *self.tables.values()]
+
+
+class StepBuffers:
+    def __init__(self, cfg: Gemma3Config, memory: Memory, capacity: Capacity, block_size: int,
+                 attention_chunk: int, coop_min_chunk: int | None = None) -> None:
+        """`coop_min_chunk`: with the cooperative-matrix path (coopmat.py), its shortest K chunk
+        (kernels.coop_chunks); None without it. Its buffers are sized for every matmul whose
+        shape fits, whatever its weights' dtype."""
+        self.cfg, self.mem, self.capacity = cfg, memory, capacity
+        T, R = capacity.tokens, capacity.rows
+        self.inputs = (StepInputs(memory, capacity, "set 0"), StepInputs(memory, capacity, "set 1"))
         dev = memory.alloc
         H, I, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
         qkv_width = cfg.q_width + 2 * cfg.kv_width
@@ -114,14 +131,12 @@ class StepBuffers:
         self.split_scale = dev(4 * M, "split row scales")
         self.partial = dev(4 * max([coop_partial_floats(m, N, coop_chunks(N, K, coop_min_chunk))
                                     for N, K, m in coop.values()], default=0), "matmul partial sums")
-        self.dummy = self.meta
+        self.dummy = self.inputs[0].meta
 
     def all(self) -> list[Buffer]:
-        named = [self.meta, self.tokens, self.positions, self.token_seq, self.rows, self.params, self.grids,
-                 self.ids, self.x, self.qkv, self.q, self.attn, self.y, self.act, self.logits,
-                 self.counters, self.part_acc, self.part_ml, self.attn_counters, self.split, self.split_scale,
-                 self.partial]
-        return named + list(self.slots.values()) + list(self.tables.values())
+        scratch = [self.x, self.qkv, self.q, self.attn, self.y, self.act, self.logits, self.counters, self.part_acc,
+                   self.part_ml, self.attn_counters, self.split, self.split_scale, self.partial]
+        return scratch + self.inputs[0].all() + self.inputs[1].all()
 
     def free(self) -> None:
         for buf in self.all():
