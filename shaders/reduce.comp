@@ -10,7 +10,7 @@
 //   EPI_QK_ROPE    a workgroup per (row, head): y, then QK-norm, RoPE, q out and the KV pages
 // and with SPLIT_NEXT, the next matmul's input written as split.comp would (split.glsl), which
 // saves that dispatch: after EPI_NORM_ADD, the new x_res row RMS-normalised with (1 + g_next);
-// with GATED (a workgroup per row), act itself (not written to y).
+// with GATED (pieces of a row in parallel, the last to finish splitting it), act itself.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_EXT_control_flow_attributes : require
@@ -19,9 +19,8 @@
 #include "workgroup.glsl"
 
 #if defined(EPI_NORM_ADD) || (defined(GATED) && defined(SPLIT_NEXT))
-#define WG 512                // a workgroup per row: many loads in flight at batch 1
+#define WG 512                // EPI_NORM_ADD: a workgroup per row, many loads in flight at batch 1
 #define EPI_VEC 3             // rows of up to 3 * 4 * 512 = kernels.POST_NORM_MAX_ROW values
-#define ACT_VEC 12            // GATED rows of up to 12 * 4 * 512 = kernels.GATED_SPLIT_MAX_ROW values
 #else
 #define WG 128
 #endif
@@ -43,6 +42,10 @@ layout(std430, binding = 4) readonly buffer Scaleb { float scale[]; };
 #define EPILOGUE
 layout(std430, binding = 2) coherent buffer Yb { float y[]; };
 layout(std430, binding = 9) readonly buffer Eb { float g_epi[]; };
+#elif defined(GATED) && defined(SPLIT_NEXT)
+layout(std430, binding = 2) coherent buffer Yb { vec4 act4[]; };      // act, read back by the row's last workgroup
+layout(std430, binding = 6) coherent buffer Rb { uint row_sync[]; };  // [2 M]: max |act| bits, then workgroups done
+shared bool last_of_row;
 #else
 layout(std430, binding = 2) writeonly buffer Yb { float y[]; };
 #endif
@@ -140,28 +143,57 @@ void main() {
     SPLIT_ROW(EPI_VEC, m, v);
 #endif
 #elif defined(GATED) && defined(SPLIT_NEXT)
-    // act for the whole row into registers (chunks in order, as gather()), then split.
-    uint m = id;
+    // A row in pieces of 4 WG columns, a workgroup each (kernels.gated_split_pieces): act of the
+    // piece (chunks in order, as gather()) to act4, its max |act| into row_sync; the row's last
+    // workgroup to finish then splits the whole row (act read back, still in cache) and resets
+    // row_sync (zeroed by the host at the start of the step). Which workgroup is last does not
+    // change a bit: the max is exact and the split reads the same values.
+    uint pieces = (pc.N + 4 * WG - 1) / (4 * WG), m = id / pieces, n4 = (id % pieces) * WG + tid;
     if (m >= M) return;
-    uint chunks = M > FOLD_ROWS ? 1u : pc.chunks;
-    uint slot4 = (M + BM - 1) / BM * BM * 2 * pc.N / 4, row4 = m * 2 * pc.N / 4, up4 = pc.N / 4;
-    vec4 v[ACT_VEC];
-    float sc = scale[m];
-    [[unroll]] for (uint i = 0; i < ACT_VEC; i++) {
-        uint n4 = i * WG + tid;
-        v[i] = vec4(0.0);
-        if (4 * n4 >= pc.N) continue;
-        vec4 g = part4[row4 + n4], u = part4[row4 + up4 + n4];
+    uint chunks = M > FOLD_ROWS ? 1u : pc.chunks, row_n4 = pc.N / 4;
+    uint slot4 = (M + BM - 1) / BM * BM * 2 * row_n4, row4 = m * 2 * row_n4;
+    float mx = 0.0;
+    if (n4 < row_n4) {
+        vec4 g = part4[row4 + n4], u = part4[row4 + row_n4 + n4];
         for (uint c = 1; c < chunks; c++) {
             g += part4[c * slot4 + row4 + n4];
-            u += part4[c * slot4 + row4 + up4 + n4];
+            u += part4[c * slot4 + row4 + row_n4 + n4];
         }
-        g *= sc;
-        u *= sc;
-        v[i] = vec4(gelu_tanh(g.x), gelu_tanh(g.y), gelu_tanh(g.z), gelu_tanh(g.w)) * u;
+        g *= scale[m];
+        u *= scale[m];
+        vec4 a = vec4(gelu_tanh(g.x), gelu_tanh(g.y), gelu_tanh(g.z), gelu_tanh(g.w)) * u;
+        act4[m * row_n4 + n4] = a;
+        a = abs(a);
+        mx = max(max(a.x, a.y), max(a.z, a.w));
     }
-#define NORM_NEXT false
-    SPLIT_ROW(ACT_VEC, m, v);
+    mx = workgroup_max(mx);
+    if (tid == 0) atomicMax(row_sync[m], floatBitsToUint(mx));  // non-negative floats order as their bits
+    memoryBarrierBuffer();  // this piece's act and max are visible before it counts itself done
+    barrier();
+    if (tid == 0) last_of_row = atomicAdd(row_sync[M + m], 1u) == pieces - 1u;
+    barrier();
+    if (!last_of_row) return;
+    memoryBarrierBuffer();
+    float s = split_scale(uintBitsToFloat(atomicOr(row_sync[m], 0u)));
+    for (uint i4 = tid; i4 < row_n4 / 2; i4 += WG) {  // two vec4 (8 values, 4 words of hi and of lo) each
+        vec4 a = act4[m * row_n4 + 2 * i4] * s, b = act4[m * row_n4 + 2 * i4 + 1] * s;
+        uvec2 w0 = split_words(a.xy), w1 = split_words(a.zw), w2 = split_words(b.xy), w3 = split_words(b.zw);
+        uint at = m * pc.N + 4 * i4;
+        out_words[at] = w0.x;
+        out_words[at + 1] = w1.x;
+        out_words[at + 2] = w2.x;
+        out_words[at + 3] = w3.x;
+        out_words[at + pc.N / 2] = w0.y;
+        out_words[at + pc.N / 2 + 1] = w1.y;
+        out_words[at + pc.N / 2 + 2] = w2.y;
+        out_words[at + pc.N / 2 + 3] = w3.y;
+    }
+    barrier();  // every invocation has read row_sync[m] before it is reset
+    if (tid == 0) {
+        scale[m] = 1.0 / s;
+        row_sync[m] = 0u;
+        row_sync[M + m] = 0u;
+    }
 #elif defined(EPI_QK_ROPE)
     uint heads = pc.num_heads + 2 * pc.num_kv_heads, m = id / heads, h = id % heads;
     if (m >= M) return;

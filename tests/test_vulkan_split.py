@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from gemma_batch.backends.vulkan.device import Device
-from gemma_batch.backends.vulkan.kernels import Kernels
+from gemma_batch.backends.vulkan.kernels import GATED_SPLIT_PIECE, Kernels
 from gemma_batch.backends.vulkan.memory import Memory
 from gemma_batch.backends.vulkan.weights import fp16_tiles
 from gemma_batch.model.checkpoint import Tensor
@@ -109,16 +109,17 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
 
 def run_fused_reduce(variant: str, part: np.ndarray, scale: np.ndarray, N: int, eps: float,
                      buffers: dict[int, np.ndarray]) -> dict[str, np.ndarray]:
-    """One dispatch of reduce.comp's SPLIT_NEXT `variant` (a workgroup per row) over partial sums
-    `part` [chunks, Mpad, width] and the input scales; returns the split (hi + lo as fp32 [M, N]),
-    the new scales and the buffers at bindings 10 (x_res) after the dispatch."""
+    """One dispatch of reduce.comp's SPLIT_NEXT `variant` (a workgroup per row, or per
+    GATED_SPLIT_PIECE columns of a row for the gated one) over partial sums `part` [chunks, Mpad,
+    width] and the input scales; returns the split (hi + lo as fp32 [M, N]), the new scales, the
+    buffers at bindings 10 (x_res) and 6 (row_sync, zeroed before) after the dispatch."""
     device = Device()
     mem, kernels = Memory(device), Kernels(device)
     try:
         chunks, M = part.shape[0], len(scale)
         meta = mem.alloc_host(16, "meta")
         meta.array[:16] = np.array([M, 1, M, 0], np.uint32).view(np.uint8)
-        arrays = {0: part, 4: scale, **buffers}
+        arrays = {0: part, 4: scale, 6: np.zeros(2 * M, np.uint32), **buffers}
         bufs = {b: mem.alloc(a.nbytes, f"binding {b}") for b, a in arrays.items()}
         for b, a in arrays.items():
             mem.upload(bufs[b], a)
@@ -127,11 +128,13 @@ def run_fused_reduce(variant: str, part: np.ndarray, scale: np.ndarray, N: int, 
         vk = device.vk
         vk.vkBeginCommandBuffer(cb, vk.VkCommandBufferBeginInfo(sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO))
         kernels.record_direct(cb, variant, kernels.descriptor_set(bufs, meta),
-                              {"N": N, "chunks": chunks, "eps": eps, "num_heads": 0, "num_kv_heads": 0, "head_dim": 0}, M)
+                              {"N": N, "chunks": chunks, "eps": eps, "num_heads": 0, "num_kv_heads": 0, "head_dim": 0},
+                              M * (-(-N // GATED_SPLIT_PIECE) if variant == "reduce_gated_split" else 1))
         vk.vkEndCommandBuffer(cb)
         device.submit_and_wait(cb)
         halves = mem.download(bufs[5]).view(np.float16).reshape(M, 2, N).astype(np.float32)
-        out = {"split": halves[:, 0] + halves[:, 1], "scale": mem.download(bufs[4]).view(np.float32)}
+        out = {"split": halves[:, 0] + halves[:, 1], "scale": mem.download(bufs[4]).view(np.float32),
+               "row_sync": mem.download(bufs[6]).view(np.uint32)}
         if 10 in buffers:
             out["x_res"] = mem.download(bufs[10]).view(np.float32).reshape(M, N)
         return out
@@ -143,13 +146,14 @@ def run_fused_reduce(variant: str, part: np.ndarray, scale: np.ndarray, N: int, 
 
 @pytest.mark.parametrize("variant", ["reduce_post_norm_split", "reduce_gated_split"])
 def test_reduces_that_write_the_next_split_match_float64(variant):
-    """The fused reduces (graph.py: o, gate/up and down write the next matmul's split) against
+    """The fused reduces (graph.py: o, gate/up and down write the next matmul's split; gate/up's
+    a row in 3 pieces, the last to finish splitting it) against
     float64 of the same fp32 inputs: the new residual to 1e-6 of its row's largest value (fp32
     sums), and the split to 2^-20 of the row's largest value (split.comp's 2^-21, doubled for the
     fp32 arithmetic before it)."""
     rng = np.random.default_rng(3)
-    M, N, chunks, eps = 5, 640, 3, 1e-6
     gated = variant == "reduce_gated_split"
+    M, N, chunks, eps = 5, 2 * GATED_SPLIT_PIECE + 64 if gated else 640, 3, 1e-6  # gated: 3 pieces a row
     width = 2 * N if gated else N
     part = rng.standard_normal((chunks, 32, width)).astype(np.float32) * 50
     scale = np.float32(2.0) ** rng.integers(-12, -2, M).astype(np.float32)
@@ -170,6 +174,7 @@ def test_reduces_that_write_the_next_split_match_float64(variant):
     assert np.all(np.log2(s) == np.round(np.log2(s))) and np.all((peak / s >= 2.0**14 * (1 - 1e-6)) & (peak / s < 2.0**15))
     err = np.abs(out["split"] * s[:, None] - v).max(axis=1) / peak
     assert np.all(err <= 2.0**-20), err
+    assert not out["row_sync"].any()  # the last piece of each row reset them for the next layer
     if not gated:
         res_err = np.abs(out["x_res"] - new_res).max(axis=1) / np.abs(new_res).max(axis=1)
         assert np.all(res_err <= 1e-6), res_err

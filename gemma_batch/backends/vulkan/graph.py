@@ -51,7 +51,7 @@ import numpy as np
 from ...model.config import Gemma3Config
 from .attention import most_chunks
 from .kernels import (COOP_DTYPES, COOP_FOLD_ROWS, COOP_FOLD_TILE_ROWS, COOP_KINDS, COOP_REDUCE_WG, COOP_ROWS,
-                      GATED_SPLIT_MAX_ROW, MATMUL_ROWS, META_BINDING, Kernels, coop_chunks, coop_cols, coop_fits, coop_variant,
+                      GATED_SPLIT_PIECE, MATMUL_ROWS, META_BINDING, Kernels, coop_chunks, coop_cols, coop_fits, coop_variant,
                       matmul_cols, matmul_variant)
 from .memory import Buffer
 from .step_buffers import GRID_SLOTS, StepBuffers
@@ -218,8 +218,10 @@ class StepGraph:
             self._dispatch(coop_variant(gemm, dtype, fold), {**weights, 1: b.split, 2: b.partial},
                            {"N": cols, "K": K, "kchunk": K // chunks, "group": self.w.group}, grid)
         epilogue = {} if gated or rows else (extra or {})  # the post-norm's or QK-norm/RoPE/KV buffers
-        if split_next is not None:  # a workgroup per row, which also writes the next input's split
-            reduce, groups, epilogue = f"{reduce}_split", 1, {**epilogue, 5: b.split, **split_next}
+        if split_next is not None:  # also writes the next input's split: a workgroup per row, or
+            # per GATED_SPLIT_PIECE columns of a row (the last to finish splits it, using row_sync)
+            groups = -(-N // GATED_SPLIT_PIECE) if gated else 1
+            reduce, epilogue = f"{reduce}_split", {**epilogue, 5: b.split, 6: b.row_sync, **split_next}
         else:
             groups = {"reduce_post_norm": 1, "reduce_gated": -(-N // COOP_REDUCE_WG),
                       "reduce_rows": -(-N // COOP_REDUCE_WG)}.get(reduce, cfg.num_heads + 2 * cfg.num_kv_heads)
@@ -242,6 +244,7 @@ class StepGraph:
         self.stamps.write(self.cb, 0)
         vk.vkCmdFillBuffer(self.cb, b.counters.handle, 0, b.counters.size, 0)
         vk.vkCmdFillBuffer(self.cb, b.attn_counters.handle, 0, b.attn_counters.size, 0)
+        vk.vkCmdFillBuffer(self.cb, b.row_sync.handle, 0, b.row_sync.size, 0)
         filled = vk.VkMemoryBarrier(sType=vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER, srcAccessMask=vk.VK_ACCESS_TRANSFER_WRITE_BIT,
                                     dstAccessMask=vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT)
         vk.vkCmdPipelineBarrier(self.cb, vk.VK_PIPELINE_STAGE_TRANSFER_BIT, vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
@@ -257,7 +260,7 @@ class StepGraph:
             o_coop, gate_coop = self._on_coop(layer, "o_proj", H, cfg.q_width), self._on_coop(layer, "gate_proj", I, H)
             down_coop = self._on_coop(layer, "down_proj", H, I)
             fuse_gate = o_coop and gate_coop  # o's reduce splits gate/up's input
-            fuse_down = gate_coop and down_coop and I <= GATED_SPLIT_MAX_ROW  # gate/up's reduce splits down's
+            fuse_down = gate_coop and down_coop  # gate/up's reduce splits down's
             fuse_qkv = down_coop and self._on_coop(layer + 1, "qkv", qkv_n, H)  # down's splits the next qkv's
             self._matmul(f"norm_qk_rope_{self.kv_name}", layer, "qkv", b.x, b.qkv, qkv_n, H,
                          lw["input_layernorm"], {9: lw["qk_norm"], 10: b.q, 11: inp.positions, 12: self.inv_freq[group.name],

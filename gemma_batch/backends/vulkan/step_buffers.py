@@ -129,13 +129,14 @@ class StepBuffers:
         M = max(T, R) if coop else 0
         self.split = dev(4 * M * max([K for _, K, _ in coop.values()], default=0), "split matmul inputs")
         self.split_scale = dev(4 * M, "split row scales")
+        self.row_sync = dev(4 * 2 * max(M, 1), "row maxima and counters (reduce_gated_split)")
         self.partial = dev(4 * max([coop_partial_floats(m, N, coop_chunks(N, K, coop_min_chunk))
                                     for N, K, m in coop.values()], default=0), "matmul partial sums")
         self.dummy = self.inputs[0].meta
 
     def all(self) -> list[Buffer]:
         scratch = [self.x, self.qkv, self.q, self.attn, self.y, self.act, self.logits, self.counters, self.part_acc,
-                   self.part_ml, self.attn_counters, self.split, self.split_scale, self.partial]
+                   self.part_ml, self.attn_counters, self.split, self.split_scale, self.row_sync, self.partial]
         return scratch + self.inputs[0].all() + self.inputs[1].all()
 
     def free(self) -> None:
