@@ -10,7 +10,8 @@
 //   EPI_QK_ROPE    a workgroup per (row, head): y, then QK-norm, RoPE, q out and the KV pages
 // and with SPLIT_NEXT, the next matmul's input written as split.comp would (split.glsl), which
 // saves that dispatch: after EPI_NORM_ADD, the new x_res row RMS-normalised with (1 + g_next);
-// with GATED (pieces of a row in parallel, the last to finish splitting it), act itself.
+// with GATED (a workgroup per row, or at small batches pieces of a row in parallel, the last to
+// finish splitting it), act itself.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_EXT_control_flow_attributes : require
@@ -19,8 +20,10 @@
 #include "workgroup.glsl"
 
 #if defined(EPI_NORM_ADD) || (defined(GATED) && defined(SPLIT_NEXT))
-#define WG 512                // EPI_NORM_ADD: a workgroup per row, many loads in flight at batch 1
+#define WG 512                // a workgroup per row (or piece of one): many loads in flight at batch 1
 #define EPI_VEC 3             // rows of up to 3 * 4 * 512 = kernels.POST_NORM_MAX_ROW values
+#define ACT_VEC 12            // GATED rows of up to 12 * 4 * 512 = kernels.GATED_SPLIT_MAX_ROW values
+#define PIECE_ROWS 8          // kernels.GATED_PIECE_ROWS
 #else
 #define WG 128
 #endif
@@ -143,13 +146,38 @@ void main() {
     SPLIT_ROW(EPI_VEC, m, v);
 #endif
 #elif defined(GATED) && defined(SPLIT_NEXT)
-    // A row in pieces of 4 WG columns, a workgroup each (kernels.gated_split_pieces): act of the
+    // Steps of up to PIECE_ROWS rows (decode at small batches, where a workgroup per row leaves
+    // most of the device idle): a row in pieces of 4 WG columns, a workgroup each; act of the
     // piece (chunks in order, as gather()) to act4, its max |act| into row_sync; the row's last
     // workgroup to finish then splits the whole row (act read back, still in cache) and resets
-    // row_sync (zeroed by the host at the start of the step). Which workgroup is last does not
-    // change a bit: the max is exact and the split reads the same values.
-    uint pieces = (pc.N + 4 * WG - 1) / (4 * WG), m = id / pieces, n4 = (id % pieces) * WG + tid;
+    // row_sync (zeroed by the host at the start of the step). Longer steps: a workgroup per row,
+    // act in registers. Neither the pieces nor which workgroup is last change a bit: the max is
+    // exact and the split reads the same values.
+    uint pieces = M <= PIECE_ROWS ? (pc.N + 4 * WG - 1) / (4 * WG) : 1u;  // kernels.gated_split_pieces
+    uint m = id / pieces, n4 = (id % pieces) * WG + tid;
     if (m >= M) return;
+    if (pieces == 1u) {
+        uint chunks = M > FOLD_ROWS ? 1u : pc.chunks;
+        uint slot4 = (M + BM - 1) / BM * BM * 2 * pc.N / 4, row4 = m * 2 * pc.N / 4, up4 = pc.N / 4;
+        vec4 v[ACT_VEC];
+        float sc = scale[m];
+        [[unroll]] for (uint i = 0; i < ACT_VEC; i++) {
+            uint n4 = i * WG + tid;
+            v[i] = vec4(0.0);
+            if (4 * n4 >= pc.N) continue;
+            vec4 g = part4[row4 + n4], u = part4[row4 + up4 + n4];
+            for (uint c = 1; c < chunks; c++) {
+                g += part4[c * slot4 + row4 + n4];
+                u += part4[c * slot4 + row4 + up4 + n4];
+            }
+            g *= sc;
+            u *= sc;
+            v[i] = vec4(gelu_tanh(g.x), gelu_tanh(g.y), gelu_tanh(g.z), gelu_tanh(g.w)) * u;
+        }
+#define NORM_NEXT false
+        SPLIT_ROW(ACT_VEC, m, v);
+        return;
+    }
     uint chunks = M > FOLD_ROWS ? 1u : pc.chunks, row_n4 = pc.N / 4;
     uint slot4 = (M + BM - 1) / BM * BM * 2 * row_n4, row4 = m * 2 * row_n4;
     float mx = 0.0;

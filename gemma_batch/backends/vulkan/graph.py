@@ -51,7 +51,7 @@ import numpy as np
 from ...model.config import Gemma3Config
 from .attention import most_chunks
 from .kernels import (COOP_DTYPES, COOP_FOLD_ROWS, COOP_FOLD_TILE_ROWS, COOP_KINDS, COOP_REDUCE_WG, COOP_ROWS,
-                      GATED_SPLIT_PIECE, MATMUL_ROWS, META_BINDING, Kernels, coop_chunks, coop_cols, coop_fits, coop_variant,
+                      GATED_PIECE_ROWS, GATED_SPLIT_MAX_ROW, GATED_SPLIT_PIECE, MATMUL_ROWS, META_BINDING, Kernels, coop_chunks, coop_cols, coop_fits, coop_variant,
                       matmul_cols, matmul_variant)
 from .memory import Buffer
 from .step_buffers import GRID_SLOTS, StepBuffers
@@ -117,7 +117,8 @@ class StepGraph:
         "matmul_tokens" / "matmul_rows" (row tiles of M times n column tiles), "coop_tokens C" /
         "coop_rows C" (the same for the decode tiles, times their C chunks of K, and
         none above COOP_FOLD_ROWS rows), "coopfold_tokens" / "coopfold_rows" (the prefill tiles,
-        none up to COOP_FOLD_ROWS rows), "attention <group>" (T * n times the
+        none up to COOP_FOLD_ROWS rows), "pieces" (T * n up to GATED_PIECE_ROWS tokens, T
+        above), "attention <group>" (T * n times the
         step's most chunks of a token in that KV group)."""
         spec = (kind, n)
         if spec not in self._grid_specs:
@@ -138,6 +139,8 @@ class StepGraph:
                 count = -(-m // COOP_FOLD_TILE_ROWS) * n if m > COOP_FOLD_ROWS else 0
             elif kind.startswith("coop"):  # the decode tile: none above the fold
                 count = -(-m // COOP_ROWS) * n * int(kind.split()[1]) if m <= COOP_FOLD_ROWS else 0
+            elif kind == "pieces":  # reduce_gated_split: n pieces a row in small steps
+                count = m * (n if m <= GATED_PIECE_ROWS else 1)
             else:
                 count = m * n
             if kind.startswith("attention "):
@@ -218,10 +221,10 @@ class StepGraph:
             self._dispatch(coop_variant(gemm, dtype, fold), {**weights, 1: b.split, 2: b.partial},
                            {"N": cols, "K": K, "kchunk": K // chunks, "group": self.w.group}, grid)
         epilogue = {} if gated or rows else (extra or {})  # the post-norm's or QK-norm/RoPE/KV buffers
-        if split_next is not None:  # also writes the next input's split: a workgroup per row, or
-            # per GATED_SPLIT_PIECE columns of a row (the last to finish splits it, using row_sync)
-            groups = -(-N // GATED_SPLIT_PIECE) if gated else 1
+        if split_next is not None:  # also writes the next input's split: a workgroup per row (gated,
+            # in small steps: per GATED_SPLIT_PIECE columns of a row; the last splits it, using row_sync)
             reduce, epilogue = f"{reduce}_split", {**epilogue, 5: b.split, 6: b.row_sync, **split_next}
+            count, groups = ("pieces", -(-N // GATED_SPLIT_PIECE)) if gated else (count, 1)
         else:
             groups = {"reduce_post_norm": 1, "reduce_gated": -(-N // COOP_REDUCE_WG),
                       "reduce_rows": -(-N // COOP_REDUCE_WG)}.get(reduce, cfg.num_heads + 2 * cfg.num_kv_heads)
@@ -260,7 +263,7 @@ class StepGraph:
             o_coop, gate_coop = self._on_coop(layer, "o_proj", H, cfg.q_width), self._on_coop(layer, "gate_proj", I, H)
             down_coop = self._on_coop(layer, "down_proj", H, I)
             fuse_gate = o_coop and gate_coop  # o's reduce splits gate/up's input
-            fuse_down = gate_coop and down_coop  # gate/up's reduce splits down's
+            fuse_down = gate_coop and down_coop and I <= GATED_SPLIT_MAX_ROW  # gate/up's reduce splits down's
             fuse_qkv = down_coop and self._on_coop(layer + 1, "qkv", qkv_n, H)  # down's splits the next qkv's
             self._matmul(f"norm_qk_rope_{self.kv_name}", layer, "qkv", b.x, b.qkv, qkv_n, H,
                          lw["input_layernorm"], {9: lw["qk_norm"], 10: b.q, 11: inp.positions, 12: self.inv_freq[group.name],

@@ -82,7 +82,10 @@ COOP_FOLD_ROWS = 64  # FOLD_ROWS of matmul_coop.comp and reduce.comp
 COOP_TARGET_GROUPS = 512  # K is cut into chunks until a decode matmul has this many workgroups
 COOP_MIN_CHUNK = 256  # ... or until a chunk would be shorter than this
 COOP_REDUCE_WG = 128  # WG of reduce.comp's elementwise variants (gated, rows)
-GATED_SPLIT_PIECE = 4 * 512  # columns per workgroup of reduce_gated_split (4 WG of reduce.comp)
+GATED_SPLIT_MAX_ROW = 12 * 4 * 512  # ACT_VEC * 4 * WG of reduce.comp: the longest row reduce_gated_split holds
+# ... in steps of more than GATED_PIECE_ROWS rows; up to that, rows go in pieces of
+# GATED_SPLIT_PIECE columns, a workgroup each (4 WG of reduce.comp; PIECE_ROWS there)
+GATED_PIECE_ROWS, GATED_SPLIT_PIECE = 8, 4 * 512
 
 
 def coop_fits(N: int, K: int) -> bool:
