@@ -13,7 +13,7 @@ a barrier at the start of each recording orders it after that step.
 
 Per step (shapes for T tokens, R logits rows):
 
-    fill counters    0 (the matmul epilogues' and the attention merge's counters)
+    fill counters    0 (the matmul epilogues', the attention merge's and row_sync)
     embed            x [T, H]          = E[tokens] * sqrt(H)   (a token id -1 - r: row r of the ids
                                          the step before sampled, read from the other input set)
     per layer:
@@ -51,8 +51,8 @@ import numpy as np
 from ...model.config import Gemma3Config
 from .attention import most_chunks
 from .kernels import (COOP_DTYPES, COOP_FOLD_ROWS, COOP_FOLD_TILE_ROWS, COOP_KINDS, COOP_REDUCE_WG, COOP_ROWS,
-                      GATED_PIECE_ROWS, GATED_SPLIT_MAX_ROW, GATED_SPLIT_PIECE, MATMUL_ROWS, META_BINDING, Kernels, coop_chunks, coop_cols, coop_fits, coop_variant,
-                      matmul_cols, matmul_variant)
+                      GATED_PIECE_ROWS, GATED_SPLIT_MAX_ROW, GATED_SPLIT_PIECE, MATMUL_ROWS, META_BINDING, Kernels,
+                      coop_chunks, coop_cols, coop_fits, coop_variant, matmul_cols, matmul_variant)
 from .memory import Buffer
 from .step_buffers import GRID_SLOTS, StepBuffers
 from .timestamps import Timestamps
@@ -62,7 +62,8 @@ MAX_GROUPS_X = 32768
 
 
 class StepGraph:
-    """Records the step once per input set; `grids(T, R, positions)` gives the indirect grid of every dispatch."""
+    """Records the step for one input set; `grids(T, R, positions)` gives the indirect grid of
+    every dispatch."""
 
     def __init__(
         self,

@@ -7,8 +7,10 @@ logits row), `params` (per-row sampling parameters), `grids` (the indirect dispa
 the output `ids`. There are two sets, used by turns, so that a step can be written and submitted
 while the one before it runs (its tokens may be read from the other set's `ids`: embed.comp).
 Device-local scratch, shared by the two (one step runs at a time): the residual stream `x`
-[T, H], `qkv`, `q`, `attn`, `y` [T, H], `act` [T, I] and `logits` [R, V], all fp32; the `counters` of the matmul
-epilogues (one per row tile and head, zeroed at the start of each step); and attention's partial
+[T, H], `qkv`, `q`, `attn`, `y` [T, H], `act` [T, I] and `logits` [R, V], all fp32; the
+`counters` of the matmul epilogues (one per row tile and head) and `row_sync` (per row, the max
+and the finished pieces of reduce_gated_split), both zeroed at the start of each step; on the
+cooperative path the `split` inputs, their `split_scale` and the `partial` sums; and attention's partial
 results per (chunk, token, kv head), `part_acc` [records, G * hd] and `part_ml` [records, 2, G]
 (running max and sum), with `attn_counters` [T, nkv] (zeroed at the start of each step). Records
 are T * nkv times the most chunks of any position the capacity's block tables can hold
