@@ -68,6 +68,16 @@ class StepBatch:
     # sequence.PENDING there). Lets the engine submit a step before the one before it finished.
     token_sources: np.ndarray | None = None
 
+    def sourced_tokens(self, values: np.ndarray) -> np.ndarray:
+        """`token_ids` with each token named by `token_sources` taken from `values` [S of the
+        step before] at its sequence there."""
+        if self.token_sources is None:
+            return self.token_ids
+        fed = self.token_sources >= 0
+        out = self.token_ids.copy()
+        out[fed] = values[self.token_sources[fed]]
+        return out
+
     @property
     def num_seqs(self) -> int:
         return len(self.context_lens)
@@ -160,9 +170,7 @@ class Backend(ABC):
         """The result of the oldest step submitted and not yet waited for."""
         batch = self._submitted.popleft()
         if batch.token_sources is not None:
-            fed = batch.token_sources >= 0
-            batch.token_ids = batch.token_ids.copy()
-            batch.token_ids[fed] = self._last_ids[batch.token_sources[fed]]
+            batch.token_ids = batch.sourced_tokens(self._last_ids)
         result = self.step(batch)
         self._last_ids = result.token_ids
         return result

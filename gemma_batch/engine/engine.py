@@ -231,12 +231,10 @@ class Engine:
             if hits:
                 live.text = live.text[: min(hits)]
                 live.stopped_by_string = True
-                seq.finished = True
+                seq.end()
 
     def _finish(self, seq: Sequence) -> Completion:
         self.scheduler.finish(seq)  # (nothing to do if it left when its last token was scheduled)
-        if seq.num_pending:  # a stop string ended it: drop the place held in the step ahead
-            del seq.token_ids[-seq.num_pending:]
         live = self._live.pop(seq.seq_id)
         if live.detok is not None and not live.stopped_by_string:
             live.text += live.detok.flush()

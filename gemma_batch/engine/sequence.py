@@ -53,7 +53,7 @@ class Sequence:
     def append(self, token_id: int) -> None:
         """Add a sampled token; finish on a stop token or when the completion is long enough."""
         self.token_ids.append(token_id)
-        self._check_end()
+        self._check_end(len(self.token_ids) - 1)
 
     def append_pending(self) -> None:
         """Hold the place of a token still being sampled, so that the next step can be scheduled
@@ -70,18 +70,22 @@ class Sequence:
         return n
 
     def resolve(self, token_id: int) -> None:
-        """Put in the oldest pending token. A stop token ends the sequence there: a place held
-        after it (for a step already submitted) is dropped."""
+        """Put in the oldest pending token, then apply the stop rules to it."""
         i = len(self.token_ids) - self.num_pending
         self.token_ids[i] = token_id
-        if token_id in self.stop_token_ids or i + 1 - self.num_prompt_tokens >= self.max_new_tokens:
-            self.finished = True
-            del self.token_ids[i + 1:]
+        self._check_end(i)
+
+    def end(self) -> None:
+        """End the sequence at its last sampled token (a stop string met): a place held after it
+        for a step already submitted is dropped."""
+        self.finished = True
+        del self.token_ids[len(self.token_ids) - self.num_pending:]
 
     @property
     def at_length_limit(self) -> bool:
         return self.num_completion_tokens >= self.max_new_tokens
 
-    def _check_end(self) -> None:
-        if self.token_ids[-1] in self.stop_token_ids or self.at_length_limit:
-            self.finished = True
+    def _check_end(self, i: int) -> None:
+        """End at token i if it is a stop token or the completion's last."""
+        if self.token_ids[i] in self.stop_token_ids or i + 1 - self.num_prompt_tokens >= self.max_new_tokens:
+            self.end()

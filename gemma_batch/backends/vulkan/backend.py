@@ -36,7 +36,7 @@ from .device import Device
 from .graph import StepGraph
 from .kernels import COOP_MIN_CHUNK, POST_NORM_MAX_ROW, Kernels, matmul_cols
 from .memory import Memory
-from .step_buffers import PARAMS_DTYPE, Capacity, StepBuffers
+from .step_buffers import Capacity, StepBuffers
 from .weights import DeviceWeights
 
 # --kv-dtype -> suffix of the KV-page kernel variants (kernels.KV_DEFINES)
@@ -146,32 +146,16 @@ class VulkanBackend(Backend):
         before = self._in_flight[-1] if self._in_flight else None
         if before is not None and grows:
             self._finish(before)  # its ids must be read before the buffers go
-        token_ids = batch.token_ids
-        if batch.token_sources is not None:
-            fed = batch.token_sources >= 0
-            token_ids = token_ids.copy()
-            if before is not None and before.result is None:  # -1 - its ids row, for embed.comp
-                token_ids[fed] = -1 - before.id_rows[batch.token_sources[fed]]
-            else:
-                token_ids[fed] = (self._last_ids if before is None else before.result.token_ids)[batch.token_sources[fed]]
+        if before is not None and before.result is None:  # still running: -1 - its ids row, for embed.comp
+            token_ids = batch.sourced_tokens(-1 - before.id_rows)
+        else:
+            token_ids = batch.sourced_tokens(self._last_ids if before is None else before.result.token_ids)
         self._ensure(need)
         slot = self._next_slot
         self._next_slot = 1 - slot
-        b, graph, view = self.buffers.inputs[slot], self.graphs[slot], StepBuffers.view
+        graph = self.graphs[slot]
         vocab_limit = batch.sampling.vocab_size if batch.sampling is not None and batch.sampling.vocab_size else cfg.vocab_size
-        view(b.meta, np.uint32, 4)[:] = (T, S, R, vocab_limit)
-        view(b.tokens, np.int32, T)[:] = token_ids
-        view(b.positions, np.int32, T)[:] = batch.positions
-        view(b.token_seq, np.int32, T)[:] = np.repeat(np.arange(S, dtype=np.int32), np.diff(batch.seq_starts))
-        view(b.rows, np.int32, R)[:] = rows
-        for group, table in batch.block_tables.items():
-            width = dict(self.buffers.capacity.widths)[group]
-            view(b.slots[group], np.int32, T)[:] = batch.slots[group]
-            view(b.tables[group], np.int32, S * width).reshape(S, width)[:, : table.shape[1]] = table
-        params = view(b.params, PARAMS_DTYPE, R)
-        seq_of_row = np.searchsorted(batch.seq_starts, rows, side="right") - 1
-        _fill_params(params, batch, seq_of_row, rows == last[seq_of_row])
-        view(b.grids, np.uint32, b.grids.size // 4)[:] = graph.grids(T, R, batch.positions).ravel()
+        self.buffers.inputs[slot].write(batch, token_ids, rows, vocab_limit, graph.grids(T, len(rows), batch.positions))
         self.device.submit(graph.command_buffer(T), slot)
         id_rows = last if batch.return_logits else np.cumsum(batch.sample) - 1  # each sequence's sampled id
         self._in_flight.append(_InFlight(slot, batch, rows, id_rows))
@@ -188,8 +172,8 @@ class VulkanBackend(Backend):
         cfg, b, graph, batch = self.cfg, self.buffers.inputs[step.slot], self.graphs[step.slot], step.batch
         self.device.wait(step.slot)
         ids = StepBuffers.view(b.ids, np.int32, len(step.rows)).copy()
-        step.seconds = graph.device_seconds()
-        step.profile = graph.profile_seconds() if self.profile else {"step": step.seconds}
+        step.profile = graph.profile_seconds()  # one read of the timestamps: per kernel, or "step"
+        step.seconds = sum(step.profile.values())
         next_ids = np.full(batch.num_seqs, -1, np.int32)
         if batch.return_logits:
             T = batch.num_tokens
@@ -265,21 +249,6 @@ class _InFlight:
     result: StepResult | None = None
     seconds: float | None = None
     profile: dict[str, float] = field(default_factory=dict)
-
-
-def _fill_params(params: np.ndarray, batch: StepBatch, seq_of_row: np.ndarray, sampled: np.ndarray) -> None:
-    """Per logits row: its sequence's sampling parameters; greedy for rows that are not sampled."""
-    params[:] = 0
-    params["top_p"] = 1.0
-    s = batch.sampling
-    if s is None:
-        return
-    take = seq_of_row[sampled]
-    for field in ("temperature", "top_k", "top_p", "min_p", "counter"):
-        source = s.counters if field == "counter" else getattr(s, field)
-        params[field][sampled] = source[take]
-    params["key0"][sampled] = s.keys[take, 0]
-    params["key1"][sampled] = s.keys[take, 1]
 
 
 def _check_supported(cfg: Gemma3Config) -> None:

@@ -1,11 +1,11 @@
 """The Gemma 3 step as a sequence of dispatches, recorded once into a command buffer and replayed.
 
-GPU timestamps bracket the step (`device_seconds`); with `profile` one more follows each
-dispatch (`profile_seconds`: time per kernel name).
+GPU timestamps bracket the step; with `profile` one more follows each dispatch
+(`profile_seconds`: time per kernel name, or the whole step as "step").
 
 Nothing in the recording depends on the step's size: kernels read T, S and R from the step
 header and every dispatch takes its grid from the indirect buffer, which the host fills per step
-(`grids`). The command buffer is recorded again only when the step buffers grow. (The
+(`grids`, grids.py). The command buffer is recorded again only when the step buffers grow. (The
 cooperative path records two, for steps of up to COOP_FOLD_ROWS tokens and for longer ones,
 whose matmuls use another tile: `command_buffer(T)` picks.) The backend keeps a graph per input
 set (step_buffers.StepInputs), so that a step can be submitted while the one before it runs;
@@ -49,17 +49,13 @@ from __future__ import annotations
 import numpy as np
 
 from ...model.config import Gemma3Config
-from .attention import most_chunks
-from .kernels import (COOP_DTYPES, COOP_FOLD_ROWS, COOP_FOLD_TILE_ROWS, COOP_KINDS, COOP_REDUCE_WG, COOP_ROWS,
-                      GATED_PIECE_ROWS, GATED_SPLIT_MAX_ROW, GATED_SPLIT_PIECE, MATMUL_ROWS, META_BINDING, Kernels,
-                      coop_chunks, coop_cols, coop_fits, coop_variant, matmul_cols, matmul_variant)
+from .grids import DispatchGrids
+from .kernels import (COOP_DTYPES, COOP_FOLD_ROWS, COOP_KINDS, COOP_REDUCE_WG, GATED_SPLIT_MAX_ROW, GATED_SPLIT_PIECE,
+                      META_BINDING, Kernels, coop_chunks, coop_cols, coop_fits, coop_variant, matmul_cols, matmul_variant)
 from .memory import Buffer
-from .step_buffers import GRID_SLOTS, StepBuffers
+from .step_buffers import StepBuffers
 from .timestamps import Timestamps
 from .weights import DeviceWeights
-
-MAX_GROUPS_X = 32768
-
 
 class StepGraph:
     """Records the step for one input set; `grids(T, R, positions)` gives the indirect grid of
@@ -91,8 +87,7 @@ class StepGraph:
         self.kv_name = kv_dtype  # the suffix of the KV-page kernel variants
         self.block_size = block_size
         self.coop_min_chunk = coop_min_chunk
-        self._grid_specs: list[tuple[str, int]] = []  # (count kind, multiplier)
-        self._windows = {g.name: g.window for g in cfg.kv_groups()}
+        self.grid_slots = DispatchGrids(cfg, attention_chunk)
         self.profile = profile
         self.stamps = Timestamps(kernels.dev, 16 * cfg.num_layers + 16)
         # The cooperative path records the step twice: for steps of up to COOP_FOLD_ROWS tokens
@@ -107,52 +102,19 @@ class StepGraph:
             self._recorded[prefill] = (self.cb, self.stamped)
 
     def command_buffer(self, num_tokens: int):
-        """The recording to submit for a step of `num_tokens` tokens (`device_seconds` and
-        `profile_seconds` then read its timestamps)."""
+        """The recording to submit for a step of `num_tokens` tokens (`profile_seconds` then reads
+        its timestamps)."""
         prefill = num_tokens > COOP_FOLD_ROWS and True in self._recorded
         self.cb, self.stamped = self._recorded[prefill]
         return self.cb
 
-    def _grid(self, kind: str, n: int) -> int:
-        """Byte offset of the indirect grid for `kind`: "tokens" (T * n groups), "rows" (R * n),
-        "matmul_tokens" / "matmul_rows" (row tiles of M times n column tiles), "coop_tokens C" /
-        "coop_rows C" (the same for the decode tiles, times their C chunks of K, and
-        none above COOP_FOLD_ROWS rows), "coopfold_tokens" / "coopfold_rows" (the prefill tiles,
-        none up to COOP_FOLD_ROWS rows), "pieces" (T * n up to GATED_PIECE_ROWS tokens, T
-        above), "attention <group>" (T * n times the
-        step's most chunks of a token in that KV group)."""
-        spec = (kind, n)
-        if spec not in self._grid_specs:
-            if len(self._grid_specs) == GRID_SLOTS:
-                raise RuntimeError("more distinct dispatch grids than GRID_SLOTS")
-            self._grid_specs.append(spec)
-        return 12 * self._grid_specs.index(spec)
-
     def grids(self, num_tokens: int, num_rows: int, positions: np.ndarray) -> np.ndarray:
-        """[GRID_SLOTS, 3] uint32 workgroup counts for a step of T tokens at `positions` [T] and R
-        logits rows."""
-        out = np.zeros((GRID_SLOTS, 3), np.uint32)
-        for i, (kind, n) in enumerate(self._grid_specs):
-            m = num_rows if kind.split()[0].endswith("rows") else num_tokens
-            if kind.startswith("matmul"):
-                count = -(-m // MATMUL_ROWS) * n
-            elif kind.startswith("coopfold"):  # the prefill tile: no workgroups at decode sizes
-                count = -(-m // COOP_FOLD_TILE_ROWS) * n if m > COOP_FOLD_ROWS else 0
-            elif kind.startswith("coop"):  # the decode tile: none above the fold
-                count = -(-m // COOP_ROWS) * n * int(kind.split()[1]) if m <= COOP_FOLD_ROWS else 0
-            elif kind == "pieces":  # reduce_gated_split: n pieces a row in small steps
-                count = m * (n if m <= GATED_PIECE_ROWS else 1)
-            else:
-                count = m * n
-            if kind.startswith("attention "):
-                count *= most_chunks(positions, self._windows[kind.split()[1]], self.attention_chunk)
-            x = min(count, MAX_GROUPS_X)
-            out[i] = (x, -(-count // x) if x else 1, 1)
-        return out
+        """The indirect grids of a step of T tokens at `positions` and R logits rows (grids.py)."""
+        return self.grid_slots.counts(num_tokens, num_rows, positions)
 
     def _dispatch(self, name: str, buffers: dict[int, Buffer], push: dict, grid: tuple[str, int]) -> None:
         dset = self.kernels.descriptor_set({META_BINDING: self.inp.meta, **buffers}, self.b.dummy)
-        self.kernels.record(self.cb, name, dset, push, self.inp.grids, self._grid(*grid))
+        self.kernels.record(self.cb, name, dset, push, self.inp.grids, self.grid_slots.offset(*grid))
         if self.profile:
             self._stamp(name)
 
@@ -160,12 +122,9 @@ class StepGraph:
         self.stamped.append(name)
         self.stamps.write(self.cb, len(self.stamped))
 
-    def device_seconds(self) -> float:
-        """GPU time of the last replay, from its first to its last timestamp."""
-        return float(self.stamps.seconds(len(self.stamped) + 1).sum())
-
     def profile_seconds(self) -> dict[str, float]:
-        """GPU seconds of the last replay per kernel name (with `profile`; else just "step")."""
+        """GPU seconds of the last replay per kernel name (with `profile`; else just "step"), from
+        its first timestamp to its last."""
         out: dict[str, float] = {}
         for name, sec in zip(self.stamped, self.stamps.seconds(len(self.stamped) + 1)):
             out[name] = out.get(name, 0.0) + float(sec)

@@ -27,7 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...model.config import Gemma3Config
+from ..base import StepBatch
 from .attention import most_chunks
+from .grids import GRID_SLOTS
 from .kernels import MATMUL_ROWS, coop_chunks, coop_fits, coop_partial_floats
 from .memory import Buffer, Memory
 
@@ -35,7 +37,6 @@ PARAMS_DTYPE = np.dtype([  # mirrors RowParams in shaders/sample.comp
     ("temperature", np.float32), ("top_k", np.int32), ("top_p", np.float32), ("min_p", np.float32),
     ("key0", np.uint32), ("key1", np.uint32), ("counter", np.uint32), ("pad", np.uint32),
 ])
-GRID_SLOTS = 64  # distinct indirect grids (3 uint32 each)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class StepInputs:
 
     def __init__(self, memory: Memory, capacity: Capacity, name: str) -> None:
         T, S, R = capacity.tokens, capacity.seqs, capacity.rows
+        self.widths = dict(capacity.widths)
 
         def host(size: int, what: str) -> Buffer:
             return memory.alloc_host(size, f"{what} ({name})")
@@ -91,9 +93,44 @@ class StepInputs:
         self.slots = {g: host(4 * T, f"{g} slots") for g, _ in capacity.widths}
         self.tables = {g: host(4 * S * w, f"{g} block tables") for g, w in capacity.widths}
 
+    def write(self, batch: StepBatch, token_ids: np.ndarray, rows: np.ndarray, vocab_limit: int,
+              grids: np.ndarray) -> None:
+        """The step's inputs: `token_ids` [T] as embed.comp reads them, the flat token of each of
+        the R logits rows, the largest id to sample plus one, the indirect grids (grids.py)."""
+        T, S, R = batch.num_tokens, batch.num_seqs, len(rows)
+        StepBuffers.view(self.meta, np.uint32, 4)[:] = (T, S, R, vocab_limit)
+        StepBuffers.view(self.tokens, np.int32, T)[:] = token_ids
+        StepBuffers.view(self.positions, np.int32, T)[:] = batch.positions
+        StepBuffers.view(self.token_seq, np.int32, T)[:] = np.repeat(np.arange(S, dtype=np.int32), np.diff(batch.seq_starts))
+        StepBuffers.view(self.rows, np.int32, R)[:] = rows
+        for group, table in batch.block_tables.items():
+            StepBuffers.view(self.slots[group], np.int32, T)[:] = batch.slots[group]
+            width = self.widths[group]
+            StepBuffers.view(self.tables[group], np.int32, S * width).reshape(S, width)[:, : table.shape[1]] = table
+        _fill_params(StepBuffers.view(self.params, PARAMS_DTYPE, R), batch, rows)
+        StepBuffers.view(self.grids, np.uint32, self.grids.size // 4)[:] = grids.ravel()
+
     def all(self) -> list[Buffer]:
         return [self.meta, self.tokens, self.positions, self.token_seq, self.rows, self.params, self.grids,
                 self.ids, *self.slots.values(), *self.tables.values()]
+
+
+def _fill_params(params: np.ndarray, batch: StepBatch, rows: np.ndarray) -> None:
+    """Per logits row: its sequence's sampling parameters; greedy for rows that are not sampled
+    (the rows of every token, when the step returns logits)."""
+    params[:] = 0
+    params["top_p"] = 1.0
+    s = batch.sampling
+    if s is None:
+        return
+    seq_of_row = np.searchsorted(batch.seq_starts, rows, side="right") - 1
+    sampled = rows == batch.seq_starts[1:][seq_of_row] - 1
+    take = seq_of_row[sampled]
+    for field in ("temperature", "top_k", "top_p", "min_p", "counter"):
+        source = s.counters if field == "counter" else getattr(s, field)
+        params[field][sampled] = source[take]
+    params["key0"][sampled] = s.keys[take, 0]
+    params["key1"][sampled] = s.keys[take, 1]
 
 
 class StepBuffers:

@@ -1,0 +1,64 @@
+"""The indirect dispatch grids of a recorded step: one slot per distinct (kind, n), filled per step.
+
+A recording names each dispatch's grid by a kind and a multiplier n (`offset`); the host then
+writes every slot's workgroup count for the step's sizes (`counts`), so nothing recorded depends
+on T, R or the positions. Kinds:
+
+    "tokens" / "rows"                T * n / R * n workgroups
+    "matmul_tokens" / "matmul_rows"  row tiles of M (T or R) times n column tiles (matmul.comp)
+    "coop_tokens C" / "coop_rows C"  the cooperative decode tiles times their C chunks of K; none
+                                     above COOP_FOLD_ROWS rows
+    "coopfold_tokens" / "coopfold_rows"  the prefill tiles; none up to COOP_FOLD_ROWS rows
+    "pieces"                         T * n up to GATED_PIECE_ROWS tokens, T above (reduce_gated_split)
+    "attention <group>"              T * n times the step's most chunks of a token in that KV group
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...model.config import Gemma3Config
+from .attention import most_chunks
+from .kernels import COOP_FOLD_ROWS, COOP_FOLD_TILE_ROWS, COOP_ROWS, GATED_PIECE_ROWS, MATMUL_ROWS
+
+GRID_SLOTS = 64  # distinct indirect grids (3 uint32 each)
+MAX_GROUPS_X = 32768  # larger counts spread over y (common.glsl linear_group)
+
+
+class DispatchGrids:
+    def __init__(self, cfg: Gemma3Config, attention_chunk: int) -> None:
+        """`attention_chunk`: the smallest span of key positions of an attention workgroup (attention.py)."""
+        self.attention_chunk = attention_chunk
+        self._windows = {g.name: g.window for g in cfg.kv_groups()}
+        self._specs: list[tuple[str, int]] = []  # (kind, n) of each slot
+
+    def offset(self, kind: str, n: int) -> int:
+        """Byte offset of the slot for grid (`kind`, `n`) in the grids buffer."""
+        spec = (kind, n)
+        if spec not in self._specs:
+            if len(self._specs) == GRID_SLOTS:
+                raise RuntimeError("more distinct dispatch grids than GRID_SLOTS")
+            self._specs.append(spec)
+        return 12 * self._specs.index(spec)
+
+    def counts(self, num_tokens: int, num_rows: int, positions: np.ndarray) -> np.ndarray:
+        """[GRID_SLOTS, 3] uint32 workgroup counts for a step of T tokens at `positions` [T] and R
+        logits rows."""
+        out = np.zeros((GRID_SLOTS, 3), np.uint32)
+        for i, (kind, n) in enumerate(self._specs):
+            m = num_rows if kind.split()[0].endswith("rows") else num_tokens
+            if kind.startswith("matmul"):
+                count = -(-m // MATMUL_ROWS) * n
+            elif kind.startswith("coopfold"):  # the prefill tile: no workgroups at decode sizes
+                count = -(-m // COOP_FOLD_TILE_ROWS) * n if m > COOP_FOLD_ROWS else 0
+            elif kind.startswith("coop"):  # the decode tile: none above the fold
+                count = -(-m // COOP_ROWS) * n * int(kind.split()[1]) if m <= COOP_FOLD_ROWS else 0
+            elif kind == "pieces":  # reduce_gated_split: n pieces a row in small steps
+                count = m * (n if m <= GATED_PIECE_ROWS else 1)
+            else:
+                count = m * n
+            if kind.startswith("attention "):
+                count *= most_chunks(positions, self._windows[kind.split()[1]], self.attention_chunk)
+            x = min(count, MAX_GROUPS_X)
+            out[i] = (x, -(-count // x) if x else 1, 1)
+        return out
