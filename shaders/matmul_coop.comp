@@ -4,7 +4,8 @@
 //
 // x comes from split.comp: each row as fp16 hi and lo halves of the row times a power of two
 // (hi + lo keeps 22 significant bits), so every tile is multiplied twice, W.hi then W.lo, and
-// the product keeps near-fp32 accuracy. W is fp16 in 16 x 16 tiles (W_T16: bf16 and fp16
+// the product keeps near-fp32 accuracy; X_LO false (a specialization constant, kernels.Kernels'
+// x_lo) takes hi alone: 11 significant bits, half the matrix work and half the x staging. W is fp16 in 16 x 16 tiles (W_T16: bf16 and fp16
 // checkpoints, converted at upload by weights.py, exact in fp16's normal range, which holds every
 // weight of a real checkpoint), or int8 / int4 codes (matmul.comp's W_I8 / W_I4 layout: codes,
 // then scales, in one buffer), dequantized while staged as fp16(code * scale): the weight the CPU
@@ -27,7 +28,8 @@
 //
 // Variants: W_T16 | W_I8 | W_I4; GATED (N = 2 I: output columns [0, I) from W at binding 0, [I, 2 I)
 // from the up weights at binding 4); ROWS (M = meta.num_rows: the LM head's gathered rows); the
-// tile (SG_N, SG_M, TN, TM; the host runs kernels.COOP_FOLD_DEFINES' tile above FOLD_ROWS rows).
+// tile (SG_N, SG_M, TN, TM; the host runs kernels.COOP_FOLD_DEFINES' tile above FOLD_ROWS rows,
+// or with X_LO false COOP_WIDE_DEFINES', whose x stage fits in shared memory only without lo).
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -48,6 +50,7 @@
 #define FOLD_ROWS 64            // kernels.COOP_FOLD_ROWS
 #define PAD 9                   // uvec4 per staged row: 8 of data, 1 of padding against bank conflicts
 layout(local_size_x = WG) in;
+layout(constant_id = 0) const bool X_LO = true;  // x as hi + lo (true) or hi alone
 
 #if defined(W_I8)
 #define WPIECE uvec2  // 8 weights
@@ -71,7 +74,7 @@ layout(push_constant) uniform Push {
 } pc;
 
 shared uvec4 wsh[BN * PAD];      // W stage [BN rows][64 k] as fp16
-shared uvec4 xsh[2 * BM * PAD];  // x stage: hi rows, then lo rows
+shared uvec4 xsh[(X_LO ? 2 : 1) * BM * PAD];  // x stage: hi rows, then lo rows (X_LO)
 
 #define ACC coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
 #define MAT_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
@@ -172,7 +175,7 @@ void main() {
         } \
         [[unroll]] for (uint i = 0; i < X_LOADS; i++) { \
             uint e = tid + WG * i, row = e / 16, half_ = (e / 8) % 2; \
-            xr[i] = xs4[min(m0 + row, M - 1) * xrow + half_ * K8 + (k0) / 8 + e % 8]; \
+            if (X_LO || half_ == 0u) xr[i] = xs4[min(m0 + row, M - 1) * xrow + half_ * K8 + (k0) / 8 + e % 8]; \
         } }
 
     ACC acc[TN * TM];  // tile (tn, tm) at tn * TM + tm
@@ -187,7 +190,7 @@ void main() {
         }
         [[unroll]] for (uint i = 0; i < X_LOADS; i++) {
             uint e = tid + WG * i, row = e / 16, half_ = (e / 8) % 2;
-            xsh[(half_ * BM + row) * PAD + e % 8] = xr[i];
+            if (X_LO || half_ == 0u) xsh[(half_ * BM + row) * PAD + e % 8] = xr[i];
         }
         barrier();
         if (k0 + KU < k_end) LOAD_STAGE(k0 + KU);  // in flight during the multiplies
@@ -199,12 +202,12 @@ void main() {
                 if (tm >= live_tm) break;
                 uint r = (sg_m * TM + tm) * 16;
                 MAT_B hi;
-                MAT_B lo;
                 coopMatLoad(hi, xsh, r * PAD + 2 * j, PAD, gl_CooperativeMatrixLayoutColumnMajor);
-                coopMatLoad(lo, xsh, (BM + r) * PAD + 2 * j, PAD, gl_CooperativeMatrixLayoutColumnMajor);
-                [[unroll]] for (uint tn = 0; tn < TN; tn++) {
-                    acc[tn * TM + tm] = coopMatMulAdd(a[tn], hi, acc[tn * TM + tm]);
-                    acc[tn * TM + tm] = coopMatMulAdd(a[tn], lo, acc[tn * TM + tm]);
+                [[unroll]] for (uint tn = 0; tn < TN; tn++) acc[tn * TM + tm] = coopMatMulAdd(a[tn], hi, acc[tn * TM + tm]);
+                if (X_LO) {
+                    MAT_B lo;
+                    coopMatLoad(lo, xsh, (BM + r) * PAD + 2 * j, PAD, gl_CooperativeMatrixLayoutColumnMajor);
+                    [[unroll]] for (uint tn = 0; tn < TN; tn++) acc[tn * TM + tm] = coopMatMulAdd(a[tn], lo, acc[tn * TM + tm]);
                 }
             }
         }

@@ -10,7 +10,8 @@
 //
 // The sums are matmul_coop.comp's, in its order (the prefill tile of the same weights runs there,
 // W_T16): per chunk, for each 16-wide k block in order, acc += W.hi then acc += W.lo; chunk c is
-// workgroup c's, and reduce.comp adds the chunks in order.
+// workgroup c's, and reduce.comp adds the chunks in order. X_LO false (kernels.Kernels' x_lo):
+// x's hi halves only, neither staged nor multiplied lo.
 //
 // Tile: a workgroup owns BN = 128 outputs (4 subgroups of 2 x 16) x BM = 32 rows; a subgroup
 // whose outputs lie past N only helps stage x. Rows past M read row M - 1 and are written only
@@ -35,6 +36,7 @@
 #define PAD (XV + 1)            // against bank conflicts
 #define X_LOADS (2 * BM * XV / WG)
 layout(local_size_x = WG) in;
+layout(constant_id = 0) const bool X_LO = true;  // matmul_coop.comp's switch
 
 layout(std430, binding = 0) readonly buffer Wb { uvec4 w4[]; };   // fp16 tiles, 32 uvec4 each
 layout(std430, binding = 1) readonly buffer Xb { uvec4 xs4[]; };  // split rows [hi K | lo K], fp16
@@ -90,12 +92,12 @@ void main() {
         uvec4 xr[X_LOADS];
         [[unroll]] for (uint i = 0; i < X_LOADS; i++) {
             uint e = tid + WG * i, row = e / (2 * XV), half_ = (e / XV) % 2;
-            if (row < live_rows) xr[i] = xs4[min(m0 + row, M - 1) * xrow + half_ * K8 + 2 * kb + e % XV];
+            if (row < live_rows && (X_LO || half_ == 0u)) xr[i] = xs4[min(m0 + row, M - 1) * xrow + half_ * K8 + 2 * kb + e % XV];
         }
         barrier();  // the last stage's multiplies are done with shared memory
         [[unroll]] for (uint i = 0; i < X_LOADS; i++) {
             uint e = tid + WG * i, row = e / (2 * XV), half_ = (e / XV) % 2;
-            if (row < live_rows) xsh[(half_ * BM + row) * PAD + e % XV] = xr[i];
+            if (row < live_rows && (X_LO || half_ == 0u)) xsh[(half_ * BM + row) * PAD + e % XV] = xr[i];
         }
         barrier();
         if (live) {  // (no early exit: every subgroup takes part in the next stage's barriers)
@@ -106,12 +108,12 @@ void main() {
                 [[unroll]] for (uint tm = 0; tm < TM; tm++) {
                     if (tm >= live_tm) break;
                     MAT_B hi;
-                    MAT_B lo;
                     coopMatLoad(hi, xsh, (tm * 16) * PAD + 2 * u, PAD, gl_CooperativeMatrixLayoutColumnMajor);
-                    coopMatLoad(lo, xsh, (BM + tm * 16) * PAD + 2 * u, PAD, gl_CooperativeMatrixLayoutColumnMajor);
-                    [[unroll]] for (uint tn = 0; tn < TN; tn++) {
-                        acc[tn * TM + tm] = coopMatMulAdd(cur[u * TN + tn], hi, acc[tn * TM + tm]);
-                        acc[tn * TM + tm] = coopMatMulAdd(cur[u * TN + tn], lo, acc[tn * TM + tm]);
+                    [[unroll]] for (uint tn = 0; tn < TN; tn++) acc[tn * TM + tm] = coopMatMulAdd(cur[u * TN + tn], hi, acc[tn * TM + tm]);
+                    if (X_LO) {
+                        MAT_B lo;
+                        coopMatLoad(lo, xsh, (BM + tm * 16) * PAD + 2 * u, PAD, gl_CooperativeMatrixLayoutColumnMajor);
+                        [[unroll]] for (uint tn = 0; tn < TN; tn++) acc[tn * TM + tm] = coopMatMulAdd(cur[u * TN + tn], lo, acc[tn * TM + tm]);
                     }
                 }
             }

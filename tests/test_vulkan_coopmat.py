@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from gemma_batch.backends.vulkan import VulkanBackend
-from gemma_batch.backends.vulkan.coopmat import DISABLE_ENV
+from gemma_batch.backends.vulkan.coopmat import DISABLE_ENV, INPUTS_ENV, split_inputs
 from gemma_batch.backends.vulkan.device import Device
 from gemma_batch.job.spec import DEMO_MODEL
 from gemma_batch.model.checkpoint import Checkpoint
@@ -66,24 +66,32 @@ def test_cooperative_matmuls_match_the_cpu_backend(checkpoints, model, min_chunk
 
 
 @needs_coopmat
-def test_prefill_above_the_fold_matches_decode_sized_steps():
+@pytest.mark.parametrize("inputs", ["split", "fp16"])
+def test_prefill_above_the_fold_matches_decode_sized_steps(monkeypatch, inputs):
     """Steps of more than 64 tokens sum the K chunks inside matmul_coop.comp; smaller ones in
-    reduce.comp. A prompt run in one 80-token step and in 7-token steps gives identical logits."""
+    reduce.comp. A prompt run in one 80-token step and in 7-token steps gives identical logits,
+    with either inputs (fp16: the demo model's matrices of 128-multiple widths on the wide tile)."""
     from gemma_batch.engine.generate import generate_greedy
 
+    monkeypatch.setenv(INPUTS_ENV, inputs)
     prompt = list(range(3, 83))
-    runs = []
+    runs, ran = [], set()
     for budget in (128, 7):
         backend = backend_for(DEMO_MODEL, coop_min_chunk=64)
         rows = {}
 
-        def record(_, batch, result, rows=rows):
+        def record(_, batch, result, rows=rows, backend=backend):
             for t in range(batch.num_tokens):
                 rows[int(batch.positions[t])] = result.logits[t].copy()
+            if batch.num_tokens > 64:
+                ran.update(backend.profile_seconds())
 
         generate_greedy(backend, [prompt], 4, step_token_budget=budget, on_step=record)
         runs.append(rows)
         backend.close()
+    wide = {"coop_t16_fold_wide", "coop_gated_t16_fold_wide"}
+    assert "coop_t16_fold" in ran or "coop_t16_fold_wide" in ran
+    assert (wide <= ran) == (inputs == "fp16") and not (wide & ran and "coop_t16_fold" in ran)
     assert runs[0].keys() == runs[1].keys()
     for pos in runs[0]:
         assert np.array_equal(runs[0][pos], runs[1][pos]), pos
@@ -96,6 +104,34 @@ def test_the_switch_turns_the_cooperative_path_off(monkeypatch):
     run_batched(backend, step_token_budget=7)
     assert not any(name.startswith(("coop_", "split", "reduce")) for name in backend.profile_seconds())
     assert "cooperative" not in backend.identity
+
+
+@needs_coopmat
+def test_fp16_inputs_stay_within_their_rounding_of_the_cpu_backend(monkeypatch):
+    """GEMMA_BATCH_VK_COOPMAT_INPUTS=fp16 multiplies the hi halves alone: each input element
+    rounded to 11 significant bits (relative 2^-12), so each matmul moves by up to about 2.4e-4
+    of its terms' magnitude, compounded over the demo model's layers. Measured on the H100:
+    logits within 3.9e-3 of the CPU backend's (largest |logit| 14.9), against 2.1e-5 for the
+    split inputs; 1e-2 gives that a 2.5x margin. The lo halves really are dropped: the error
+    exceeds the split's 1e-4 tolerance. Greedy completions stay the CPU backend's."""
+    monkeypatch.setenv(INPUTS_ENV, "fp16")
+    backend = backend_for(DEMO_MODEL)
+    assert "fp16 inputs" in backend.identity
+    completions, logits = run_batched(backend, step_token_budget=7)
+    ref_completions, ref_logits = run_batched(cpu_backend(DEMO_MODEL), step_token_budget=7)
+    err = max(float(np.abs(ours - ref).max()) for ours, ref in zip(logits, ref_logits))
+    assert 1e-4 < err < 1e-2
+    assert completions == ref_completions
+
+
+def test_the_inputs_switch_takes_split_or_fp16(monkeypatch):
+    monkeypatch.delenv(INPUTS_ENV, raising=False)
+    assert split_inputs()
+    monkeypatch.setenv(INPUTS_ENV, "FP16")
+    assert not split_inputs()
+    monkeypatch.setenv(INPUTS_ENV, "bf16")
+    with pytest.raises(ValueError, match="GEMMA_BATCH_VK_COOPMAT_INPUTS='bf16': expected one of split, fp16"):
+        split_inputs()
 
 
 def test_negative_control_plain_fp16_inputs_miss_the_tolerance():

@@ -30,6 +30,7 @@ from ...model.quant import FORMATS
 from ..base import Backend, StepBatch, StepResult
 from ..cpu import rope_inv_freq
 from ..kv_formats import kv_slot_bytes, kv_token_bytes
+from . import coopmat
 from .attention import DEFAULT_CHUNK
 from .bandwidth import measure_read_bandwidth
 from .device import Device
@@ -70,7 +71,8 @@ class VulkanBackend(Backend):
         self.coop_min_chunk = coop_min_chunk
         self.device = Device(device)
         self.mem = Memory(self.device)
-        self.kernels = Kernels(self.device)
+        self.split_inputs = coopmat.split_inputs()
+        self.kernels = Kernels(self.device, x_lo=self.split_inputs)
         self.weights = DeviceWeights(cfg, self.mem, tiles=self.device.coopmat)
         self.k_pages: dict = {}
         self.v_pages: dict = {}
@@ -91,7 +93,8 @@ class VulkanBackend(Backend):
     def identity(self) -> str:
         chunk = "" if self.attention_chunk == DEFAULT_CHUNK else f", attention chunk {self.attention_chunk}"
         if self.device.coopmat:
-            chunk += ", cooperative matrices" + ("" if self.coop_min_chunk == COOP_MIN_CHUNK else f" (K chunks of {self.coop_min_chunk}+)")
+            chunk += ", cooperative matrices" + ("" if self.split_inputs else " on fp16 inputs")
+            chunk += "" if self.coop_min_chunk == COOP_MIN_CHUNK else f" (K chunks of {self.coop_min_chunk}+)"
         return f"vulkan on {self.device.info.name} ({self.device.info.driver}), KV {self.kv_dtype}{chunk}"
 
     def load_weights(self, tensors: Iterable[tuple[str, Tensor]]) -> None:

@@ -7,6 +7,11 @@ shaderFloat16 and vulkanMemoryModel features, and runs compute shaders in subgro
 (the kernel's workgroups are 4 subgroups of 32). Everywhere else the portable `matmul.comp`
 runs. `GEMMA_BATCH_VK_DISABLE_COOPMAT=1` turns the fast path off on any device.
 
+Inputs (`GEMMA_BATCH_VK_COOPMAT_INPUTS`): `split` (the default) multiplies each input row as
+fp16 hi + lo halves of the row scaled by a power of two (22 significant bits, near-fp32 sums);
+`fp16` multiplies the hi halves alone (11 significant bits, as fp16 activations elsewhere but
+with the row's own scale, so nothing overflows), half the matrix work.
+
 The choice is made once per device, never per step: the two paths sum in different orders, and
 a row's result must not depend on what else is in its batch.
 """
@@ -16,6 +21,8 @@ from __future__ import annotations
 import os
 
 DISABLE_ENV = "GEMMA_BATCH_VK_DISABLE_COOPMAT"
+INPUTS_ENV = "GEMMA_BATCH_VK_COOPMAT_INPUTS"
+INPUTS = ("split", "fp16")
 EXTENSION = "VK_KHR_cooperative_matrix"
 COMPONENT_F16, COMPONENT_F32 = 0, 1  # VkComponentTypeKHR
 SCOPE_SUBGROUP = 3  # VK_SCOPE_SUBGROUP_KHR
@@ -56,6 +63,14 @@ def supported(vk, instance, physical, extensions: frozenset[str], subgroup_size:
 def wanted() -> bool:
     """The user's switch: GEMMA_BATCH_VK_DISABLE_COOPMAT=1 turns the cooperative-matrix path off."""
     return os.environ.get(DISABLE_ENV, "0").strip().lower() in ("", "0", "off", "false", "no")
+
+
+def split_inputs() -> bool:
+    """The user's choice of inputs (GEMMA_BATCH_VK_COOPMAT_INPUTS): True for hi + lo, False for fp16."""
+    value = os.environ.get(INPUTS_ENV, "").strip().lower() or INPUTS[0]
+    if value not in INPUTS:
+        raise ValueError(f"{INPUTS_ENV}={value!r}: expected one of {', '.join(INPUTS)}")
+    return value == "split"
 
 
 def enable_chain(vk, pnext, f16):

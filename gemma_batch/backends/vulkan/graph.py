@@ -51,7 +51,7 @@ import numpy as np
 from ...model.config import Gemma3Config
 from .grids import DispatchGrids
 from .kernels import (COOP_DTYPES, COOP_FOLD_ROWS, COOP_KINDS, COOP_REDUCE_WG, GATED_SPLIT_MAX_ROW, GATED_SPLIT_PIECE,
-                      META_BINDING, Kernels, coop_chunks, coop_cols, coop_fits, coop_variant, matmul_cols, matmul_variant)
+                      META_BINDING, Kernels, coop_chunks, coop_cols, coop_fits, coop_fold, coop_variant, matmul_cols, matmul_variant)
 from .memory import Buffer
 from .step_buffers import StepBuffers
 from .timestamps import Timestamps
@@ -174,7 +174,8 @@ class StepGraph:
         weights = {0: self.w.buffer(layer, key), **({4: self.w.buffer(layer, "up_proj")} if gated else {})}
         # The decode tile for steps of up to COOP_FOLD_ROWS tokens, the prefill tile for longer
         # ones; the LM head's rows may be few in a long step, so that recording has both for it.
-        folds = ((False, True) if rows else (True,)) if self.prefill else (False,)
+        fold = coop_fold(dtype, cols, self.kernels.x_lo) if not rows else True
+        folds = ((False, fold) if rows else (fold,)) if self.prefill else (False,)
         for fold in folds:
             tiles = -(-cols // coop_cols(dtype, fold))
             grid = (f"coopfold_{count}", tiles) if fold else (f"coop_{count} {chunks}", tiles)

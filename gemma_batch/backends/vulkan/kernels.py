@@ -77,6 +77,9 @@ COOP_DIRECT_COLS = 128  # outputs per workgroup of matmul_coop_direct.comp (its 
 # the same order per output, so the results are bit for bit those of the decode tile.
 COOP_FOLD_DEFINES = ("SG_N=2", "SG_M=4", "TN=2", "TM=2")
 COOP_FOLD_TILE_ROWS = 128
+# With fp16 inputs (Kernels.x_lo False) fp16 tiles' prefill runs the `_wide` tile where N allows:
+# 8 subgroups of 2 x 4 tiles, 128 outputs x 128 rows (x hi and lo would not fit in shared memory).
+COOP_WIDE_DEFINES, COOP_WIDE_COLS = ("SG_N=4", "SG_M=2", "TN=2", "TM=4"), 128
 COOP_KU = 64  # k per stage of matmul_coop.comp
 COOP_FOLD_ROWS = 64  # FOLD_ROWS of matmul_coop.comp and reduce.comp
 COOP_TARGET_GROUPS = 512  # K is cut into chunks until a decode matmul has this many workgroups
@@ -151,6 +154,9 @@ def _variants() -> dict[str, Variant]:
                 out.append(Variant(coop_variant(gemm, dtype), "matmul_coop", (WEIGHT_DEFINES[dtype], *gemm), "glslang"))
             out.append(Variant(coop_variant(gemm, dtype, fold=True), "matmul_coop",
                                (WEIGHT_DEFINES[dtype], *gemm, *COOP_FOLD_DEFINES), "glslang"))
+            if dtype in COOP_DIRECT_DTYPES and "ROWS" not in gemm:  # the LM head's N is no multiple of 128
+                out.append(Variant(coop_variant(gemm, dtype, fold="wide"), "matmul_coop",
+                                   (WEIGHT_DEFINES[dtype], *gemm, *COOP_WIDE_DEFINES), "glslang"))
     out += [Variant("split_plain", "split"), Variant("split_norm", "split", ("NORM",)),
             Variant("split_norm_rows", "split", ("NORM", "ROW_GATHER")),
             Variant("reduce_post_norm", "reduce", ("EPI_NORM_ADD",)), Variant("reduce_gated", "reduce", ("GATED",)),
@@ -161,15 +167,25 @@ def _variants() -> dict[str, Variant]:
     return {v.name: v for v in out}
 
 
-def coop_variant(defines: tuple[str, ...], dtype: str, fold: bool = False) -> str:
+def coop_variant(defines: tuple[str, ...], dtype: str, fold: bool | str = False) -> str:
     """The cooperative matmul variant for weights of `dtype` with `defines` (GATED, ROWS or none),
     with the decode tile (matmul_coop_direct.comp's for COOP_DIRECT_DTYPES) or (`fold`)
-    matmul_coop.comp's tile for steps of more than COOP_FOLD_ROWS rows."""
-    return "_".join(["coop", *(d.lower() for d in defines), dtype.lower(), *(["fold"] if fold else [])])
+    matmul_coop.comp's tile for steps of more than COOP_FOLD_ROWS rows (`fold="wide"`: the
+    COOP_WIDE_DEFINES tile)."""
+    return "_".join(["coop", *(d.lower() for d in defines), dtype.lower(), *(["fold"] if fold else []),
+                     *(["wide"] if fold == "wide" else [])])
 
 
-def coop_cols(dtype: str, fold: bool) -> int:
+def coop_fold(dtype: str, N: int, x_lo: bool) -> bool | str:
+    """The prefill tile for N outputs of `dtype` weights: "wide" where it applies, else True."""
+    wide = not x_lo and dtype in COOP_DIRECT_DTYPES and N % COOP_WIDE_COLS == 0
+    return "wide" if wide else True
+
+
+def coop_cols(dtype: str, fold: bool | str) -> int:
     """Outputs per workgroup of that variant."""
+    if fold == "wide":
+        return COOP_WIDE_COLS
     return COOP_DIRECT_COLS if dtype in COOP_DIRECT_DTYPES and not fold else COOP_COLS
 
 
@@ -181,10 +197,14 @@ def matmul_variant(kind: str, dtype: str) -> str:
 
 
 class Kernels:
-    """Pipelines, built once per variant on first use, and the recording of dispatches."""
+    """Pipelines, built once per variant on first use, and the recording of dispatches.
 
-    def __init__(self, device: Device) -> None:
+    `x_lo`: specialization constant 0 of every pipeline (the cooperative matmuls' X_LO; the
+    other shaders have none): multiply x as fp16 hi + lo (True) or hi alone (coopmat.py)."""
+
+    def __init__(self, device: Device, x_lo: bool = True) -> None:
         self.dev = device
+        self.x_lo = x_lo
         vk = self.vk = device.vk
         bindings = [
             vk.VkDescriptorSetLayoutBinding(binding=i, descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
@@ -213,9 +233,13 @@ class Kernels:
             module = vk.vkCreateShaderModule(self.dev.device, vk.VkShaderModuleCreateInfo(
                 sType=vk.VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, codeSize=len(code), pCode=code), None)
             self._modules.append(module)
+            constants = np.array([int(self.x_lo)], np.uint32).tobytes()  # VkBool32
+            special = vk.VkSpecializationInfo(
+                mapEntryCount=1, pMapEntries=[vk.VkSpecializationMapEntry(constantID=0, offset=0, size=4)],
+                dataSize=len(constants), pData=vk.ffi.from_buffer(constants))
             stage = vk.VkPipelineShaderStageCreateInfo(
                 sType=vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, stage=vk.VK_SHADER_STAGE_COMPUTE_BIT,
-                module=module, pName="main")
+                module=module, pName="main", pSpecializationInfo=special)
             self.pipelines[name] = vk.vkCreateComputePipelines(self.dev.device, None, 1, [vk.VkComputePipelineCreateInfo(
                 sType=vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, stage=stage, layout=self.layout)], None)[0]
         return self.pipelines[name]
