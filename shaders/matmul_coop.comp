@@ -28,7 +28,7 @@
 //
 // Variants: W_T16 | W_I8 | W_I4; GATED (N = 2 I: output columns [0, I) from W at binding 0, [I, 2 I)
 // from the up weights at binding 4); ROWS (M = meta.num_rows: the LM head's gathered rows); the
-// tile (SG_N, SG_M, TN, TM; the host runs kernels.COOP_FOLD_DEFINES' tile above FOLD_ROWS rows,
+// tile (SG_N, SG_M, TN, TM; the host runs coop_tiles.COOP_FOLD_DEFINES' tile above FOLD_ROWS rows,
 // or with X_LO false COOP_WIDE_DEFINES', whose x stage fits in shared memory only without lo).
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -44,10 +44,10 @@
 #define TM 2
 #endif
 #define WG (32 * SG_N * SG_M)
-#define BN (16 * SG_N * TN)     // kernels.COOP_TILES
+#define BN (16 * SG_N * TN)     // coop_tiles.COOP_COLS, COOP_WIDE_COLS
 #define BM (16 * SG_M * TM)
-#define KU 64                   // k per stage (kernels.COOP_KU)
-#define FOLD_ROWS 64            // kernels.COOP_FOLD_ROWS
+#define KU 64                   // k per stage (coop_tiles.COOP_KU)
+#define FOLD_ROWS 64            // coop_tiles.COOP_FOLD_ROWS
 #define PAD 9                   // uvec4 per staged row: 8 of data, 1 of padding against bank conflicts
 layout(local_size_x = WG) in;
 layout(constant_id = 0) const bool X_LO = true;  // x as hi + lo (true) or hi alone

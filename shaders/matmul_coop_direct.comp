@@ -28,10 +28,10 @@
 #define SG_N 4
 #define TN 2                    // 16-output tiles per subgroup
 #define TM 2                    // 16-row tiles per workgroup
-#define KS 4                    // 16-wide k blocks per stage (64 k: kernels.COOP_KU)
+#define KS 4                    // 16-wide k blocks per stage (64 k: coop_tiles.COOP_KU)
 #define WG (32 * SG_N)
-#define BN (16 * SG_N * TN)     // kernels.COOP_DIRECT_COLS
-#define BM (16 * TM)            // kernels.COOP_ROWS
+#define BN (16 * SG_N * TN)     // coop_tiles.COOP_DIRECT_COLS
+#define BM (16 * TM)            // coop_tiles.COOP_ROWS
 #define XV (2 * KS)             // uvec4 of one x row per stage
 #define PAD (XV + 1)            // against bank conflicts
 #define X_LOADS (2 * BM * XV / WG)

@@ -29,7 +29,7 @@
 #endif
 #define MT 1                  // rows per workgroup, for matmul_epilogue.glsl
 #define FOLD_ROWS 64          // matmul_coop.comp's
-#define BM 32                 // matmul_coop.comp's row padding of partial (kernels.COOP_ROW_PAD)
+#define BM 32                 // matmul_coop.comp's row padding of partial (coop_tiles.COOP_ROWS)
 layout(local_size_x = WG) in;
 
 layout(std430, binding = 0) readonly buffer Partb { float part[]; };

@@ -46,7 +46,7 @@ def run_split(variant: str, x: np.ndarray, g: np.ndarray, eps: float, w: np.ndar
             N = w.shape[0]
             wbuf, part, y = mem.alloc(w.nbytes, "w"), mem.alloc(4 * 96 * N * chunks, "partial"), mem.alloc(4 * M * N, "y")
             mem.upload(wbuf, fp16_tiles(Tensor("BF16", w)))
-            fold = M > 64  # the prefill tile, which sums the chunks itself (kernels.COOP_FOLD_DEFINES)
+            fold = M > 64  # the prefill tile, which sums the chunks itself (coop_tiles.COOP_FOLD_DEFINES)
             kernels.record_direct(cb, "coop_rows_t16_fold" if fold else "coop_rows_t16",
                                   kernels.descriptor_set({0: wbuf, 1: split, 2: part, 7: meta}, meta),
                                   {"N": N, "K": K, "kchunk": K // chunks, "group": 0},

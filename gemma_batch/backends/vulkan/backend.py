@@ -35,7 +35,8 @@ from .attention import DEFAULT_CHUNK
 from .bandwidth import measure_read_bandwidth
 from .device import Device
 from .graph import StepGraph
-from .kernels import COOP_MIN_CHUNK, POST_NORM_MAX_ROW, Kernels, matmul_cols
+from .coop_tiles import COOP_MIN_CHUNK
+from .kernels import POST_NORM_MAX_ROW, Kernels, matmul_cols
 from .memory import Memory
 from .step_buffers import Capacity, StepBuffers
 from .weights import DeviceWeights
@@ -58,7 +59,7 @@ class VulkanBackend(Backend):
         (`attention.py`); it changes summation orders, so it is part of `identity` when not the
         default. Tests make it small to split short contexts into many chunks.
         `coop_min_chunk`: likewise for the K chunks of the cooperative-matrix matmuls
-        (kernels.coop_chunks), on devices that run them (`coopmat.py`)."""
+        (coop_tiles.coop_chunks), on devices that run them (`coopmat.py`)."""
         super().__init__(cfg)
         _check_supported(cfg)
         if kv_dtype not in KV_VARIANTS:

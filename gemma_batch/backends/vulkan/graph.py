@@ -32,7 +32,7 @@ Per step (shapes for T tokens, R logits rows):
     sample           ids [R]
 
 On a device with cooperative matrices (`Device.coopmat`), each matmul whose shape fits
-(kernels.coop_fits) and whose weights are int8, int4 or fp16 tiles (weights.py stores every bf16
+(coop_tiles.coop_fits) and whose weights are int8, int4 or fp16 tiles (weights.py stores every bf16
 or fp16 matrix that fits as tiles there) is three dispatches instead: `split` writes its input
 (normalised where the kind fuses the norm; the gathered rows for the LM head) as fp16 hi + lo,
 `coop` multiplies on the matrix units into partial sums per K chunk (steps of up to
@@ -49,9 +49,10 @@ from __future__ import annotations
 import numpy as np
 
 from ...model.config import Gemma3Config
+from .coop_tiles import COOP_DTYPES, COOP_FOLD_ROWS, coop_chunks, coop_cols, coop_fits, coop_fold, coop_variant
 from .grids import DispatchGrids
-from .kernels import (COOP_DTYPES, COOP_FOLD_ROWS, COOP_KINDS, COOP_REDUCE_WG, GATED_SPLIT_MAX_ROW, GATED_SPLIT_PIECE,
-                      META_BINDING, Kernels, coop_chunks, coop_cols, coop_fits, coop_fold, coop_variant, matmul_cols, matmul_variant)
+from .kernels import (COOP_KINDS, COOP_REDUCE_WG, GATED_SPLIT_MAX_ROW, GATED_SPLIT_PIECE, META_BINDING, Kernels, matmul_cols,
+                      matmul_variant)
 from .memory import Buffer
 from .step_buffers import StepBuffers
 from .timestamps import Timestamps
@@ -77,7 +78,7 @@ class StepGraph:
         coop_min_chunk: int | None = None,
         slot: int = 0,
     ) -> None:
-        """`coop_min_chunk`: the cooperative-matrix path's shortest K chunk (kernels.coop_chunks),
+        """`coop_min_chunk`: the cooperative-matrix path's shortest K chunk (coop_tiles.coop_chunks),
         None to run every matmul on matmul.comp. `slot`: which of the buffers' two input sets
         this recording reads (the other set's sampled ids feed its sourced tokens)."""
         self.cfg, self.kernels, self.w, self.b = cfg, kernels, weights, buffers
@@ -174,8 +175,8 @@ class StepGraph:
         weights = {0: self.w.buffer(layer, key), **({4: self.w.buffer(layer, "up_proj")} if gated else {})}
         # The decode tile for steps of up to COOP_FOLD_ROWS tokens, the prefill tile for longer
         # ones; the LM head's rows may be few in a long step, so that recording has both for it.
-        fold = coop_fold(dtype, cols, self.kernels.x_lo) if not rows else True
-        folds = ((False, fold) if rows else (fold,)) if self.prefill else (False,)
+        prefill_tile = coop_fold(dtype, cols, self.kernels.x_lo) if not rows else True
+        folds = ((False, prefill_tile) if rows else (prefill_tile,)) if self.prefill else (False,)
         for fold in folds:
             tiles = -(-cols // coop_cols(dtype, fold))
             grid = (f"coopfold_{count}", tiles) if fold else (f"coop_{count} {chunks}", tiles)

@@ -19,7 +19,8 @@ import numpy as np
 
 from ...model.config import Gemma3Config
 from .attention import most_chunks
-from .kernels import COOP_FOLD_ROWS, COOP_FOLD_TILE_ROWS, COOP_ROWS, GATED_PIECE_ROWS, MATMUL_ROWS
+from .coop_tiles import COOP_FOLD_ROWS, COOP_FOLD_TILE_ROWS, COOP_ROWS
+from .kernels import GATED_PIECE_ROWS, MATMUL_ROWS
 
 GRID_SLOTS = 64  # distinct indirect grids (3 uint32 each)
 MAX_GROUPS_X = 32768  # larger counts spread over y (common.glsl linear_group)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .coop_tiles import COOP_DIRECT_DTYPES, COOP_DTYPES, COOP_FOLD_DEFINES, COOP_WIDE_DEFINES, coop_variant
 from .device import Device
 
 SPV_DIR = Path(__file__).resolve().parent / "spv"
@@ -68,53 +69,11 @@ COOP_KINDS = {
     "norm_rows": ("split_norm_rows", ("ROWS",), "reduce_rows"),
     **{f"norm_qk_rope_{kv}": ("split_norm", (), f"reduce_qk_rope_{kv}") for kv in KV_DEFINES},
 }
-COOP_DTYPES = ("T16", "I8", "I4")  # weight dtypes of the cooperative path (matmul_coop.comp reads each)
-COOP_DIRECT_DTYPES = ("T16",)  # ... whose decode tile is matmul_coop_direct.comp's
-COOP_COLS, COOP_ROWS = 64, 32  # outputs and rows per workgroup of matmul_coop.comp (BN, BM)
-COOP_DIRECT_COLS = 128  # outputs per workgroup of matmul_coop_direct.comp (its BM is COOP_ROWS)
-# Above COOP_FOLD_ROWS rows (prefill) the `_fold` variants run instead: 8 subgroups of 2 x 2
-# tiles, 64 outputs x 128 rows per workgroup (each weight read by 4x the rows); the same sums in
-# the same order per output, so the results are bit for bit those of the decode tile.
-COOP_FOLD_DEFINES = ("SG_N=2", "SG_M=4", "TN=2", "TM=2")
-COOP_FOLD_TILE_ROWS = 128
-# With fp16 inputs (Kernels.x_lo False) fp16 tiles' prefill runs the `_wide` tile where N allows:
-# 8 subgroups of 2 x 4 tiles, 128 outputs x 128 rows (x hi and lo would not fit in shared memory).
-COOP_WIDE_DEFINES, COOP_WIDE_COLS = ("SG_N=4", "SG_M=2", "TN=2", "TM=4"), 128
-COOP_KU = 64  # k per stage of matmul_coop.comp
-COOP_FOLD_ROWS = 64  # FOLD_ROWS of matmul_coop.comp and reduce.comp
-COOP_TARGET_GROUPS = 512  # K is cut into chunks until a decode matmul has this many workgroups
-COOP_MIN_CHUNK = 256  # ... or until a chunk would be shorter than this
 COOP_REDUCE_WG = 128  # WG of reduce.comp's elementwise variants (gated, rows)
 GATED_SPLIT_MAX_ROW = 12 * 4 * 512  # ACT_VEC * 4 * WG of reduce.comp: the longest row reduce_gated_split holds
 # ... in steps of more than GATED_PIECE_ROWS rows; up to that, rows go in pieces of
 # GATED_SPLIT_PIECE columns, a workgroup each (4 WG of reduce.comp; PIECE_ROWS there)
 GATED_PIECE_ROWS, GATED_SPLIT_PIECE = 8, 4 * 512
-
-
-def coop_fits(N: int, K: int) -> bool:
-    """matmul_coop.comp's shape limits: whole workgroup tiles of each weight's N outputs (gated:
-    gate and up are one matmul of 2 N, and no tile may span both), whole stages of K."""
-    return N % COOP_COLS == 0 and K % COOP_KU == 0
-
-
-def coop_chunks(N: int, K: int, min_chunk: int = COOP_MIN_CHUNK) -> int:
-    """The number of K chunks of a cooperative matmul of N outputs (fixed per matrix: it sets the
-    summation order, see matmul_coop.comp): doubled while the decode grid is small and the
-    chunks stay at least `min_chunk` long and whole stages."""
-    chunks = 1
-    while (N // COOP_COLS * chunks < COOP_TARGET_GROUPS and K // (2 * chunks) >= min_chunk
-           and K % (2 * chunks * COOP_KU) == 0):
-        chunks *= 2
-    return chunks
-
-
-def coop_partial_floats(max_rows: int, N: int, chunks: int) -> int:
-    """Floats of matmul_coop.comp's partial sums for any step of up to `max_rows` rows: rows
-    padded to whole decode tiles (COOP_ROWS; the prefill tile writes only its 16-row tiles that
-    hold rows, which stay within that), times the chunks for steps of at most COOP_FOLD_ROWS rows."""
-    def floats(M: int) -> int:
-        return -(-M // COOP_ROWS) * COOP_ROWS * N * (1 if M > COOP_FOLD_ROWS else chunks)
-    return max(floats(min(max_rows, COOP_FOLD_ROWS)), floats(max_rows))
 
 
 def matmul_cols(kind: str) -> int:
@@ -165,28 +124,6 @@ def _variants() -> dict[str, Variant]:
             Variant("reduce_rows", "reduce", ("ROWS",)),
             *(Variant(f"reduce_qk_rope_{kv}", "reduce", ("EPI_QK_ROPE", d)) for kv, d in KV_DEFINES.items())]
     return {v.name: v for v in out}
-
-
-def coop_variant(defines: tuple[str, ...], dtype: str, fold: bool | str = False) -> str:
-    """The cooperative matmul variant for weights of `dtype` with `defines` (GATED, ROWS or none),
-    with the decode tile (matmul_coop_direct.comp's for COOP_DIRECT_DTYPES) or (`fold`)
-    matmul_coop.comp's tile for steps of more than COOP_FOLD_ROWS rows (`fold="wide"`: the
-    COOP_WIDE_DEFINES tile)."""
-    return "_".join(["coop", *(d.lower() for d in defines), dtype.lower(), *(["fold"] if fold else []),
-                     *(["wide"] if fold == "wide" else [])])
-
-
-def coop_fold(dtype: str, N: int, x_lo: bool) -> bool | str:
-    """The prefill tile for N outputs of `dtype` weights: "wide" where it applies, else True."""
-    wide = not x_lo and dtype in COOP_DIRECT_DTYPES and N % COOP_WIDE_COLS == 0
-    return "wide" if wide else True
-
-
-def coop_cols(dtype: str, fold: bool | str) -> int:
-    """Outputs per workgroup of that variant."""
-    if fold == "wide":
-        return COOP_WIDE_COLS
-    return COOP_DIRECT_COLS if dtype in COOP_DIRECT_DTYPES and not fold else COOP_COLS
 
 
 VARIANTS = _variants()

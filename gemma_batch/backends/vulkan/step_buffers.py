@@ -30,7 +30,8 @@ from ...model.config import Gemma3Config
 from ..base import StepBatch
 from .attention import most_chunks
 from .grids import GRID_SLOTS
-from .kernels import MATMUL_ROWS, coop_chunks, coop_fits, coop_partial_floats
+from .coop_tiles import coop_chunks, coop_fits, coop_partial_floats
+from .kernels import MATMUL_ROWS
 from .memory import Buffer, Memory
 
 PARAMS_DTYPE = np.dtype([  # mirrors RowParams in shaders/sample.comp
@@ -137,7 +138,7 @@ class StepBuffers:
     def __init__(self, cfg: Gemma3Config, memory: Memory, capacity: Capacity, block_size: int,
                  attention_chunk: int, coop_min_chunk: int | None = None) -> None:
         """`coop_min_chunk`: with the cooperative-matrix path (coopmat.py), its shortest K chunk
-        (kernels.coop_chunks); None without it. Its buffers are sized for every matmul whose
+        (coop_tiles.coop_chunks); None without it. Its buffers are sized for every matmul whose
         shape fits, whatever its weights' dtype."""
         self.cfg, self.mem, self.capacity = cfg, memory, capacity
         T, R = capacity.tokens, capacity.rows

@@ -9,7 +9,7 @@ and v of a layer go into one [(nh + 2 nkv) * hd, H] matrix so that the projectio
 dispatch (codes and scales each in row order); q_norm and k_norm share one [2 * hd] buffer.
 
 With `tiles` (a device that runs the cooperative-matrix path), every bf16 / fp16 matrix that path
-takes (kernels.coop_fits) is stored as fp16 in 16 x 16 tiles ("T16"): tile (nt, kt) of a
+takes (coop_tiles.coop_fits) is stored as fp16 in 16 x 16 tiles ("T16"): tile (nt, kt) of a
 [N, K] matrix is W[16 nt : 16 nt + 16, 16 kt : 16 kt + 16], row-major, at half (nt K / 16 + kt)
 256, so the 16 rows of a strip stay where their rows were (`fp16_tiles`). bf16 -> fp16 is exact
 in fp16's normal range; values beyond it are clamped, as the kernels did when they converted
@@ -30,7 +30,8 @@ from ...model.checkpoint import Tensor, to_float32
 from ...model.config import Gemma3Config
 from ...model.quant import QuantizedTensor
 from ...model.weights import tensor_shapes
-from .kernels import EMBED_DTYPES, coop_fits
+from .coop_tiles import coop_fits
+from .kernels import EMBED_DTYPES
 from .memory import Buffer, Memory
 
 _QKV = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight")
