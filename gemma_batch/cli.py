@@ -23,7 +23,7 @@ from .engine.footprint import footprint
 from .model.checkpoint import Checkpoint
 from .model.config import Gemma3Config
 from .model.quant import WeightFormat
-from .model.weights import tensor_shapes
+from .bench.random_weights import layout as random_layout
 from .data.rows import DatasetError
 from .backends.vulkan.device import list_devices
 from .backends.vulkan.errors import DeviceMemoryError, VulkanUnavailable
@@ -153,7 +153,7 @@ def inspect(
         kv_slot_bytes(kv_dtype, 1, 1)
         if model in SHAPES and not Path(model).is_dir():
             cfg, where = shape_config(model), f"{model} shape"
-            layout = {name: ("BF16", shape) for name, shape in tensor_shapes(cfg).items()}
+            layout = random_layout(cfg)
         else:
             cfg, where = Gemma3Config.from_dir(Path(model)), model
             layout = Checkpoint.open(Path(model), cfg).layout

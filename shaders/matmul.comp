@@ -51,7 +51,7 @@
 #define KSPLIT 1           // teams splitting K for the same outputs
 #endif
 #define NWG (TEAMS / KSPLIT * NT)   // outputs per workgroup (kernels.matmul_cols)
-#define MT 8               // rows per workgroup (graph.py: MATMUL_ROWS)
+#define MT 8               // rows per workgroup (kernels.MATMUL_ROWS)
 layout(local_size_x = WG) in;
 
 #if defined(W_I8)

@@ -153,7 +153,7 @@ void main() {
     // row_sync (zeroed by the host at the start of the step). Longer steps: a workgroup per row,
     // act in registers. Neither the pieces nor which workgroup is last change a bit: the max is
     // exact and the split reads the same values.
-    uint pieces = M <= PIECE_ROWS ? (pc.N + 4 * WG - 1) / (4 * WG) : 1u;  // kernels.gated_split_pieces
+    uint pieces = M <= PIECE_ROWS ? (pc.N + 4 * WG - 1) / (4 * WG) : 1u;  // grids.py "pieces" (kernels.GATED_SPLIT_PIECE)
     uint m = id / pieces, n4 = (id % pieces) * WG + tid;
     if (m >= M) return;
     if (pieces == 1u) {

@@ -69,7 +69,7 @@ class KVStore:
         """float32 [m, heads, hd] of the values at `slots` [m]."""
         if self.kv_dtype == "bf16":
             return (self.data[slots].astype(np.uint32) << np.uint32(16)).view(np.float32)
-        values = self.data[slots].astype(np.float32)
+        values = self.data[slots].astype(np.float32, copy=False)  # fancy indexing copied already
         if self.scales is not None:
             values *= self.scales[slots][..., None]
         return values

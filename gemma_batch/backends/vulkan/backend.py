@@ -72,8 +72,7 @@ class VulkanBackend(Backend):
         self.coop_min_chunk = coop_min_chunk
         self.device = Device(device)
         self.mem = Memory(self.device)
-        self.split_inputs = coopmat.split_inputs()
-        self.kernels = Kernels(self.device, x_lo=self.split_inputs)
+        self.kernels = Kernels(self.device, x_lo=coopmat.split_inputs())
         self.weights = DeviceWeights(cfg, self.mem, tiles=self.device.coopmat)
         self.k_pages: dict = {}
         self.v_pages: dict = {}
@@ -94,7 +93,7 @@ class VulkanBackend(Backend):
     def identity(self) -> str:
         chunk = "" if self.attention_chunk == DEFAULT_CHUNK else f", attention chunk {self.attention_chunk}"
         if self.device.coopmat:
-            chunk += ", cooperative matrices" + ("" if self.split_inputs else " on fp16 inputs")
+            chunk += ", cooperative matrices" + ("" if self.kernels.x_lo else " on fp16 inputs")
             chunk += "" if self.coop_min_chunk == COOP_MIN_CHUNK else f" (K chunks of {self.coop_min_chunk}+)"
         return f"vulkan on {self.device.info.name} ({self.device.info.driver}), KV {self.kv_dtype}{chunk}"
 
@@ -148,13 +147,14 @@ class VulkanBackend(Backend):
         need = Capacity(T, S, max(R, 1), tuple((g, t.shape[1]) for g, t in batch.block_tables.items()))
         grows = self.buffers is None or not self.buffers.capacity.covers(need)
         before = self._in_flight[-1] if self._in_flight else None
-        if before is not None and grows:
-            self._finish(before)  # its ids must be read before the buffers go
+        if before is not None and (grows or before.batch.return_logits):
+            self._finish(before)  # its ids (and logits: one buffer for both sets) must be read first
         if before is not None and before.result is None:  # still running: -1 - its ids row, for embed.comp
             token_ids = batch.sourced_tokens(-1 - before.id_rows)
         else:
             token_ids = batch.sourced_tokens(self._last_ids if before is None else before.result.token_ids)
-        self._ensure(need)
+        if grows:
+            self._ensure(need)
         slot = self._next_slot
         self._next_slot = 1 - slot
         graph = self.graphs[slot]
@@ -204,10 +204,8 @@ class VulkanBackend(Backend):
         return measure_read_bandwidth(self.kernels, self.mem, nbytes)
 
     def _ensure(self, need: Capacity) -> None:
-        """Grow the step buffers (and record the graphs again) when this step does not fit (no
+        """Grow the step buffers (and record the graphs again) for a step that does not fit (no
         step may be running: `submit` finishes the one before first)."""
-        if self.buffers is not None and self.buffers.capacity.covers(need):
-            return
         if not self.k_pages:
             raise RuntimeError("allocate_kv must be called before step")
         start = Capacity(64, 32, 32, tuple((g, 16) for g, _ in need.widths))

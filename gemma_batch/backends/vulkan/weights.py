@@ -31,6 +31,7 @@ from ...model.config import Gemma3Config
 from ...model.quant import QuantizedTensor
 from ...model.weights import tensor_shapes
 from .coop_tiles import coop_fits
+from .coopmat import TILE
 from .kernels import EMBED_DTYPES
 from .memory import Buffer, Memory
 
@@ -42,7 +43,6 @@ _NORMS = ("input_layernorm.weight", "post_attention_layernorm.weight", "pre_feed
 _ITEMSIZE = {"BF16": 2, "F16": 2, "F32": 4}
 _QUANTIZED = {"int8": "I8", "int4": "I4"}  # format name -> the shaders' storage type
 Matrix = Tensor | QuantizedTensor
-TILE = 16
 _TILE_BLOCK_ROWS = 1024  # rows converted to tiles per task, by _TILE_WORKERS threads
 _TILE_WORKERS = min(8, os.cpu_count() or 1)
 
