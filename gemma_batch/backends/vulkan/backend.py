@@ -36,7 +36,7 @@ from .bandwidth import measure_read_bandwidth
 from .device import Device
 from .graph import StepGraph
 from .coop_tiles import COOP_MIN_CHUNK
-from .kernels import POST_NORM_MAX_ROW, Kernels, matmul_cols
+from .kernels import ATTENTION_MAX_GROUP, POST_NORM_MAX_ROW, Kernels, matmul_cols
 from .memory import Memory
 from .step_buffers import Capacity, StepBuffers
 from .weights import DeviceWeights
@@ -72,7 +72,7 @@ class VulkanBackend(Backend):
         self.coop_min_chunk = coop_min_chunk
         self.device = Device(device)
         self.mem = Memory(self.device)
-        self.kernels = Kernels(self.device, x_lo=coopmat.split_inputs())
+        self.kernels = Kernels(self.device, x_lo=coopmat.split_inputs(), kv_group=cfg.num_heads // cfg.num_kv_heads)
         self.weights = DeviceWeights(cfg, self.mem, tiles=self.device.coopmat)
         self.k_pages: dict = {}
         self.v_pages: dict = {}
@@ -265,9 +265,7 @@ def _check_supported(cfg: Gemma3Config) -> None:
         (cfg.intermediate_size % 8 == 0, f"intermediate_size {cfg.intermediate_size} is not a multiple of 8"),
         (cfg.head_dim % cols == 0 and cfg.head_dim <= 256, f"head_dim {cfg.head_dim} must be a multiple of {cols} and at most 256"),
         (cfg.head_dim % 8 == 0, f"head_dim {cfg.head_dim} is not a multiple of 8 (attention reads rows in 16-byte pieces)"),
-        (group <= 16, f"{group} query heads per KV head exceed the attention kernel's 16"),
-        (group * cfg.head_dim <= 2048,
-         f"{group} query heads per KV head of head_dim {cfg.head_dim} ({group * cfg.head_dim} values) exceed the attention kernel's 2048"),
+        (group <= ATTENTION_MAX_GROUP, f"{group} query heads per KV head exceed the attention kernel's {ATTENTION_MAX_GROUP}"),
     ]
     bad = [message for ok, message in problems if not ok]
     if bad:

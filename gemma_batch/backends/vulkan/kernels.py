@@ -59,6 +59,7 @@ MATMUL_TEAMS = 4  # teams of 32 invocations per workgroup in matmul.comp
 MATMUL_ROWS = 8  # MT: rows per workgroup
 EPILOGUE_VEC4 = 12  # EPI_VEC of shaders/matmul_epilogue.glsl: vec4 of a row per invocation
 POST_NORM_MAX_ROW = EPILOGUE_VEC4 * 4 * MATMUL_TEAMS * 32  # the longest row the post-norm epilogue holds
+ATTENTION_MAX_GROUP = 16  # the default of attention.comp's GMAX: query heads per KV head
 
 # The cooperative-matrix path (coopmat.py): per matmul kind, the split.comp variant that writes
 # its input, the matmul_coop.comp defines, and the reduce.comp variant that sums its K chunks and
@@ -136,12 +137,16 @@ def matmul_variant(kind: str, dtype: str) -> str:
 class Kernels:
     """Pipelines, built once per variant on first use, and the recording of dispatches.
 
-    `x_lo`: specialization constant 0 of every pipeline (the cooperative matmuls' X_LO; the
-    other shaders have none): multiply x as fp16 hi + lo (True) or hi alone (coopmat.py)."""
+    Specialization constants, given to every pipeline (a shader without one ignores it):
+    0, `x_lo`: the cooperative matmuls' X_LO, multiply x as fp16 hi + lo (True) or hi alone
+    (coopmat.py); 1, `kv_group`: attention.comp's GMAX, the query heads per KV head it serves
+    (the model's, or at most ATTENTION_MAX_GROUP)."""
 
-    def __init__(self, device: Device, x_lo: bool = True) -> None:
+    def __init__(self, device: Device, x_lo: bool = True, kv_group: int = ATTENTION_MAX_GROUP) -> None:
+        if not 1 <= kv_group <= ATTENTION_MAX_GROUP:
+            raise ValueError(f"{kv_group} query heads per KV head: the attention kernel serves 1 to {ATTENTION_MAX_GROUP}")
         self.dev = device
-        self.x_lo = x_lo
+        self.x_lo, self.kv_group = x_lo, kv_group
         vk = self.vk = device.vk
         bindings = [
             vk.VkDescriptorSetLayoutBinding(binding=i, descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
@@ -170,9 +175,9 @@ class Kernels:
             module = vk.vkCreateShaderModule(self.dev.device, vk.VkShaderModuleCreateInfo(
                 sType=vk.VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, codeSize=len(code), pCode=code), None)
             self._modules.append(module)
-            constants = np.array([int(self.x_lo)], np.uint32).tobytes()  # VkBool32
+            constants = np.array([int(self.x_lo), self.kv_group], np.uint32).tobytes()  # VkBool32, uint
             special = vk.VkSpecializationInfo(
-                mapEntryCount=1, pMapEntries=[vk.VkSpecializationMapEntry(constantID=0, offset=0, size=4)],
+                mapEntryCount=2, pMapEntries=[vk.VkSpecializationMapEntry(constantID=i, offset=4 * i, size=4) for i in range(2)],
                 dataSize=len(constants), pData=vk.ffi.from_buffer(constants))
             stage = vk.VkPipelineShaderStageCreateInfo(
                 sType=vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, stage=vk.VK_SHADER_STAGE_COMPUTE_BIT,
