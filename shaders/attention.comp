@@ -48,6 +48,10 @@
 #extension GL_EXT_control_flow_attributes : require  // [[unroll]]: the per-head arrays stay in registers
 #include "common.glsl"
 #include "kv_pages.glsl"
+#ifdef SPLIT_OUT
+#include "split.glsl"
+#include "workgroup.glsl"
+#endif
 
 #define WG 128
 #define KB 64           // keys per pass
@@ -57,15 +61,22 @@
 #define MAX_CHUNKS 32   // attention.py: MAX_CHUNKS
 layout(local_size_x = WG) in;
 layout(constant_id = 1) const uint GMAX = 16u;  // query heads per kv head, at most
+const uint QUAD = GMAX < 4u ? GMAX : 4u;        // heads per value-pass thread
 
 layout(std430, binding = 0) readonly buffer Qb { vec4 q4[]; };       // [T, nh, hd]
+#ifdef SPLIT_OUT
+layout(std430, binding = 1) coherent buffer Ob { vec4 o4[]; };       // [T, nh, hd], read back by split_when_last
+layout(std430, binding = 11) writeonly buffer SOb { uint split_out[]; };  // [T, 2 nh hd] fp16: hi row, lo row
+layout(std430, binding = 12) writeonly buffer SSb { float split_scale_out[]; };  // [T]
+#else
 layout(std430, binding = 1) writeonly buffer Ob { vec4 o4[]; };      // [T, nh, hd]
+#endif
 layout(std430, binding = 2) readonly buffer Pb { int positions[]; };
 layout(std430, binding = 3) readonly buffer Sb { int token_seq[]; };
 layout(std430, binding = 4) readonly buffer Tb { int block_table[]; };
 layout(std430, binding = 5) coherent buffer PAb { vec4 part_acc[]; };  // [records, G * hd]
 layout(std430, binding = 9) coherent buffer PMb { float part_ml[]; };  // [records, 2, G]: m, then l
-layout(std430, binding = 10) coherent buffer Cb { uint counters[]; };  // [T * nkv]
+layout(std430, binding = 10) coherent buffer Cb { uint counters[]; };  // [T * nkv] (SPLIT_OUT: then [T])
 // LOAD8: piece `piece` (elements 8 piece .. 8 piece + 7) of page row `row` (slot * nkv + j), as two vec4.
 #if defined(KV_F16) || defined(KV_BF16)
 layout(std430, binding = 6) readonly buffer Kb { uvec4 k4[]; };  // [slots, nkv, hd / 8]
@@ -110,6 +121,40 @@ shared bool last_of_token;
 
 const float NEG = -1.0e30;
 
+#ifdef SPLIT_OUT
+// Called by each workgroup that wrote its (token t, kv head) slice of the output: the last of the
+// token's kv heads to finish writes the whole row as the o projection's input, exactly as
+// split.comp does (an exact max, then elementwise), and resets the token's counter.
+void split_when_last(uint t, uint tokens_heads) {
+    uint tid = gl_LocalInvocationID.x, K4 = pc.num_heads * pc.head_dim / 4u;
+    memoryBarrierBuffer();  // this workgroup's slice is visible before it counts itself done
+    barrier();
+    if (tid == 0u) last_of_token = atomicAdd(counters[tokens_heads + t], 1u) == pc.num_kv_heads - 1u;
+    barrier();
+    if (!last_of_token) return;
+    memoryBarrierBuffer();
+    float mx = 0.0;
+    for (uint i = tid; i < K4; i += WG) {
+        vec4 a = abs(o4[t * K4 + i]);
+        mx = max(mx, max(max(a.x, a.y), max(a.z, a.w)));
+    }
+    float s = split_scale(workgroup_max(mx));
+    for (uint i = tid; i < K4; i += WG) {
+        vec4 v = o4[t * K4 + i] * s;
+        uvec2 a = split_words(v.xy), b = split_words(v.zw);
+        uint at = t * 4u * K4 + 2u * i;  // the row's hi words, then 2 K4 lo words
+        split_out[at] = a.x;
+        split_out[at + 1u] = b.x;
+        split_out[at + 2u * K4] = a.y;
+        split_out[at + 2u * K4 + 1u] = b.y;
+    }
+    if (tid == 0u) {
+        split_scale_out[t] = 1.0 / s;
+        counters[tokens_heads + t] = 0u;
+    }
+}
+#endif
+
 // Sum over clusters of `width` adjacent lanes (a power of two, at most the subgroup size) by xor
 // butterfly: every lane of a cluster gets the same value.
 float cluster_sum(float v, uint width) {
@@ -141,14 +186,14 @@ void main() {
     for (uint e = tid; e < G * hd / 4u; e += WG) qs[e] = q4[qbase + e] * pc.scale;
     if (tid < G) { run_max[tid] = NEG; run_sum[tid] = 0.0; }
 
-    // Value-pass roles: unit = (piece, heads 4 hq .. 4 hq + 3), KG lanes per unit.
-    uint units = (G + 3u) / 4u * hd8;
+    // Value-pass roles: unit = (piece, heads QUAD hq .. QUAD hq + QUAD - 1), KG lanes per unit.
+    uint units = (G + QUAD - 1u) / QUAD * hd8;
     uint KG = min(gl_SubgroupSize, 1u << uint(findMSB(WG / units)));
     uint kg = tid % KG, unit = tid / KG;
-    uint piece = unit % hd8, g0 = unit / hd8 * 4u;
+    uint piece = unit % hd8, g0 = unit / hd8 * QUAD;
     bool valued = unit < units;
-    vec4 acc[8];  // heads g0 .. g0 + 3, elements 8 piece .. 8 piece + 7: acc[2 gg], acc[2 gg + 1]
-    [[unroll]] for (uint i = 0u; i < 8u; i++) acc[i] = vec4(0.0);
+    vec4 acc[2u * QUAD];  // heads g0 + gg, elements 8 piece .. 8 piece + 7: acc[2 gg], acc[2 gg + 1]
+    [[unroll]] for (uint i = 0u; i < 2u * QUAD; i++) acc[i] = vec4(0.0);
     uint team = tid / KL, lane = tid % KL;
     barrier();
 
@@ -206,7 +251,7 @@ void main() {
         barrier();
         // Probabilities times V rows, per key group in key order.
         if (valued) {
-            [[unroll]] for (uint gg = 0u; gg < 4u; gg++) {
+            [[unroll]] for (uint gg = 0u; gg < QUAD; gg++) {
                 if (g0 + gg >= G) break;
                 acc[2u * gg] *= rescale[g0 + gg];
                 acc[2u * gg + 1u] *= rescale[g0 + gg];
@@ -217,7 +262,7 @@ void main() {
                 [[unroll]] for (uint i = 0u; i < VK; i++) {
                     uint k = k0 + i * KG;
                     if (k >= n) break;
-                    [[unroll]] for (uint gg = 0u; gg < 4u; gg++) {
+                    [[unroll]] for (uint gg = 0u; gg < QUAD; gg++) {
                         if (g0 + gg >= G) break;
                         float w = sc[(g0 + gg) * KB + k];
                         acc[2u * gg] += w * vlo[i];
@@ -228,12 +273,12 @@ void main() {
         }
         barrier();  // sc and krow are reused by the next pass
     }
-    [[unroll]] for (uint i = 0u; i < 8u; i++) acc[i] = cluster_sum4(acc[i], KG);
+    [[unroll]] for (uint i = 0u; i < 2u * QUAD; i++) acc[i] = cluster_sum4(acc[i], KG);
     bool writer = valued && kg == 0u;
 
     if (nchunks == 1u) {
         if (writer) {
-            [[unroll]] for (uint gg = 0u; gg < 4u; gg++) {
+            [[unroll]] for (uint gg = 0u; gg < QUAD; gg++) {
                 uint g = g0 + gg;
                 if (g >= G) break;
                 uint e = qbase + (g * hd8 + piece) * 2u;
@@ -241,13 +286,16 @@ void main() {
                 o4[e + 1u] = acc[2u * gg + 1u] / run_sum[g];
             }
         }
+#ifdef SPLIT_OUT
+        split_when_last(t, tokens_heads);
+#endif
         return;
     }
 
     // This chunk's partial, then the merge by the last of the token's chunks.
     uint rec = G * hd / 4u;  // vec4 per record of part_acc
     if (writer) {
-        [[unroll]] for (uint gg = 0u; gg < 4u; gg++) {
+        [[unroll]] for (uint gg = 0u; gg < QUAD; gg++) {
             uint g = g0 + gg;
             if (g >= G) break;
             uint e = id * rec + (g * hd8 + piece) * 2u;
@@ -285,4 +333,7 @@ void main() {
         o4[qbase + e] = sum / total[g];
     }
     if (tid == 0u) counters[tj] = 0u;
+#ifdef SPLIT_OUT
+    split_when_last(t, tokens_heads);
+#endif
 }

@@ -15,10 +15,13 @@ import numpy as np
 import pytest
 
 from gemma_batch.backends.vulkan.device import Device
+from gemma_batch.backends.vulkan.graph import StepGraph
 from gemma_batch.backends.vulkan.kernels import GATED_PIECE_ROWS, GATED_SPLIT_PIECE, Kernels
 from gemma_batch.backends.vulkan.memory import Memory
 from gemma_batch.backends.vulkan.weights import fp16_tiles
 from gemma_batch.model.checkpoint import Tensor
+from tests.test_cpu_vs_transformers import checkpoints, run_batched  # noqa: F401
+from tests.test_vulkan_backend import vulkan_backend
 from tests.test_vulkan_coopmat import needs_coopmat
 
 
@@ -178,3 +181,49 @@ def test_reduces_that_write_the_next_split_match_float64(variant, M):
     if not gated:
         res_err = np.abs(out["x_res"] - new_res).max(axis=1) / np.abs(new_res).max(axis=1)
         assert np.all(res_err <= 1e-6), res_err
+
+
+def split_words_reference(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """split.glsl in numpy, from its definition: per row s = 2^(15 - e) with max |v| < 2^e
+    (frexp), hi = fp16(s v) (nearest, ties to even), lo = fp16(s v - hi); (hi row | lo row) as
+    fp16 [M, 2 K], and 1 / s [M]."""
+    _, e = np.frexp(np.abs(v).max(axis=1))
+    s = np.float32(2.0) ** np.clip(15 - e, -100, 100).astype(np.float32)
+    scaled = v * s[:, None]
+    hi = scaled.astype(np.float16)
+    lo = (scaled - hi.astype(np.float32)).astype(np.float16)
+    return np.concatenate([hi, lo], axis=1), (1 / s).astype(np.float32)
+
+
+def test_attention_writes_the_o_projections_split_as_split_comp_would(checkpoints, monkeypatch):
+    """attention.comp SPLIT_OUT (on the cooperative path the o projection's input, written by the
+    last of a token's kv heads to finish): bit for bit the split of attention's own output, after
+    every step of a batched run (prefill in 7-token chunks mixed with decode, chunks of 4 keys so
+    that tokens merge several chunks; llvmpipe runs the portable path, so the test turns the
+    variant on itself and gives it buffers)."""
+    backend = vulkan_backend(checkpoints["causal"][0], attention_chunk=4)
+    cfg, most_tokens = backend.cfg, 64
+    split = backend.mem.alloc(4 * most_tokens * cfg.q_width, "test split")
+    scale = backend.mem.alloc(4 * most_tokens, "test split scale")
+    record = StepGraph._dispatch
+
+    def dispatch(self, name, buffers, push, grid):
+        if name.startswith("attention_"):
+            name, buffers = f"{name}_split", {**buffers, 11: split, 12: scale}
+        record(self, name, buffers, push, grid)
+
+    monkeypatch.setattr(StepGraph, "_dispatch", dispatch)
+    checked = []
+
+    def after_step(batch):
+        T = len(batch.positions)
+        assert T <= most_tokens
+        attn = backend.mem.download(backend.buffers.attn).view(np.float32)[:T * cfg.q_width].reshape(T, cfg.q_width)
+        words, inv_scale = split_words_reference(attn)
+        got = backend.mem.download(split).view(np.float16)[:T * 2 * cfg.q_width].reshape(T, 2 * cfg.q_width)
+        np.testing.assert_array_equal(got.view(np.uint16), words.view(np.uint16))
+        np.testing.assert_array_equal(backend.mem.download(scale).view(np.float32)[:T], inv_scale)
+        checked.append(T)
+
+    run_batched(backend, step_token_budget=7, after_step=after_step)
+    assert len(checked) > 4 and max(checked) > 1

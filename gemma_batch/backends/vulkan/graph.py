@@ -40,8 +40,10 @@ COOP_FOLD_ROWS tokens: matmul_coop_direct.comp for tiles, matmul_coop.comp's dec
 int8 / int4; longer steps: matmul_coop.comp's prefill tile, the same sums), and `reduce` adds
 the chunks and runs the kind's epilogue (the same code as matmul.comp's). Where the next matmul
 is on that path too, the reduces of o (post-norm), gate/up and down (post-norm) write its split
-themselves (reduce.comp SPLIT_NEXT), so a layer is 10 dispatches: split, qkv, reduce, attention,
-split, o, reduce, gate/up, reduce, down, reduce.
+themselves (reduce.comp SPLIT_NEXT), and attention writes o's (attention.comp SPLIT_OUT), so a
+layer is 9 dispatches: qkv, reduce, attention, o, reduce, gate/up, reduce, down, reduce (and the
+first layer's split before them). On the H100 each dispatch costs about 9 us of drain and ramp
+between dependent kernels at 4b decode sizes, whatever its work (docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
@@ -232,16 +234,17 @@ class StepGraph:
                                                  13: inp.slots[group.name], 14: self.k_pages[layer], 15: self.v_pages[layer]},
                          presplit=qkv_presplit)
             width = dict(b.capacity.widths)[group.name]
-            self._dispatch(f"attention_{self.kv_name}",
+            split_o = {11: b.split, 12: b.split_scale} if o_coop else {}  # attention writes o's split itself
+            self._dispatch(f"attention_{self.kv_name}{'_split' if o_coop else ''}",
                            {0: b.q, 1: b.attn, 2: inp.positions, 3: inp.token_seq, 4: inp.tables[group.name],
                             5: b.part_acc, 6: self.k_pages[layer], 8: self.v_pages[layer], 9: b.part_ml,
-                            10: b.attn_counters},
+                            10: b.attn_counters, **split_o},
                            {"num_heads": cfg.num_heads, "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
                             "window": group.window or 0, "block_size": self.block_size, "table_stride": width,
                             "chunk": self.attention_chunk, "scale": cfg.attn_scale},
                            (f"attention {group.name}", cfg.num_kv_heads))
             self._matmul("post_norm", layer, "o_proj", b.attn, b.y, H, cfg.q_width,
-                         extra={9: lw["post_attention_layernorm"], 10: b.x},
+                         extra={9: lw["post_attention_layernorm"], 10: b.x}, presplit=o_coop,
                          split_next={3: lw["pre_feedforward_layernorm"]} if fuse_gate else None)
             self._matmul("norm_gated", layer, "gate_proj", b.x, b.act, I, H, lw["pre_feedforward_layernorm"],
                          {4: w.buffer(layer, "up_proj")}, presplit=fuse_gate, split_next={} if fuse_down else None)

@@ -12,7 +12,8 @@ Device-local scratch, shared by the two (one step runs at a time): the residual 
 and the finished pieces of reduce_gated_split), both zeroed at the start of each step; on the
 cooperative path the `split` inputs, their `split_scale` and the `partial` sums; and attention's partial
 results per (chunk, token, kv head), `part_acc` [records, G * hd] and `part_ml` [records, 2, G]
-(running max and sum), with `attn_counters` [T, nkv] (zeroed at the start of each step). Records
+(running max and sum), with `attn_counters` [T, nkv + 1] (the chunks merged per (token, kv
+head), then the kv heads done per token; zeroed at the start of each step). Records
 are T * nkv times the most chunks of any position the capacity's block tables can hold
 (`attention.py`: at most MAX_CHUNKS; none when every context fits in one chunk).
 
@@ -161,7 +162,7 @@ class StepBuffers:
         records = T * cfg.num_kv_heads * chunks if chunks > 1 else 0
         self.part_acc = dev(4 * records * cfg.q_width // cfg.num_kv_heads, f"attention partials ({chunks} chunks)")
         self.part_ml = dev(4 * records * 2 * cfg.num_heads // cfg.num_kv_heads, "attention partial maxima and sums")
-        self.attn_counters = dev(4 * T * cfg.num_kv_heads, "attention merge counters")
+        self.attn_counters = dev(4 * T * (cfg.num_kv_heads + 1), "attention merge and row counters")
         # The cooperative path: split rows [hi K | lo K] fp16 with their scales, and partial sums.
         coop = {} if coop_min_chunk is None else {  # (outputs, K, rows) of each matmul on the path
             key: (N * weights, K, R if rows else T) for key, (N, weights, K, rows) in coop_matmuls(cfg).items()
