@@ -42,8 +42,8 @@ the chunks and runs the kind's epilogue (the same code as matmul.comp's). Where 
 is on that path too, the reduces of o (post-norm), gate/up and down (post-norm) write its split
 themselves (reduce.comp SPLIT_NEXT), and attention writes o's (attention.comp SPLIT_OUT), so a
 layer is 9 dispatches: qkv, reduce, attention, o, reduce, gate/up, reduce, down, reduce (and the
-first layer's split before them). On the H100 each dispatch costs about 9 us of drain and ramp
-between dependent kernels at 4b decode sizes, whatever its work (docs/PERFORMANCE.md).
+first layer's split before them). Fewer is faster at small batches: on the H100 a dependent
+dispatch costs about 9 us of drain and ramp at 4b batch 1, whatever its work (docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations

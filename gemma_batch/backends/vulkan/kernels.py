@@ -105,7 +105,8 @@ def _variants() -> dict[str, Variant]:
         for kind, extra in MATMUL_KINDS.items():
             out.append(Variant(f"matmul_{kind}_{dtype.lower()}", "matmul", (WEIGHT_DEFINES[dtype], *extra)))
     for kv, define in KV_DEFINES.items():  # _split: also writes the o projection's split input (coop path)
-        out += [Variant(f"attention_{kv}", "attention", (define,)), Variant(f"attention_{kv}_split", "attention", (define, "SPLIT_OUT"))]
+        out += [Variant(f"attention_{kv}", "attention", (define,)),
+                Variant(f"attention_{kv}_split", "attention", (define, "SPLIT_OUT"))]
     for dtype in COOP_DTYPES:
         for gemm in dict.fromkeys(defines for _, defines, _ in COOP_KINDS.values()):
             if dtype in COOP_DIRECT_DTYPES:

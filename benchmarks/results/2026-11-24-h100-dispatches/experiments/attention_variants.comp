@@ -1,0 +1,300 @@
+#version 450
+// Paged attention over the flattened batch (prefill chunks and decode tokens alike), split along
+// the keys (flash-decoding) so that a decode step has many workgroups per layer.
+//
+// A query at position p sees the keys of its sequence at positions [lo, p], lo = max(0, p - window + 1)
+// for sliding layers (0 for global ones); key position k lives at slot
+// table[seq][k / block_size] * block_size + k % block_size.
+//
+// Chunks: the keys are cut at multiples of a span cs of absolute positions, cs = pc.chunk doubled
+// while [lo, p] would meet more than MAX_CHUNKS chunks; chunk c covers [c cs, (c + 1) cs) ∩ [lo, p].
+// cs, the chunks and every sum below depend only on p and the model (never on T, the batch's
+// contexts or the grid), so a token's output is bit-identical in any batch and any prefill
+// chunking. The host mirrors the rule in gemma_batch/backends/vulkan/attention.py.
+//
+// Grid: workgroup id = i * (T * nkv) + t * nkv + j, for chunk i of token t and kv head j; the host
+// sizes i by the step's most chunks, and workgroups past their token's chunk count exit at once.
+// A workgroup serves the G = nh / nkv query heads of kv head j (one read of each K/V row for the
+// group; the scaled queries [G, hd] sit in shared memory) over its chunk, in passes of KB keys
+// with an online softmax. Rows (kv_pages.glsl) are read as pieces of 8 elements, widened in
+// registers (16 bytes of fp16 or bf16 pairs, 32 of fp32, or 8 of int8 times the row's scale):
+//   scores   teams of KL = 4 adjacent lanes per key, lane l taking pieces l, l + 4, ... of the row
+//            (4 lanes read 4 adjacent pieces); per lane dot products in piece order, then a
+//            2-step xor butterfly per head (subgroups of 4 or more). A lane issues all loads of
+//            its pieces before the first product (a loop that loaded one piece per iteration
+//            left one load in flight per lane: about 30 us per layer whatever the batch).
+//   softmax  a subgroup per head: subgroupMax, exp, per-lane sums in key order, subgroupAdd.
+//   values   a thread per (piece, quad of heads) and key group: KG adjacent lanes (a power of
+//            two, at most the subgroup) take keys kg, kg + KG, ... of the pass, so each V row piece
+//            is read once per workgroup, VK keys' loads issued together; at the end of the chunk
+//            an xor butterfly over the KG lanes adds the key groups.
+// Merge: a token with a single chunk writes its output directly. Otherwise each workgroup writes
+// its partial (running max m, sum l and the unnormalised output acc of the G heads) to `part_*`
+// at record `id`, and counts itself done on the (t, j) counter; the last of the token's chunks to
+// finish merges them in chunk order, M = max_i m_i, o = (sum_i acc_i e^(m_i - M)) / (sum_i l_i e^(m_i - M)),
+// and resets the counter (zeroed by the host at the start of the step). Which workgroup is last
+// does not change the result: it reads the same records in the same order. A last-workgroup
+// merge rather than a second dispatch: no extra dispatch and pipeline barrier per layer (26 per
+// step for the 1b), and the partials are merged while they are still in cache.
+//
+// Variants: KV_F16 | KV_BF16 | KV_F32 | KV_I8 (the page storage). Limits
+// (backend._check_supported): head_dim a multiple of 8 up to 256, G <= GMAX, G * head_dim <= QMAX.
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_EXT_control_flow_attributes : require  // [[unroll]]: the per-head arrays stay in registers
+#include "common.glsl"
+#include "kv_pages.glsl"
+
+#ifndef WG
+#define WG 128
+#endif
+#ifndef KB
+#define KB 64           // keys per pass
+#endif
+#ifndef KL
+#define KL 4            // lanes per key in the score pass
+#endif
+#ifndef KP
+#define KP 8            // pieces of a key row per lane: head_dim <= 8 * KL * KP = 256
+#endif
+#ifndef VK
+#define VK 8            // keys whose V pieces a value-pass thread loads at once
+#endif
+#define MAX_CHUNKS 32   // attention.py: MAX_CHUNKS
+#ifndef GMAX
+#define GMAX 16         // query heads per kv head
+#endif
+#ifndef QMAX
+#define QMAX 2048       // G * head_dim
+#endif
+layout(local_size_x = WG) in;
+
+layout(std430, binding = 0) readonly buffer Qb { vec4 q4[]; };       // [T, nh, hd]
+layout(std430, binding = 1) writeonly buffer Ob { vec4 o4[]; };      // [T, nh, hd]
+layout(std430, binding = 2) readonly buffer Pb { int positions[]; };
+layout(std430, binding = 3) readonly buffer Sb { int token_seq[]; };
+layout(std430, binding = 4) readonly buffer Tb { int block_table[]; };
+layout(std430, binding = 5) coherent buffer PAb { vec4 part_acc[]; };  // [records, G * hd]
+layout(std430, binding = 9) coherent buffer PMb { float part_ml[]; };  // [records, 2, G]: m, then l
+layout(std430, binding = 10) coherent buffer Cb { uint counters[]; };  // [T * nkv]
+// LOAD8: piece `piece` (elements 8 piece .. 8 piece + 7) of page row `row` (slot * nkv + j), as two vec4.
+#if defined(KV_F16) || defined(KV_BF16)
+layout(std430, binding = 6) readonly buffer Kb { uvec4 k4[]; };  // [slots, nkv, hd / 8]
+layout(std430, binding = 8) readonly buffer Vb { uvec4 v4[]; };
+#ifdef KV_F16
+#define LOAD8(buf, row, piece, lo, hi) { uvec4 w_ = buf[(row) * hd8 + (piece)]; \
+    lo = vec4(unpackHalf2x16(w_.x), unpackHalf2x16(w_.y)); hi = vec4(unpackHalf2x16(w_.z), unpackHalf2x16(w_.w)); }
+#else
+#define LOAD8(buf, row, piece, lo, hi) { uvec4 w_ = buf[(row) * hd8 + (piece)]; \
+    lo = vec4(bf16_lo(w_.x), bf16_hi(w_.x), bf16_lo(w_.y), bf16_hi(w_.y)); \
+    hi = vec4(bf16_lo(w_.z), bf16_hi(w_.z), bf16_lo(w_.w), bf16_hi(w_.w)); }
+#endif
+#elif defined(KV_I8)
+layout(std430, binding = 6) readonly buffer Kb { uint k4[]; };   // [slots * nkv, hd / 4 + 1] words
+layout(std430, binding = 8) readonly buffer Vb { uint v4[]; };
+#define LOAD8(buf, row, piece, lo, hi) { uint r_ = (row) * kv_i8_row_words(hd); float s_ = uintBitsToFloat(buf[r_ + 2u * hd8]); \
+    lo = int8x4(buf[r_ + 2u * (piece)]) * s_; hi = int8x4(buf[r_ + 2u * (piece) + 1u]) * s_; }
+#else
+layout(std430, binding = 6) readonly buffer Kb { vec4 k4[]; };   // [slots, nkv, hd / 4]
+layout(std430, binding = 8) readonly buffer Vb { vec4 v4[]; };
+#define LOAD8(buf, row, piece, lo, hi) { uint i_ = 2u * ((row) * hd8 + (piece)); lo = buf[i_]; hi = buf[i_ + 1u]; }
+#endif
+
+layout(push_constant) uniform Push {
+    uint num_heads;
+    uint num_kv_heads;
+    uint head_dim;
+    uint window;        // 0: global layer
+    uint block_size;
+    uint table_stride;  // block-table entries per sequence
+    uint chunk;         // the smallest chunk span (attention.py: DEFAULT_CHUNK)
+    float scale;        // query_pre_attn_scalar ** -0.5
+} pc;
+
+shared vec4 qs[QMAX / 4];           // the group's queries, scaled: [G, hd]
+shared float sc[GMAX * KB];         // this pass's scores, then probabilities: [G, KB]
+shared uint krow[KB];               // this pass's page rows (slot * nkv + j)
+shared float run_max[GMAX], run_sum[GMAX], rescale[GMAX];
+shared float weight[MAX_CHUNKS * GMAX];  // merge: e^(m_i - M), [chunk, G]
+shared float total[GMAX];                // merge: sum_i l_i e^(m_i - M)
+shared bool last_of_token;
+
+const float NEG = -1.0e30;
+
+// Sum over clusters of `width` adjacent lanes (a power of two, at most the subgroup size) by xor
+// butterfly: every lane of a cluster gets the same value.
+float cluster_sum(float v, uint width) {
+    for (uint m = 1u; m < width; m <<= 1) v += subgroupShuffleXor(v, m);
+    return v;
+}
+vec4 cluster_sum4(vec4 v, uint width) {
+    for (uint m = 1u; m < width; m <<= 1) v += subgroupShuffleXor(v, m);
+    return v;
+}
+
+void main() {
+    uint tid = gl_LocalInvocationID.x;
+    uint nkv = pc.num_kv_heads, tokens_heads = meta.num_tokens * nkv;
+    uint id = linear_group();
+    uint tj = id % tokens_heads, ci = id / tokens_heads;
+    uint t = tj / nkv, j = tj % nkv;
+    uint hd = pc.head_dim, hd8 = hd / 8u, G = pc.num_heads / nkv;
+    uint p = uint(positions[t]);
+    uint lo = pc.window == 0u ? 0u : uint(max(0, int(p) - int(pc.window) + 1));
+    uint cs = pc.chunk;
+    while (p / cs - lo / cs + 1u > MAX_CHUNKS) cs *= 2u;
+    uint first = lo / cs, nchunks = p / cs - first + 1u;
+    if (ci >= nchunks) return;
+    uint k0 = max(lo, (first + ci) * cs), k1 = min(p + 1u, (first + ci + 1u) * cs);
+    uint table = uint(token_seq[t]) * pc.table_stride;
+    uint qbase = (t * pc.num_heads + j * G) * hd / 4u;  // vec4 index of the group's queries and outputs
+
+    for (uint e = tid; e < G * hd / 4u; e += WG) qs[e] = q4[qbase + e] * pc.scale;
+    if (tid < G) { run_max[tid] = NEG; run_sum[tid] = 0.0; }
+
+    // Value-pass roles: unit = (piece, heads 4 hq .. 4 hq + 3), KG lanes per unit.
+    uint units = (G + 3u) / 4u * hd8;
+    uint KG = min(gl_SubgroupSize, 1u << uint(findMSB(WG / units)));
+    uint kg = tid % KG, unit = tid / KG;
+    uint piece = unit % hd8, g0 = unit / hd8 * 4u;
+    bool valued = unit < units;
+    vec4 acc[8];  // heads g0 .. g0 + 3, elements 8 piece .. 8 piece + 7: acc[2 gg], acc[2 gg + 1]
+    [[unroll]] for (uint i = 0u; i < 8u; i++) acc[i] = vec4(0.0);
+    uint team = tid / KL, lane = tid % KL;
+    barrier();
+
+    for (uint base = k0; base < k1; base += KB) {
+        uint n = min(uint(KB), k1 - base);
+        // Scores of the pass's keys (a team's lanes share their key, so the butterfly's lanes are active).
+        for (uint k = team; k < n; k += WG / KL) {
+            uint key = base + k;
+            uint row = (uint(block_table[table + key / pc.block_size]) * pc.block_size + key % pc.block_size) * nkv + j;
+            vec4 klo[KP], khi[KP];  // the lane's pieces of the key's row, all loads issued first
+            [[unroll]] for (uint i = 0u; i < KP; i++) LOAD8(k4, row, min(lane + i * KL, hd8 - 1u), klo[i], khi[i]);
+            float s[GMAX];
+            [[unroll]] for (uint g = 0u; g < GMAX; g++) s[g] = 0.0;
+            [[unroll]] for (uint i = 0u; i < KP; i++) {
+                uint c = lane + i * KL;
+                if (c >= hd8) break;
+                [[unroll]] for (uint g = 0u; g < GMAX; g++) {
+                    if (g >= G) break;
+                    s[g] += dot(qs[2u * (g * hd8 + c)], klo[i]) + dot(qs[2u * (g * hd8 + c) + 1u], khi[i]);
+                }
+            }
+            [[unroll]] for (uint g = 0u; g < GMAX; g++) {
+                if (g >= G) break;
+                s[g] = cluster_sum(s[g], KL);
+            }
+            if (lane == 0u) {
+                [[unroll]] for (uint g = 0u; g < GMAX; g++) {
+                    if (g >= G) break;
+                    sc[g * KB + k] = s[g];
+                }
+                krow[k] = row;
+            }
+        }
+        barrier();
+        // Online softmax, a subgroup per head: the pass's max (exact in any order), probabilities,
+        // their sum, and the rescale of what came before.
+        for (uint g = gl_SubgroupID; g < G; g += gl_NumSubgroups) {
+            float mx = NEG;
+            for (uint k = gl_SubgroupInvocationID; k < n; k += gl_SubgroupSize) mx = max(mx, sc[g * KB + k]);
+            float m_old = run_max[g], m_new = max(m_old, subgroupMax(mx));
+            float sum = 0.0;
+            for (uint k = gl_SubgroupInvocationID; k < n; k += gl_SubgroupSize) {
+                float e = exp(sc[g * KB + k] - m_new);
+                sc[g * KB + k] = e;
+                sum += e;
+            }
+            sum = subgroupAdd(sum);
+            if (subgroupElect()) {
+                float r = exp(m_old - m_new);
+                rescale[g] = r;
+                run_sum[g] = run_sum[g] * r + sum;
+                run_max[g] = m_new;
+            }
+        }
+        barrier();
+        // Probabilities times V rows, per key group in key order.
+        if (valued) {
+            [[unroll]] for (uint gg = 0u; gg < 4u; gg++) {
+                if (g0 + gg >= G) break;
+                acc[2u * gg] *= rescale[g0 + gg];
+                acc[2u * gg + 1u] *= rescale[g0 + gg];
+            }
+            for (uint k0 = kg; k0 < n; k0 += VK * KG) {
+                vec4 vlo[VK], vhi[VK];  // VK keys' pieces, all loads issued first
+                [[unroll]] for (uint i = 0u; i < VK; i++) LOAD8(v4, krow[min(k0 + i * KG, n - 1u)], piece, vlo[i], vhi[i]);
+                [[unroll]] for (uint i = 0u; i < VK; i++) {
+                    uint k = k0 + i * KG;
+                    if (k >= n) break;
+                    [[unroll]] for (uint gg = 0u; gg < 4u; gg++) {
+                        if (g0 + gg >= G) break;
+                        float w = sc[(g0 + gg) * KB + k];
+                        acc[2u * gg] += w * vlo[i];
+                        acc[2u * gg + 1u] += w * vhi[i];
+                    }
+                }
+            }
+        }
+        barrier();  // sc and krow are reused by the next pass
+    }
+    [[unroll]] for (uint i = 0u; i < 8u; i++) acc[i] = cluster_sum4(acc[i], KG);
+    bool writer = valued && kg == 0u;
+
+    if (nchunks == 1u) {
+        if (writer) {
+            [[unroll]] for (uint gg = 0u; gg < 4u; gg++) {
+                uint g = g0 + gg;
+                if (g >= G) break;
+                uint e = qbase + (g * hd8 + piece) * 2u;
+                o4[e] = acc[2u * gg] / run_sum[g];
+                o4[e + 1u] = acc[2u * gg + 1u] / run_sum[g];
+            }
+        }
+        return;
+    }
+
+    // This chunk's partial, then the merge by the last of the token's chunks.
+    uint rec = G * hd / 4u;  // vec4 per record of part_acc
+    if (writer) {
+        [[unroll]] for (uint gg = 0u; gg < 4u; gg++) {
+            uint g = g0 + gg;
+            if (g >= G) break;
+            uint e = id * rec + (g * hd8 + piece) * 2u;
+            part_acc[e] = acc[2u * gg];
+            part_acc[e + 1u] = acc[2u * gg + 1u];
+        }
+    }
+    if (tid < G) {
+        part_ml[id * 2u * G + tid] = run_max[tid];
+        part_ml[id * 2u * G + G + tid] = run_sum[tid];
+    }
+    memoryBarrierBuffer();  // this workgroup's partial is visible before it counts itself done
+    barrier();
+    if (tid == 0u) last_of_token = atomicAdd(counters[tj], 1u) == nchunks - 1u;
+    barrier();
+    if (!last_of_token) return;
+    memoryBarrierBuffer();
+    if (tid < G) {  // record of chunk c: c * tokens_heads + tj
+        float M = NEG;
+        for (uint c = 0u; c < nchunks; c++) M = max(M, part_ml[(c * tokens_heads + tj) * 2u * G + tid]);
+        float L = 0.0;
+        for (uint c = 0u; c < nchunks; c++) {
+            uint r = (c * tokens_heads + tj) * 2u * G;
+            float w = exp(part_ml[r + tid] - M);
+            weight[c * GMAX + tid] = w;
+            L += part_ml[r + G + tid] * w;
+        }
+        total[tid] = L;
+    }
+    barrier();
+    for (uint e = tid; e < rec; e += WG) {
+        uint g = e / (hd / 4u);
+        vec4 sum = vec4(0.0);
+        for (uint c = 0u; c < nchunks; c++) sum += part_acc[(c * tokens_heads + tj) * rec + e] * weight[c * GMAX + g];
+        o4[qbase + e] = sum / total[g];
+    }
+    if (tid == 0u) counters[tj] = 0u;
+}
