@@ -37,11 +37,13 @@
 // merge rather than a second dispatch: no extra dispatch and pipeline barrier per layer (26 per
 // step for the 1b), and the partials are merged while they are still in cache.
 //
-// Variants: KV_F16 | KV_BF16 | KV_F32 | KV_I8 (the page storage). Limits
-// (backend._check_supported): head_dim a multiple of 8 up to 256, G <= 16. GMAX, the largest G a
-// pipeline serves, is specialization constant 1 (kernels.Kernels sets the model's G): it sizes
-// the per-head arrays, and registers held for heads a model does not have cost occupancy (4b,
-// batch 32: 6.95 against 7.27 ms per decode step with G = 2 against 16, 2026-11-24).
+// Variants: KV_F16 | KV_BF16 | KV_F32 | KV_I8 (the page storage), each also with SPLIT_OUT (on the
+// cooperative path: the o projection's input written here, split_when_last). Limits
+// (backend._check_supported): head_dim a multiple of 8 up to 256, G <= 16, G * head_dim <= QMAX.
+// GMAX, the largest G a pipeline serves, is specialization constant 1 (kernels.Kernels sets the
+// model's G): it sizes the per-head arrays, and registers held for heads a model does not have
+// cost occupancy (4b, batch 32: 6.95 against 7.27 ms per decode step with G = 2 against 16,
+// 2026-11-24).
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -60,8 +62,10 @@
 #define VK 8            // keys whose V pieces a value-pass thread loads at once
 #define MAX_CHUNKS 32   // attention.py: MAX_CHUNKS
 layout(local_size_x = WG) in;
+#define QMAX 2048       // G * head_dim, at most (the queries' shared memory)
 layout(constant_id = 1) const uint GMAX = 16u;  // query heads per kv head, at most
 const uint QUAD = GMAX < 4u ? GMAX : 4u;        // heads per value-pass thread
+const uint Q4 = GMAX * 64u < QMAX / 4u ? GMAX * 64u : QMAX / 4u;  // vec4 of queries: G * hd <= GMAX * 256
 
 layout(std430, binding = 0) readonly buffer Qb { vec4 q4[]; };       // [T, nh, hd]
 #ifdef SPLIT_OUT
@@ -111,7 +115,7 @@ layout(push_constant) uniform Push {
     float scale;        // query_pre_attn_scalar ** -0.5
 } pc;
 
-shared vec4 qs[GMAX * 64u];         // the group's queries, scaled: [G, hd], hd <= 256
+shared vec4 qs[Q4];                 // the group's queries, scaled: [G, hd]
 shared float sc[GMAX * KB];         // this pass's scores, then probabilities: [G, KB]
 shared uint krow[KB];               // this pass's page rows (slot * nkv + j)
 shared float run_max[GMAX], run_sum[GMAX], rescale[GMAX];

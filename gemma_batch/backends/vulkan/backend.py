@@ -266,6 +266,8 @@ def _check_supported(cfg: Gemma3Config) -> None:
         (cfg.head_dim % cols == 0 and cfg.head_dim <= 256, f"head_dim {cfg.head_dim} must be a multiple of {cols} and at most 256"),
         (cfg.head_dim % 8 == 0, f"head_dim {cfg.head_dim} is not a multiple of 8 (attention reads rows in 16-byte pieces)"),
         (group <= ATTENTION_MAX_GROUP, f"{group} query heads per KV head exceed the attention kernel's {ATTENTION_MAX_GROUP}"),
+        (group * cfg.head_dim <= 2048,
+         f"{group} query heads per KV head of head_dim {cfg.head_dim} ({group * cfg.head_dim} values) exceed the attention kernel's 2048"),
     ]
     bad = [message for ok, message in problems if not ok]
     if bad:
