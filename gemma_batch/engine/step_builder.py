@@ -39,12 +39,13 @@ def build_step(
         slots[name] = (table[row, pos // block_size] * block_size + pos % block_size).astype(np.int32)
     token_ids = np.asarray(tokens, np.int32)
     sources = None
-    if (token_ids == PENDING).any():
+    pending = np.flatnonzero(token_ids == PENDING)
+    if pending.size:
         if previous is None:
             raise RuntimeError("a step has a pending token but no step before it samples it")
         index = {seq.seq_id: i for i, seq in enumerate(previous)}
         sources = np.full(len(token_ids), -1, np.int32)
-        for t in np.flatnonzero(token_ids == PENDING):
+        for t in pending:
             sources[t] = index[scheduled[row[t]][0].seq_id]
     return StepBatch(
         token_ids=token_ids,

@@ -36,7 +36,7 @@ from .bandwidth import measure_read_bandwidth
 from .device import Device
 from .graph import StepGraph
 from .coop_tiles import COOP_MIN_CHUNK
-from .kernels import ATTENTION_MAX_GROUP, POST_NORM_MAX_ROW, Kernels, matmul_cols
+from .kernels import ATTENTION_MAX_GROUP, ATTENTION_MAX_QUERIES, POST_NORM_MAX_ROW, Kernels, matmul_cols
 from .memory import Memory
 from .step_buffers import Capacity, StepBuffers
 from .weights import DeviceWeights
@@ -266,8 +266,9 @@ def _check_supported(cfg: Gemma3Config) -> None:
         (cfg.head_dim % cols == 0 and cfg.head_dim <= 256, f"head_dim {cfg.head_dim} must be a multiple of {cols} and at most 256"),
         (cfg.head_dim % 8 == 0, f"head_dim {cfg.head_dim} is not a multiple of 8 (attention reads rows in 16-byte pieces)"),
         (group <= ATTENTION_MAX_GROUP, f"{group} query heads per KV head exceed the attention kernel's {ATTENTION_MAX_GROUP}"),
-        (group * cfg.head_dim <= 2048,
-         f"{group} query heads per KV head of head_dim {cfg.head_dim} ({group * cfg.head_dim} values) exceed the attention kernel's 2048"),
+        (group * cfg.head_dim <= ATTENTION_MAX_QUERIES,
+         f"{group} query heads per KV head of head_dim {cfg.head_dim} ({group * cfg.head_dim} values) exceed "
+         f"the attention kernel's {ATTENTION_MAX_QUERIES}"),
     ]
     bad = [message for ok, message in problems if not ok]
     if bad:

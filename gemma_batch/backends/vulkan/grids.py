@@ -32,6 +32,8 @@ class DispatchGrids:
         self.attention_chunk = attention_chunk
         self._windows = {g.name: g.window for g in cfg.kv_groups()}
         self._specs: list[tuple[str, int]] = []  # (kind, n) of each slot
+        # ... parsed once: (counts rows?, kind's first word, n, K chunks, attention window or False)
+        self._parsed: list[tuple[bool, str, int, int, int | None | bool]] = []
 
     def offset(self, kind: str, n: int) -> int:
         """Byte offset of the slot for grid (`kind`, `n`) in the grids buffer."""
@@ -40,26 +42,30 @@ class DispatchGrids:
             if len(self._specs) == GRID_SLOTS:
                 raise RuntimeError("more distinct dispatch grids than GRID_SLOTS")
             self._specs.append(spec)
+            words = kind.split()
+            window = self._windows[words[1]] if words[0] == "attention" else False
+            chunks = int(words[1]) if words[0].startswith("coop_") else 1
+            self._parsed.append((words[0].endswith("rows"), words[0], n, chunks, window))
         return 12 * self._specs.index(spec)
 
     def counts(self, num_tokens: int, num_rows: int, positions: np.ndarray) -> np.ndarray:
         """[GRID_SLOTS, 3] uint32 workgroup counts for a step of T tokens at `positions` [T] and R
         logits rows."""
         out = np.zeros((GRID_SLOTS, 3), np.uint32)
-        for i, (kind, n) in enumerate(self._specs):
-            m = num_rows if kind.split()[0].endswith("rows") else num_tokens
+        for i, (rows, kind, n, chunks, window) in enumerate(self._parsed):
+            m = num_rows if rows else num_tokens
             if kind.startswith("matmul"):
                 count = -(-m // MATMUL_ROWS) * n
             elif kind.startswith("coopfold"):  # the prefill tile: no workgroups at decode sizes
                 count = -(-m // COOP_FOLD_TILE_ROWS) * n if m > COOP_FOLD_ROWS else 0
             elif kind.startswith("coop"):  # the decode tile: none above the fold
-                count = -(-m // COOP_ROWS) * n * int(kind.split()[1]) if m <= COOP_FOLD_ROWS else 0
+                count = -(-m // COOP_ROWS) * n * chunks if m <= COOP_FOLD_ROWS else 0
             elif kind == "pieces":  # reduce_gated_split: n pieces a row in small steps
                 count = m * (n if m <= GATED_PIECE_ROWS else 1)
             else:
                 count = m * n
-            if kind.startswith("attention "):
-                count *= most_chunks(positions, self._windows[kind.split()[1]], self.attention_chunk)
+            if window is not False:
+                count *= most_chunks(positions, window, self.attention_chunk)
             x = min(count, MAX_GROUPS_X)
             out[i] = (x, -(-count // x) if x else 1, 1)
         return out

@@ -28,7 +28,7 @@ import numpy as np
 
 from ...model.checkpoint import Tensor, to_float32
 from ...model.config import Gemma3Config
-from ...model.quant import QuantizedTensor
+from ...model.quant import QuantizedTensor, to_fp16
 from ...model.weights import tensor_shapes
 from .coop_tiles import coop_fits
 from .coopmat import TILE
@@ -66,7 +66,7 @@ def fp16_bits(tensor: Tensor) -> np.ndarray:
     rest = np.flatnonzero((magnitude < 0x3880) | (magnitude >= 0x4780))  # exponents outside 113..142
     if rest.size:
         values = (bits.reshape(-1)[rest].astype(np.uint32) << 16).view(np.float32)
-        out.reshape(-1)[rest] = np.clip(values, -65504.0, 65504.0).astype(np.float16).view(np.uint16)
+        out.reshape(-1)[rest] = to_fp16(values).view(np.uint16)
     return out
 
 
