@@ -1,9 +1,7 @@
 // The epilogues of matmul.comp (EPI_NORM_ADD, EPI_QK_ROPE), run by the last workgroup of each
-// segment; included after matmul.comp's buffers, push constants and tile sizes, and workgroup.glsl.
+// segment (and by reduce.comp); included after matmul.comp's buffers (g_epi at binding 9), push
+// constants and tile sizes, and workgroup.glsl. EPI_NORM_ADD's N is a multiple of 4.
 
-#ifdef EPI_NORM_ADD
-layout(std430, binding = 10) buffer XRb { float x_res[]; };
-#endif
 #ifdef EPI_QK_ROPE
 layout(std430, binding = 10) writeonly buffer Qb { float q_out[]; };
 layout(std430, binding = 11) readonly buffer Pb { int positions[]; };
@@ -25,27 +23,33 @@ shared bool last_of_segment;
 #endif
 
 #ifdef EPI_NORM_ADD
-#ifndef EPI_VEC
-#define EPI_VEC 12  // vec4 of y per invocation: rows of up to EPI_VEC * 4 * WG values (kernels.POST_NORM_MAX_ROW)
-#endif
-// x_res[t] += y[t] / rms(y[t]) * (1 + g) for the tile's rows. The row is read once into
-// registers, every load issued up front (this runs after the rest of the dispatch has finished,
-// so its latency is the dispatch's tail); sum of squares per invocation in index order, then
-// workgroup_sum.
-// x_res[t] += v / rms(v) * (1 + g) for row t, given as this invocation's vec4 (elements
-// 4 (i WG + tid) ..., zero past N); also reduce.comp's. v becomes the new x_res (zero past N).
+layout(std430, binding = 10) buffer XRb { vec4 x_res4[]; };
+layout(std430, binding = 9) readonly buffer Eb4 { vec4 g_epi4[]; };  // the includer's g_epi, 16 bytes at a time
+
+// vec4 of a row per invocation: rows of up to EPI_VEC * 4 * WG values. Specialization constant 2,
+// set by kernels.Kernels from the model's hidden size (at most kernels.EPILOGUE_VEC4), so that
+// the registers held are the row's (matmul.comp, which runs this, holds them too).
+layout(constant_id = 2) const uint EPI_VEC = 12;
+
+// x_res[t] += v / rms(v) * (1 + g_epi) for row t, given as this invocation's vec4 v[i] of
+// elements 4 (i WG + tid) ... (zero past N). v becomes the new x_res row (zero past N). The loads
+// of x_res and g_epi are issued before the sum's barriers.
 void post_norm_add(uint t, inout vec4 v[EPI_VEC]) {
-    uint tid = gl_LocalInvocationID.x;
+    uint tid = gl_LocalInvocationID.x, row4 = t * pc.N / 4;
     float s = 0.0;
     [[unroll]] for (uint i = 0; i < EPI_VEC; i++) s += dot(v[i], v[i]);
+    vec4 xr[EPI_VEC], g[EPI_VEC];
+    [[unroll]] for (uint i = 0; i < EPI_VEC; i++) {
+        uint n4 = i * WG + tid;
+        xr[i] = 4 * n4 < pc.N ? x_res4[row4 + n4] : vec4(0.0);
+        g[i] = 4 * n4 < pc.N ? g_epi4[n4] : vec4(0.0);
+    }
     float denom = sqrt(workgroup_sum(s) / float(pc.N) + pc.eps);
     [[unroll]] for (uint i = 0; i < EPI_VEC; i++) {
-        uint n = 4 * (i * WG + tid), at = t * pc.N + n;
-        if (n >= pc.N) break;
-        [[unroll]] for (uint c = 0; c < 4; c++) {
-            float r = x_res[at + c] + v[i][c] / denom * (1.0 + g_epi[n + c]);
-            x_res[at + c] = r;
-            v[i][c] = r;
+        uint n4 = i * WG + tid;
+        if (4 * n4 < pc.N) {
+            v[i] = xr[i] + v[i] / denom * (1.0 + g[i]);
+            x_res4[row4 + n4] = v[i];
         }
     }
 }

@@ -6,7 +6,8 @@
 // Variants (the epilogues of matmul.comp, on rows of y):
 //   (none) / ROWS  y to binding 2, a workgroup per WG outputs of a row (ROWS: M = meta.num_rows)
 //   GATED          partial holds [gate | up] (2 N columns): act[m, n] = gelu_tanh(gate) * up
-//   EPI_NORM_ADD   a workgroup per row: x_res[m] += rms_norm(y[m]) * (1 + g_epi), y kept in registers
+//   EPI_NORM_ADD   x_res[m] += rms_norm(y[m]) * (1 + g_epi): y by slices of rows, then the row's last
+//                  workgroup to finish runs the norm (post_norm_row)
 //   EPI_QK_ROPE    a workgroup per (row, head): y, then QK-norm, RoPE, q out and the KV pages
 // and with SPLIT_NEXT, the next matmul's input written as split.comp would (split.glsl), which
 // saves that dispatch: after EPI_NORM_ADD, the new x_res row RMS-normalised with (1 + g_next);
@@ -19,13 +20,12 @@
 #include "split.glsl"
 #include "workgroup.glsl"
 
-#if defined(EPI_NORM_ADD) || (defined(GATED) && defined(SPLIT_NEXT))
+#if defined(GATED) && defined(SPLIT_NEXT)
 #define WG 512                // a workgroup per row (or piece of one): many loads in flight at batch 1
-#define EPI_VEC 3             // rows of up to 3 * 4 * 512 = kernels.POST_NORM_MAX_ROW values
 #define ACT_VEC 12            // GATED rows of up to 12 * 4 * 512 = kernels.GATED_SPLIT_MAX_ROW values
 #define PIECE_ROWS 8          // kernels.GATED_PIECE_ROWS
 #else
-#define WG 128
+#define WG 128                // (EPI_NORM_ADD: kernels.POST_NORM_WG, whose EPI_VEC Kernels sets)
 #endif
 #define MT 1                  // rows per workgroup, for matmul_epilogue.glsl
 #define FOLD_ROWS 64          // matmul_coop.comp's
@@ -44,13 +44,16 @@ layout(std430, binding = 4) readonly buffer Scaleb { float scale[]; };
 #if defined(EPI_NORM_ADD) || defined(EPI_QK_ROPE)
 #define EPILOGUE
 layout(std430, binding = 2) coherent buffer Yb { float y[]; };
+layout(std430, binding = 2) coherent buffer Y4b { vec4 sums4[]; };  // EPI_NORM_ADD: y, read back by the row's last workgroup
 layout(std430, binding = 9) readonly buffer Eb { float g_epi[]; };
 #elif defined(GATED) && defined(SPLIT_NEXT)
 layout(std430, binding = 2) coherent buffer Yb { vec4 act4[]; };      // act, read back by the row's last workgroup
-layout(std430, binding = 6) coherent buffer Rb { uint row_sync[]; };  // [2 M]: max |act| bits, then workgroups done
-shared bool last_of_row;
 #else
 layout(std430, binding = 2) writeonly buffer Yb { float y[]; };
+#endif
+#if defined(EPI_NORM_ADD) || (defined(GATED) && defined(SPLIT_NEXT))
+layout(std430, binding = 6) coherent buffer Rb { uint row_sync[]; };  // [2 M]: (GATED) max |act| bits, then workgroups done
+shared bool last_of_row;
 #endif
 layout(push_constant) uniform Push {
     uint N;             // columns of y, or of act with GATED, whose partial has 2 N
@@ -81,7 +84,7 @@ float gather(uint M, uint width, uint m, uint n) {
 }
 
 #ifdef SPLIT_NEXT
-// Write row m, this invocation's vec4 v[i] at 4 (i WG + tid) (zero past N), as the next
+// Write row m, this invocation's vec4 v[i] at 4 (i WG + tid) (zero past N, kept so), as the next
 // matmul's input (split.glsl); with NORM_NEXT RMS-normalised with (1 + g_next) first.
 #define SPLIT_ROW(VEC, m, v) { \
     uint tid_ = gl_LocalInvocationID.x; \
@@ -94,15 +97,14 @@ float gather(uint M, uint width, uint m, uint n) {
     float mx = 0.0; \
     [[unroll]] for (uint i = 0; i < VEC; i++) { \
         uint n4 = i * WG + tid_; \
-        if (4 * n4 >= pc.N) break; \
-        if (NORM_NEXT) v[i] = v[i] * (1.0 + g_next4[n4]); \
+        if (NORM_NEXT) v[i] = v[i] * (1.0 + (4 * n4 < pc.N ? g_next4[n4] : vec4(0.0))); \
         vec4 a = abs(v[i]); \
         mx = max(mx, max(max(a.x, a.y), max(a.z, a.w))); \
     } \
     float s = split_scale(workgroup_max(mx) * inv); \
     [[unroll]] for (uint i = 0; i < VEC; i++) { \
         uint n4 = i * WG + tid_; \
-        if (4 * n4 >= pc.N) break; \
+        if (4 * n4 >= pc.N) continue; \
         vec4 sv = NORM_NEXT ? v[i] * inv * s : v[i] * s; \
         uvec2 a = split_words(sv.xy), b = split_words(sv.zw); \
         uint at = m * pc.N + 2 * n4; \
@@ -114,37 +116,55 @@ float gather(uint M, uint width, uint m, uint n) {
     if (tid_ == 0) scale[m] = 1.0 / s; }
 #endif
 
-void main() {
-    uint M = M_rows(), id = linear_group(), tid = gl_LocalInvocationID.x;
-#if defined(EPI_NORM_ADD)
-    // matmul_epilogue.glsl's post-norm with the row summed straight into registers, chunks in
-    // order, their loads issued 4 chunks at a time.
-    uint m = id;
-    if (m >= M) return;
-    uint chunks = M > FOLD_ROWS ? 1u : pc.chunks;
-    uint slot4 = (M + BM - 1) / BM * BM * pc.N / 4, row4 = m * pc.N / 4;
-    vec4 v[EPI_VEC];
-    [[unroll]] for (uint i = 0; i < EPI_VEC; i++) v[i] = vec4(0.0);
-    for (uint c0 = 0; c0 < chunks; c0 += 4) {
-        vec4 p[4][EPI_VEC];
-        [[unroll]] for (uint c = 0; c < 4; c++) {
-            [[unroll]] for (uint i = 0; i < EPI_VEC; i++) {
-                uint n4 = i * WG + tid;
-                p[c][i] = c0 + c < chunks && 4 * n4 < pc.N ? part4[(c0 + c) * slot4 + row4 + n4] : vec4(0.0);
-            }
-        }
-        [[unroll]] for (uint c = 0; c < 4; c++) {
-            [[unroll]] for (uint i = 0; i < EPI_VEC; i++) {
-                if (c0 + c < chunks) v[i] += p[c][i];
-            }
-        }
+#ifdef EPI_NORM_ADD
+#define SUM_LOADS 8  // chunks loaded at a time
+
+// The sum over chunks c = 0, 1, ... in order of part4[c slot4 + at], from 0.
+vec4 chunk_sum4(uint at, uint chunks, uint slot4) {
+    vec4 s = vec4(0.0), p[SUM_LOADS];
+    for (uint c0 = 0; c0 < chunks; c0 += SUM_LOADS) {
+        [[unroll]] for (uint i = 0; i < SUM_LOADS; i++) p[i] = c0 + i < chunks ? part4[(c0 + i) * slot4 + at] : vec4(0.0);
+        [[unroll]] for (uint i = 0; i < SUM_LOADS; i++) if (c0 + i < chunks) s += p[i];
     }
-    [[unroll]] for (uint i = 0; i < EPI_VEC; i++) v[i] *= scale[m];
+    return s;
+}
+
+// Row m of sums4 (y) through post_norm_add (matmul_epilogue.glsl), then (SPLIT_NEXT) written as
+// the next matmul's input.
+void post_norm_row(uint m) {
+    uint tid = gl_LocalInvocationID.x;
+    vec4 v[EPI_VEC];
+    [[unroll]] for (uint i = 0; i < EPI_VEC; i++) {
+        uint n4 = i * WG + tid;
+        v[i] = 4 * n4 < pc.N ? sums4[m * pc.N / 4 + n4] : vec4(0.0);
+    }
     post_norm_add(m, v);
 #ifdef SPLIT_NEXT
 #define NORM_NEXT true
     SPLIT_ROW(EPI_VEC, m, v);
 #endif
+}
+#endif
+
+void main() {
+    uint M = M_rows(), id = linear_group(), tid = gl_LocalInvocationID.x;
+#if defined(EPI_NORM_ADD)
+    // A workgroup per (row, slice of 4 WG columns): the chunks' sums times the row's scale to y;
+    // the row's last workgroup to finish runs post_norm_row and resets its counter (zeroed by
+    // the host at the start of the step). Which workgroup is last changes no bit.
+    uint slices = (pc.N + 4 * WG - 1) / (4 * WG);  // graph.py: its groups per row
+    uint m = id / slices, n4 = (id % slices) * WG + tid;
+    if (m >= M) return;
+    uint chunks = M > FOLD_ROWS ? 1u : pc.chunks, at = m * pc.N / 4 + n4;
+    if (4 * n4 < pc.N) sums4[at] = chunk_sum4(at, chunks, (M + BM - 1) / BM * BM * pc.N / 4) * scale[m];
+    memoryBarrierBuffer();  // this slice's sums are visible before it counts itself done
+    barrier();
+    if (tid == 0) last_of_row = atomicAdd(row_sync[M + m], 1u) == slices - 1u;
+    barrier();
+    if (!last_of_row) return;
+    memoryBarrierBuffer();
+    post_norm_row(m);
+    if (tid == 0) row_sync[M + m] = 0u;
 #elif defined(GATED) && defined(SPLIT_NEXT)
     // Steps of up to PIECE_ROWS rows (decode at small batches, where a workgroup per row leaves
     // most of the device idle): a row in pieces of 4 WG columns, a workgroup each; act of the

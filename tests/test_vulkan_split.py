@@ -16,7 +16,7 @@ import pytest
 
 from gemma_batch.backends.vulkan.device import Device
 from gemma_batch.backends.vulkan.graph import StepGraph
-from gemma_batch.backends.vulkan.kernels import GATED_PIECE_ROWS, GATED_SPLIT_PIECE, Kernels
+from gemma_batch.backends.vulkan.kernels import COOP_REDUCE_WG, GATED_PIECE_ROWS, GATED_SPLIT_PIECE, Kernels
 from gemma_batch.backends.vulkan.memory import Memory
 from gemma_batch.backends.vulkan.weights import fp16_tiles
 from gemma_batch.model.checkpoint import Tensor
@@ -132,7 +132,8 @@ def run_fused_reduce(variant: str, part: np.ndarray, scale: np.ndarray, N: int, 
         vk.vkBeginCommandBuffer(cb, vk.VkCommandBufferBeginInfo(sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO))
         kernels.record_direct(cb, variant, kernels.descriptor_set(bufs, meta),
                               {"N": N, "chunks": chunks, "eps": eps, "num_heads": 0, "num_kv_heads": 0, "head_dim": 0},
-                              M * (-(-N // GATED_SPLIT_PIECE) if variant == "reduce_gated_split" and M <= GATED_PIECE_ROWS else 1))
+                              M * (-(-N // GATED_SPLIT_PIECE) if variant == "reduce_gated_split" and M <= GATED_PIECE_ROWS
+                                   else -(-N // (4 * COOP_REDUCE_WG)) if variant == "reduce_post_norm_split" else 1))
         vk.vkEndCommandBuffer(cb)
         device.submit_and_wait(cb)
         halves = mem.download(bufs[5]).view(np.float16).reshape(M, 2, N).astype(np.float32)

@@ -72,7 +72,8 @@ class VulkanBackend(Backend):
         self.coop_min_chunk = coop_min_chunk
         self.device = Device(device)
         self.mem = Memory(self.device)
-        self.kernels = Kernels(self.device, x_lo=coopmat.split_inputs(), kv_group=cfg.num_heads // cfg.num_kv_heads)
+        self.kernels = Kernels(self.device, x_lo=coopmat.split_inputs(), kv_group=cfg.num_heads // cfg.num_kv_heads,
+                               hidden=cfg.hidden_size)
         self.weights = DeviceWeights(cfg, self.mem, tiles=self.device.coopmat)
         self.k_pages: dict = {}
         self.v_pages: dict = {}

@@ -185,12 +185,16 @@ class StepGraph:
             self._dispatch(coop_variant(gemm, dtype, fold), {**weights, 1: b.split, 2: b.partial},
                            {"N": cols, "K": K, "kchunk": K // chunks, "group": self.w.group}, grid)
         epilogue = {} if gated or rows else (extra or {})  # the post-norm's or QK-norm/RoPE/KV buffers
-        if split_next is not None:  # also writes the next input's split: a workgroup per row (gated,
-            # in small steps: per GATED_SPLIT_PIECE columns of a row; the last splits it, using row_sync)
+        # post-norm: a workgroup per 4 COOP_REDUCE_WG columns of a row; the row's last normalises it
+        slices = -(-N // (4 * COOP_REDUCE_WG))
+        if kind == "post_norm":
+            epilogue = {**epilogue, 6: b.row_sync}
+        if split_next is not None:  # also writes the next input's split (gated: a workgroup per row,
+            # in small steps per GATED_SPLIT_PIECE columns of a row, the last splitting it, using row_sync)
             reduce, epilogue = f"{reduce}_split", {**epilogue, 5: b.split, 6: b.row_sync, **split_next}
-            count, groups = ("pieces", -(-N // GATED_SPLIT_PIECE)) if gated else (count, 1)
+            count, groups = ("pieces", -(-N // GATED_SPLIT_PIECE)) if gated else (count, slices)
         else:
-            groups = {"reduce_post_norm": 1, "reduce_gated": -(-N // COOP_REDUCE_WG),
+            groups = {"reduce_post_norm": slices, "reduce_gated": -(-N // COOP_REDUCE_WG),
                       "reduce_rows": -(-N // COOP_REDUCE_WG)}.get(reduce, cfg.num_heads + 2 * cfg.num_kv_heads)
         self._dispatch(reduce, {0: b.partial, 2: y, 4: b.split_scale, **epilogue},
                        {"N": N, "chunks": chunks, "eps": cfg.rms_norm_eps, "num_heads": cfg.num_heads,

@@ -57,8 +57,9 @@ MATMUL_KINDS = {  # kind -> defines (see the header of shaders/matmul.comp)
 }
 MATMUL_TEAMS = 4  # teams of 32 invocations per workgroup in matmul.comp
 MATMUL_ROWS = 8  # MT: rows per workgroup
-EPILOGUE_VEC4 = 12  # EPI_VEC of shaders/matmul_epilogue.glsl: vec4 of a row per invocation
-POST_NORM_MAX_ROW = EPILOGUE_VEC4 * 4 * MATMUL_TEAMS * 32  # the longest row the post-norm epilogue holds
+EPILOGUE_VEC4 = 12  # the largest EPI_VEC of shaders/post_norm.glsl: vec4 of a row per invocation
+POST_NORM_WG = MATMUL_TEAMS * 32  # post_norm.glsl runs in workgroups of 128 (reduce.comp's and the matmuls')
+POST_NORM_MAX_ROW = EPILOGUE_VEC4 * 4 * POST_NORM_WG  # the longest row the post-norm epilogue holds
 ATTENTION_MAX_GROUP = 16  # the default of attention.comp's GMAX: query heads per KV head
 ATTENTION_MAX_QUERIES = 2048  # attention.comp's QMAX: G x head_dim values in shared memory
 
@@ -142,11 +143,14 @@ class Kernels:
     Specialization constants, given to every pipeline (a shader without one ignores it):
     0, `x_lo`: the cooperative matmuls' X_LO, multiply x as fp16 hi + lo (True) or hi alone
     (coopmat.py); 1, `kv_group`: attention.comp's GMAX, the query heads per KV head it serves
-    (the model's, or at most ATTENTION_MAX_GROUP)."""
+    (the model's, or at most ATTENTION_MAX_GROUP); 2, post_norm.glsl's EPI_VEC, the vec4 of a
+    row of `hidden` values each of POST_NORM_WG invocations holds (at most EPILOGUE_VEC4)."""
 
-    def __init__(self, device: Device, x_lo: bool = True, kv_group: int = ATTENTION_MAX_GROUP) -> None:
+    def __init__(self, device: Device, x_lo: bool = True, kv_group: int = ATTENTION_MAX_GROUP,
+                 hidden: int = POST_NORM_MAX_ROW) -> None:
         self.dev = device
         self.x_lo, self.kv_group = x_lo, kv_group
+        self.epi_vec = -(-hidden // (4 * POST_NORM_WG))
         vk = self.vk = device.vk
         bindings = [
             vk.VkDescriptorSetLayoutBinding(binding=i, descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
@@ -175,9 +179,9 @@ class Kernels:
             module = vk.vkCreateShaderModule(self.dev.device, vk.VkShaderModuleCreateInfo(
                 sType=vk.VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, codeSize=len(code), pCode=code), None)
             self._modules.append(module)
-            constants = np.array([int(self.x_lo), self.kv_group], np.uint32).tobytes()  # VkBool32, uint
+            constants = np.array([int(self.x_lo), self.kv_group, self.epi_vec], np.uint32).tobytes()  # VkBool32, uint, uint
             special = vk.VkSpecializationInfo(
-                mapEntryCount=2, pMapEntries=[vk.VkSpecializationMapEntry(constantID=i, offset=4 * i, size=4) for i in range(2)],
+                mapEntryCount=3, pMapEntries=[vk.VkSpecializationMapEntry(constantID=i, offset=4 * i, size=4) for i in range(3)],
                 dataSize=len(constants), pData=vk.ffi.from_buffer(constants))
             stage = vk.VkPipelineShaderStageCreateInfo(
                 sType=vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, stage=vk.VK_SHADER_STAGE_COMPUTE_BIT,
