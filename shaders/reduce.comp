@@ -74,12 +74,21 @@ uint M_rows() {
 #endif
 }
 
+#define SUM_LOADS 8  // chunks loaded at a time
+
+// s (a float or vec4, type T) = the sum over chunks c = 0, 1, ... in order of BUF[c slot + at].
+#define CHUNK_SUM(T, BUF, chunks, slot, at, s) { \
+    T p_[SUM_LOADS]; \
+    for (uint c0 = 0; c0 < chunks; c0 += SUM_LOADS) { \
+        [[unroll]] for (uint i = 0; i < SUM_LOADS; i++) p_[i] = c0 + i < chunks ? BUF[(c0 + i) * (slot) + (at)] : T(0.0); \
+        [[unroll]] for (uint i = 0; i < SUM_LOADS; i++) if (c0 + i < chunks) s = c0 + i == 0u ? p_[i] : s + p_[i]; \
+    } }
+
 // The chunks' sum for (m, column n) of a partial with `width` columns, times the row's scale.
 float gather(uint M, uint width, uint m, uint n) {
     uint chunks = M > FOLD_ROWS ? 1u : pc.chunks;
-    uint slot = (M + BM - 1) / BM * BM * width;
-    float s = part[m * width + n];
-    for (uint c = 1; c < chunks; c++) s += part[c * slot + m * width + n];
+    float s = 0.0;
+    CHUNK_SUM(float, part, chunks, (M + BM - 1) / BM * BM * width, m * width + n, s);
     return s * scale[m];
 }
 
@@ -117,18 +126,6 @@ float gather(uint M, uint width, uint m, uint n) {
 #endif
 
 #ifdef EPI_NORM_ADD
-#define SUM_LOADS 8  // chunks loaded at a time
-
-// The sum over chunks c = 0, 1, ... in order of part4[c slot4 + at], from 0.
-vec4 chunk_sum4(uint at, uint chunks, uint slot4) {
-    vec4 s = vec4(0.0), p[SUM_LOADS];
-    for (uint c0 = 0; c0 < chunks; c0 += SUM_LOADS) {
-        [[unroll]] for (uint i = 0; i < SUM_LOADS; i++) p[i] = c0 + i < chunks ? part4[(c0 + i) * slot4 + at] : vec4(0.0);
-        [[unroll]] for (uint i = 0; i < SUM_LOADS; i++) if (c0 + i < chunks) s += p[i];
-    }
-    return s;
-}
-
 // Row m of sums4 (y) through post_norm_add (matmul_epilogue.glsl), then (SPLIT_NEXT) written as
 // the next matmul's input.
 void post_norm_row(uint m) {
@@ -156,7 +153,11 @@ void main() {
     uint m = id / slices, n4 = (id % slices) * WG + tid;
     if (m >= M) return;
     uint chunks = M > FOLD_ROWS ? 1u : pc.chunks, at = m * pc.N / 4 + n4;
-    if (4 * n4 < pc.N) sums4[at] = chunk_sum4(at, chunks, (M + BM - 1) / BM * BM * pc.N / 4) * scale[m];
+    if (4 * n4 < pc.N) {
+        vec4 s = vec4(0.0);
+        CHUNK_SUM(vec4, part4, chunks, (M + BM - 1) / BM * BM * pc.N / 4, at, s);
+        sums4[at] = s * scale[m];
+    }
     memoryBarrierBuffer();  // this slice's sums are visible before it counts itself done
     barrier();
     if (tid == 0) last_of_row = atomicAdd(row_sync[M + m], 1u) == slices - 1u;
