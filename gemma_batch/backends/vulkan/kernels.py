@@ -57,8 +57,8 @@ MATMUL_KINDS = {  # kind -> defines (see the header of shaders/matmul.comp)
 }
 MATMUL_TEAMS = 4  # teams of 32 invocations per workgroup in matmul.comp
 MATMUL_ROWS = 8  # MT: rows per workgroup
-EPILOGUE_VEC4 = 12  # the largest EPI_VEC of shaders/post_norm.glsl: vec4 of a row per invocation
-POST_NORM_WG = MATMUL_TEAMS * 32  # post_norm.glsl runs in workgroups of 128 (reduce.comp's and the matmuls')
+EPILOGUE_VEC4 = 12  # the largest EPI_VEC of shaders/matmul_epilogue.glsl: vec4 of a row per invocation
+POST_NORM_WG = MATMUL_TEAMS * 32  # the post-norm epilogue runs in workgroups of 128 (matmul.comp and reduce.comp)
 POST_NORM_MAX_ROW = EPILOGUE_VEC4 * 4 * POST_NORM_WG  # the longest row the post-norm epilogue holds
 ATTENTION_MAX_GROUP = 16  # the default of attention.comp's GMAX: query heads per KV head
 ATTENTION_MAX_QUERIES = 2048  # attention.comp's QMAX: G x head_dim values in shared memory
@@ -143,7 +143,7 @@ class Kernels:
     Specialization constants, given to every pipeline (a shader without one ignores it):
     0, `x_lo`: the cooperative matmuls' X_LO, multiply x as fp16 hi + lo (True) or hi alone
     (coopmat.py); 1, `kv_group`: attention.comp's GMAX, the query heads per KV head it serves
-    (the model's, or at most ATTENTION_MAX_GROUP); 2, post_norm.glsl's EPI_VEC, the vec4 of a
+    (the model's, or at most ATTENTION_MAX_GROUP); 2, matmul_epilogue.glsl's EPI_VEC, the vec4 of a
     row of `hidden` values each of POST_NORM_WG invocations holds (at most EPILOGUE_VEC4)."""
 
     def __init__(self, device: Device, x_lo: bool = True, kv_group: int = ATTENTION_MAX_GROUP,
