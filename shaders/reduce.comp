@@ -76,19 +76,21 @@ uint M_rows() {
 
 #define SUM_LOADS 8  // chunks loaded at a time
 
-// s (a float or vec4, type T) = the sum over chunks c = 0, 1, ... in order of BUF[c slot + at].
-#define CHUNK_SUM(T, BUF, chunks, slot, at, s) { \
+// s (a float or vec4, type T) = the sum over the K chunks c = 0, 1, ... in order of
+// BUF[c slot + at], for a step of M rows of partial sums `width` T wide (slot: a chunk's rows,
+// padded to BM).
+#define CHUNK_SUM(T, BUF, M, width, at, s) { \
+    uint chunks_ = M > FOLD_ROWS ? 1u : pc.chunks, slot_ = (M + BM - 1) / BM * BM * (width); \
     T p_[SUM_LOADS]; \
-    for (uint c0 = 0; c0 < chunks; c0 += SUM_LOADS) { \
-        [[unroll]] for (uint i = 0; i < SUM_LOADS; i++) p_[i] = c0 + i < chunks ? BUF[(c0 + i) * (slot) + (at)] : T(0.0); \
-        [[unroll]] for (uint i = 0; i < SUM_LOADS; i++) if (c0 + i < chunks) s = c0 + i == 0u ? p_[i] : s + p_[i]; \
+    for (uint c0 = 0; c0 < chunks_; c0 += SUM_LOADS) { \
+        [[unroll]] for (uint i = 0; i < SUM_LOADS; i++) p_[i] = c0 + i < chunks_ ? BUF[(c0 + i) * slot_ + (at)] : T(0.0); \
+        [[unroll]] for (uint i = 0; i < SUM_LOADS; i++) if (c0 + i < chunks_) s = c0 + i == 0u ? p_[i] : s + p_[i]; \
     } }
 
 // The chunks' sum for (m, column n) of a partial with `width` columns, times the row's scale.
 float gather(uint M, uint width, uint m, uint n) {
-    uint chunks = M > FOLD_ROWS ? 1u : pc.chunks;
     float s = 0.0;
-    CHUNK_SUM(float, part, chunks, (M + BM - 1) / BM * BM * width, m * width + n, s);
+    CHUNK_SUM(float, part, M, width, m * width + n, s);
     return s * scale[m];
 }
 
@@ -125,6 +127,20 @@ float gather(uint M, uint width, uint m, uint n) {
     if (tid_ == 0) scale[m] = 1.0 / s; }
 #endif
 
+#if defined(GATED) && defined(SPLIT_NEXT)
+// act of row m at columns 4 n4 ... 4 n4 + 3: gelu_tanh(gate) * up, each the chunks' sum (from
+// chunk 0, in order) times the row's scale; partial holds [gate | up] (2 N columns).
+vec4 act4_of(uint M, uint m, uint n4) {
+    uint at = m * pc.N / 2 + n4;  // rows of 2 N values, N / 2 vec4
+    vec4 g = vec4(0.0), u = vec4(0.0);
+    CHUNK_SUM(vec4, part4, M, pc.N / 2, at, g);
+    CHUNK_SUM(vec4, part4, M, pc.N / 2, at + pc.N / 4, u);
+    g *= scale[m];
+    u *= scale[m];
+    return vec4(gelu_tanh(g.x), gelu_tanh(g.y), gelu_tanh(g.z), gelu_tanh(g.w)) * u;
+}
+#endif
+
 #ifdef EPI_NORM_ADD
 // Row m of sums4 (y) through post_norm_add (matmul_epilogue.glsl), then (SPLIT_NEXT) written as
 // the next matmul's input.
@@ -152,10 +168,10 @@ void main() {
     uint slices = (pc.N + 4 * WG - 1) / (4 * WG);  // graph.py: its groups per row
     uint m = id / slices, n4 = (id % slices) * WG + tid;
     if (m >= M) return;
-    uint chunks = M > FOLD_ROWS ? 1u : pc.chunks, at = m * pc.N / 4 + n4;
+    uint at = m * pc.N / 4 + n4;
     if (4 * n4 < pc.N) {
         vec4 s = vec4(0.0);
-        CHUNK_SUM(vec4, part4, chunks, (M + BM - 1) / BM * BM * pc.N / 4, at, s);
+        CHUNK_SUM(vec4, part4, M, pc.N / 4, at, s);
         sums4[at] = s * scale[m];
     }
     memoryBarrierBuffer();  // this slice's sums are visible before it counts itself done
@@ -178,39 +194,19 @@ void main() {
     uint m = id / pieces, n4 = (id % pieces) * WG + tid;
     if (m >= M) return;
     if (pieces == 1u) {
-        uint chunks = M > FOLD_ROWS ? 1u : pc.chunks;
-        uint slot4 = (M + BM - 1) / BM * BM * 2 * pc.N / 4, row4 = m * 2 * pc.N / 4, up4 = pc.N / 4;
         vec4 v[ACT_VEC];
-        float sc = scale[m];
         [[unroll]] for (uint i = 0; i < ACT_VEC; i++) {
             uint n4 = i * WG + tid;
-            v[i] = vec4(0.0);
-            if (4 * n4 >= pc.N) continue;
-            vec4 g = part4[row4 + n4], u = part4[row4 + up4 + n4];
-            for (uint c = 1; c < chunks; c++) {
-                g += part4[c * slot4 + row4 + n4];
-                u += part4[c * slot4 + row4 + up4 + n4];
-            }
-            g *= sc;
-            u *= sc;
-            v[i] = vec4(gelu_tanh(g.x), gelu_tanh(g.y), gelu_tanh(g.z), gelu_tanh(g.w)) * u;
+            v[i] = 4 * n4 < pc.N ? act4_of(M, m, n4) : vec4(0.0);
         }
 #define NORM_NEXT false
         SPLIT_ROW(ACT_VEC, m, v);
         return;
     }
-    uint chunks = M > FOLD_ROWS ? 1u : pc.chunks, row_n4 = pc.N / 4;
-    uint slot4 = (M + BM - 1) / BM * BM * 2 * row_n4, row4 = m * 2 * row_n4;
+    uint row_n4 = pc.N / 4;
     float mx = 0.0;
     if (n4 < row_n4) {
-        vec4 g = part4[row4 + n4], u = part4[row4 + row_n4 + n4];
-        for (uint c = 1; c < chunks; c++) {
-            g += part4[c * slot4 + row4 + n4];
-            u += part4[c * slot4 + row4 + row_n4 + n4];
-        }
-        g *= scale[m];
-        u *= scale[m];
-        vec4 a = vec4(gelu_tanh(g.x), gelu_tanh(g.y), gelu_tanh(g.z), gelu_tanh(g.w)) * u;
+        vec4 a = act4_of(M, m, n4);
         act4[m * row_n4 + n4] = a;
         a = abs(a);
         mx = max(max(a.x, a.y), max(a.z, a.w));

@@ -18,7 +18,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -170,10 +170,17 @@ class Backend(ABC):
         """The result of the oldest step submitted and not yet waited for."""
         batch = self._submitted.popleft()
         if batch.token_sources is not None:
-            batch.token_ids = batch.sourced_tokens(self._last_ids)
+            batch = replace(batch, token_ids=batch.sourced_tokens(self._last_ids))
         result = self.step(batch)
         self._last_ids = result.token_ids
         return result
+
+    def discard(self) -> None:
+        """Drop the oldest step submitted and not waited for, whose result nobody will read (every
+        sequence in it has stopped; no step submitted after it may source tokens from it). The
+        last step's ids and timings stay those of the step `wait` returned last. Default: the
+        step, which would run in `wait`, does not run."""
+        self._submitted.popleft()
 
     @abstractmethod
     def step(self, batch: StepBatch) -> StepResult:

@@ -158,7 +158,7 @@ class Engine:
             if seq.finished:
                 done.append(self._finish(seq))
         if self._in_flight is not None and not self.num_unfinished:
-            self.backend.wait()  # every sequence of the step ahead has stopped: nothing to take from it
+            self.backend.discard()  # every sequence of the step ahead has stopped: nothing to take from it
             self._in_flight = None
         self._record(current.scheduled, current.batch, started)
         return done

@@ -58,7 +58,8 @@ class Sequence:
     def append_pending(self) -> None:
         """Hold the place of a token still being sampled, so that the next step can be scheduled
         (and submitted) meanwhile; `resolve` puts the token in (and only then are the stop rules
-        applied). Up to two tokens may be pending: the engine keeps two steps in flight."""
+        applied). The engine keeps two steps in flight but resolves this token before it holds
+        the next place, so one token at most is pending."""
         self.token_ids.append(PENDING)
 
     @property

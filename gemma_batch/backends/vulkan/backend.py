@@ -82,8 +82,7 @@ class VulkanBackend(Backend):
         self.graphs: list[StepGraph] = []  # one per input set of `buffers`
         self._in_flight: deque[_InFlight] = deque()  # submitted steps, oldest first
         self._next_slot = 0  # the input set the next step writes
-        self._last_seconds: float | None = None  # GPU time of the last step `wait` returned
-        self._last_profile: dict[str, float] = {}
+        self._last_profile: dict[str, float] = {}  # GPU seconds of the last step `wait` returned
         self.inv_freq = {}
         for name, spec in cfg.rope.items():  # the CPU reference's fp32 inv_freq, bit for bit
             values = rope_inv_freq(cfg.head_dim, spec)
@@ -167,8 +166,11 @@ class VulkanBackend(Backend):
 
     def wait(self) -> StepResult:
         step = self._finish(self._in_flight.popleft())
-        self._last_ids, self._last_seconds, self._last_profile = step.result.token_ids, step.seconds, step.profile
+        self._last_ids, self._last_profile = step.result.token_ids, step.profile
         return step.result
+
+    def discard(self) -> None:
+        self._finish(self._in_flight.popleft())  # the device is done with its input set
 
     def _finish(self, step: _InFlight) -> _InFlight:
         """Wait for `step` (the oldest in flight) and read its results and timestamps, once."""
@@ -178,7 +180,6 @@ class VulkanBackend(Backend):
         self.device.wait(step.slot)
         ids = StepBuffers.view(b.ids, np.int32, len(step.rows)).copy()
         step.profile = graph.profile_seconds()  # one read of the timestamps: per kernel, or "step"
-        step.seconds = sum(step.profile.values())
         next_ids = np.full(batch.num_seqs, -1, np.int32)
         if batch.return_logits:
             T = batch.num_tokens
@@ -191,7 +192,7 @@ class VulkanBackend(Backend):
         return step
 
     def last_step_device_seconds(self) -> float | None:
-        return self._last_seconds
+        return sum(self._last_profile.values()) if self._last_profile else None
 
     def profile_seconds(self) -> dict[str, float]:
         """GPU seconds of the last step `wait` returned, per kernel (all in "step" unless built
@@ -243,14 +244,13 @@ class VulkanBackend(Backend):
 @dataclass
 class _InFlight:
     """A submitted step: its input set, its logits rows, the ids row of each sequence's sampled
-    token, and once waited for, its result and GPU seconds (total, and per kernel)."""
+    token, and once waited for, its result and GPU seconds per kernel."""
 
     slot: int
     batch: StepBatch
     rows: np.ndarray
     id_rows: np.ndarray
     result: StepResult | None = None
-    seconds: float | None = None
     profile: dict[str, float] = field(default_factory=dict)
 
 

@@ -43,7 +43,8 @@ is on that path too, the reduces of o (post-norm), gate/up and down (post-norm) 
 themselves (reduce.comp SPLIT_NEXT), and attention writes o's (attention.comp SPLIT_OUT), so a
 layer is 9 dispatches: qkv, reduce, attention, o, reduce, gate/up, reduce, down, reduce (and the
 first layer's split before them). Fewer is faster at small batches: on the H100 a dependent
-dispatch costs about 9 us of drain and ramp at 4b batch 1, whatever its work (docs/PERFORMANCE.md).
+dispatch costs about 9 us at 4b batch 1, whatever its work, most of it the first memory round
+trips of the kernel after the barrier (an empty dispatch costs about 1.6 us; docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
@@ -187,11 +188,11 @@ class StepGraph:
         epilogue = {} if gated or rows else (extra or {})  # the post-norm's or QK-norm/RoPE/KV buffers
         # post-norm: a workgroup per 4 COOP_REDUCE_WG columns of a row; the row's last normalises it
         slices = -(-N // (4 * COOP_REDUCE_WG))
-        if kind == "post_norm":
+        if kind == "post_norm" or split_next is not None:  # their per-row counters (gated's: and maxima)
             epilogue = {**epilogue, 6: b.row_sync}
         if split_next is not None:  # also writes the next input's split (gated: a workgroup per row,
-            # in small steps per GATED_SPLIT_PIECE columns of a row, the last splitting it, using row_sync)
-            reduce, epilogue = f"{reduce}_split", {**epilogue, 5: b.split, 6: b.row_sync, **split_next}
+            # in small steps per GATED_SPLIT_PIECE columns of a row, the last splitting it)
+            reduce, epilogue = f"{reduce}_split", {**epilogue, 5: b.split, **split_next}
             count, groups = ("pieces", -(-N // GATED_SPLIT_PIECE)) if gated else (count, slices)
         else:
             groups = {"reduce_post_norm": slices, "reduce_gated": -(-N // COOP_REDUCE_WG),

@@ -72,7 +72,7 @@ COOP_KINDS = {
     "norm_rows": ("split_norm_rows", ("ROWS",), "reduce_rows"),
     **{f"norm_qk_rope_{kv}": ("split_norm", (), f"reduce_qk_rope_{kv}") for kv in KV_DEFINES},
 }
-COOP_REDUCE_WG = 128  # WG of reduce.comp's elementwise variants (gated, rows)
+COOP_REDUCE_WG = 128  # WG of reduce.comp's variants but the gated split (post-norm: POST_NORM_WG)
 GATED_SPLIT_MAX_ROW = 12 * 4 * 512  # ACT_VEC * 4 * WG of reduce.comp: the longest row reduce_gated_split holds
 # ... in steps of more than GATED_PIECE_ROWS rows; up to that, rows go in pieces of
 # GATED_SPLIT_PIECE columns, a workgroup each (4 WG of reduce.comp; PIECE_ROWS there)

@@ -8,8 +8,9 @@ the output `ids`. There are two sets, used by turns, so that a step can be writt
 while the one before it runs (its tokens may be read from the other set's `ids`: embed.comp).
 Device-local scratch, shared by the two (one step runs at a time): the residual stream `x`
 [T, H], `qkv`, `q`, `attn`, `y` [T, H], `act` [T, I] and `logits` [R, V], all fp32; the
-`counters` of the matmul epilogues (one per row tile and head) and `row_sync` (per row, the max
-and the finished pieces of reduce_gated_split), both zeroed at the start of each step; on the
+`counters` of the matmul epilogues (one per row tile and head) and `row_sync` (per row, the
+workgroups of reduce.comp's post-norm and gated split done, and the latter's max), both zeroed
+at the start of each step; on the
 cooperative path the `split` inputs, their `split_scale` and the `partial` sums; and attention's partial
 results per (chunk, token, kv head), `part_acc` [records, G * hd] and `part_ml` [records, 2, G]
 (running max and sum), with `attn_counters` [T, nkv + 1] (the chunks merged per (token, kv
@@ -170,7 +171,7 @@ class StepBuffers:
         M = max(T, R) if coop else 0
         self.split = dev(4 * M * max([K for _, K, _ in coop.values()], default=0), "split matmul inputs")
         self.split_scale = dev(4 * M, "split row scales")
-        self.row_sync = dev(4 * 2 * max(M, 1), "row maxima and counters (reduce_gated_split)")
+        self.row_sync = dev(4 * 2 * max(M, 1), "row counters and maxima (reduce.comp)")
         self.partial = dev(4 * max([coop_partial_floats(m, N, coop_chunks(N, K, coop_min_chunk))
                                     for N, K, m in coop.values()], default=0), "matmul partial sums")
         self.dummy = self.inputs[0].meta
