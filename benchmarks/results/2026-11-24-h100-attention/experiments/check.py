@@ -6,6 +6,7 @@ usage: check.py NAME... (attn_NAME.spv in this folder; the first is the referenc
 import dataclasses, sys
 from pathlib import Path
 import numpy as np
+from common import file_variant
 from gemma_batch.backends.vulkan import VulkanBackend, kernels as Kmod
 from gemma_batch.backends.vulkan.graph import StepGraph
 from gemma_batch.bench.random_weights import random_tensors
@@ -17,10 +18,6 @@ from gemma_batch.model.config import Gemma3Config
 HERE = Path(__file__).resolve().parent
 NAMES = sys.argv[1:]
 
-class Exp(Kmod.Variant):
-    @property
-    def spv(self):
-        return HERE / f"attn_{self.name.split(':')[1]}.spv"
 
 def models():
     d = Path("sample_data/demo-model")
@@ -41,7 +38,7 @@ def run(cfg, tensors, name, chunk):
         if n.startswith("attention_"):
             if not n.endswith("_split"):
                 n, buffers = f"{n}_split", {**buffers, 11: split, 12: scale}
-            Kmod.VARIANTS[n] = Exp(f"x:{name}", "attention")
+            Kmod.VARIANTS[n] = file_variant(n, "attention", HERE / f"attn_{name}.spv")
             self.kernels.pipelines.pop(n, None)
         orig(self, n, buffers, push, grid)
     StepGraph._dispatch = dispatch

@@ -1,12 +1,11 @@
 """Median 4b decode step for other K-chunk rules of the cooperative matmuls (COOP_TARGET_GROUPS,
 coop_min_chunk); prints each matrix's chunks and workgroups."""
-import sys, time
-import numpy as np
+import sys
+from common import median_step
 from gemma_batch.backends.vulkan import coop_tiles
 from gemma_batch.backends.vulkan import VulkanBackend
 from gemma_batch.backends.vulkan.step_buffers import coop_matmuls
 from gemma_batch.bench.random_weights import random_tensors
-from gemma_batch.bench.runner import prefilled_engine
 from gemma_batch.bench.shapes import shape_config
 
 shape, batches = sys.argv[1], [int(b) for b in sys.argv[2].split(",")]
@@ -20,10 +19,7 @@ for spec in sys.argv[3].split(";"):
     backend.load_weights(random_tensors(cfg, 0))
     for rep in range(2):
         for batch in batches:
-            engine = prefilled_engine(backend, batch, 128, 48)
-            times = []
-            while engine.num_unfinished:
-                s = time.perf_counter(); engine.step(); times.append(time.perf_counter() - s)
-            print(f"{shape} b{batch} target {target} min_chunk {min_chunk}: {np.median(times[4:])*1e3:.3f} ms/step  [{desc}]", flush=True)
-    backend.close() if hasattr(backend, "close") else None
+            step = median_step(backend, batch, 48)
+            print(f"{shape} b{batch} target {target} min_chunk {min_chunk}: {step*1e3:.3f} ms/step  [{desc}]", flush=True)
+    backend.close()
     del backend

@@ -1,9 +1,9 @@
 """Swap shipped kernels for experimental SPIR-V builds: the median 4b decode step per build, and
 a bit-for-bit check (a hash of every decode step's logits) against the first build.
 usage: swap.py SHAPE BATCHES 'label:name=file.spv,name=file.spv;label2:...' [gen]"""
-import hashlib, sys, time
+import hashlib, sys
 from pathlib import Path
-import numpy as np
+from common import median_step, swap
 from gemma_batch.backends.vulkan import kernels as Kmod
 from gemma_batch.backends.vulkan import VulkanBackend
 from gemma_batch.bench.random_weights import random_tensors
@@ -12,11 +12,6 @@ from gemma_batch.bench.shapes import shape_config
 
 HERE = Path(__file__).resolve().parent
 ORIG = dict(Kmod.VARIANTS)
-class Exp(Kmod.Variant):
-    file: str = ""
-    @property
-    def spv(self):
-        return HERE / self.name.split("@")[1]
 
 shape, batches = sys.argv[1], [int(b) for b in sys.argv[2].split(",")]
 builds = []
@@ -29,10 +24,11 @@ backend = VulkanBackend(cfg)
 backend.load_weights(random_tensors(cfg, 0))
 
 def use(swaps):
-    Kmod.VARIANTS.clear(); Kmod.VARIANTS.update(ORIG)
+    for name in {n for _, s in builds for n, _ in s}:  # back to the shipped builds, then this one's
+        Kmod.VARIANTS[name] = ORIG[name]
+        backend.kernels.pipelines.pop(name, None)
     for name, spv in swaps:
-        Kmod.VARIANTS[name] = Exp(f"{name}@{spv}", ORIG[name].source)
-    backend.kernels.pipelines.clear()  # (leaks the old pipelines: fine for an experiment)
+        swap(backend, name, HERE / spv)
     backend._drop_graph()
 
 ref = {}
@@ -51,8 +47,4 @@ for rep in range(2):
                     ref[key] = hashes
                 verdict = "reference" if ref[key] is hashes else ("IDENTICAL" if hashes == ref[key] else "DIFFERENT")
                 print(f"{shape} b{batch} {label}: logits {verdict}", flush=True)
-            engine = prefilled_engine(backend, batch, 128, gen)
-            times = []
-            while engine.num_unfinished:
-                s = time.perf_counter(); engine.step(); times.append(time.perf_counter() - s)
-            print(f"{shape} b{batch} {label}: {np.median(times[4:])*1e3:.3f} ms/step", flush=True)
+            print(f"{shape} b{batch} {label}: {median_step(backend, batch, gen)*1e3:.3f} ms/step", flush=True)

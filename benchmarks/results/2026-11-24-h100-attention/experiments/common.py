@@ -1,0 +1,38 @@
+"""What the experiment scripts share: a kernel variant read from another SPIR-V file, and the
+median decode step after a 128-token prefill."""
+import time
+from pathlib import Path
+
+import numpy as np
+
+from gemma_batch.backends.vulkan import kernels as Kmod
+from gemma_batch.bench.runner import prefilled_engine
+
+
+def file_variant(name: str, source: str, path: Path) -> Kmod.Variant:
+    """Variant `name` of shaders/`source`.comp, its SPIR-V read from `path`."""
+    class FileVariant(Kmod.Variant):
+        @property
+        def spv(self) -> Path:
+            return path
+    return FileVariant(name, source)
+
+
+def swap(backend, name: str, path: Path) -> None:
+    """Make `backend` build kernel `name` from `path` from now on (its next recording uses it)."""
+    Kmod.VARIANTS[name] = file_variant(name, Kmod.VARIANTS[name].source, path)
+    backend.kernels.pipelines.pop(name, None)  # (leaks the old pipeline: fine for an experiment)
+    backend._drop_graph()
+
+
+def median_step(backend, batch: int, gen: int, on_step=None) -> float:
+    """Median wall seconds of the decode steps of `batch` random 128-token prompts run to `gen`
+    tokens, past the first 4; `on_step()` runs after each step, outside the timing."""
+    engine, seconds = prefilled_engine(backend, batch, 128, gen), []
+    while engine.num_unfinished:
+        start = time.perf_counter()
+        engine.step()
+        seconds.append(time.perf_counter() - start)
+        if on_step is not None:
+            on_step()
+    return float(np.median(seconds[4:]))
