@@ -24,6 +24,7 @@ import transformers
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
+from gemma_batch.bench.runner import WARMUP_SECONDS  # noqa: E402
 from gemma_batch.bench.shapes import SHAPES  # noqa: E402
 
 WARMUP_TOKENS = 4
@@ -47,7 +48,8 @@ def synchronize(device: str) -> None:
 
 def time_case(model: Gemma3ForCausalLM, device: str, batch: int, prompt_len: int, gen_len: int,
               generator: torch.Generator) -> dict:
-    """One batch size: warm-up (a short `generate` and a prefill), timed `generate`, timed prefill forward."""
+    """One batch size: warm-up (a short `generate` and a prefill, repeated for at least
+    WARMUP_SECONDS, as `gemma-batch bench` does), timed `generate`, timed prefill forward."""
     cfg = model.config
     ids = torch.randint(3, cfg.vocab_size, (batch, prompt_len), generator=generator).to(device)  # [B, P]
     ids[:, 0] = cfg.bos_token_id
@@ -56,10 +58,14 @@ def time_case(model: Gemma3ForCausalLM, device: str, batch: int, prompt_len: int
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     with torch.inference_mode():
-        model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=WARMUP_TOKENS,
-                       min_new_tokens=WARMUP_TOKENS, **greedy)
-        model(input_ids=ids, attention_mask=mask, logits_to_keep=1)
-        synchronize(device)
+        warm_start = time.perf_counter()
+        while True:
+            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=WARMUP_TOKENS,
+                           min_new_tokens=WARMUP_TOKENS, **greedy)
+            model(input_ids=ids, attention_mask=mask, logits_to_keep=1)
+            synchronize(device)
+            if time.perf_counter() - warm_start >= WARMUP_SECONDS:
+                break
         start = time.perf_counter()
         out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=gen_len, min_new_tokens=gen_len,
                              **greedy)  # [B, P + G]

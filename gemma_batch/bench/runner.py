@@ -3,7 +3,8 @@
 Per run: resolve and create the backend for the weight format (`--weights`) and KV dtype, load
 random weights in that format (timed), then per batch size one case: a KV cache for exactly that
 batch, a warm-up through the same engine (so pipelines are built and command buffers recorded
-before timing), the timed run, and at the end one measurement of the device's read bandwidth
+before timing; repeated for at least WARMUP_SECONDS, since an idle GPU's clocks need a fraction of
+a second under load to rise), the timed run, and at the end one measurement of the device's read bandwidth
 (last, so that its buffer stays out of the cases' peak memory).
 
 Each case submits `batch` requests of `prompt_len` random ids at once and runs them greedily to
@@ -39,6 +40,11 @@ from .shapes import SHAPES, shape_config
 BLOCK_SIZE = 16
 MAX_STEP_TOKENS = 8192  # bounds the activations of one prefill step
 WARMUP_TOKENS = 4
+# An idle H100 sat at 345 MHz and first showed its 1,980 MHz 0.16-0.26 s into a 4b decode run
+# (nvidia-smi, 2026-11-24; the first 10 steps took 16.2 ms on average, then 5.5): one warm-up round
+# at 4b batch 1 lasts about 0.1 s, and the timed runs of some calls had a mean step 0.3-0.4 ms
+# above their median.
+WARMUP_SECONDS = 0.5
 
 
 class BenchError(ValueError):
@@ -120,13 +126,16 @@ def run_case(backend: Backend, batch: int, prompt_len: int, gen_len: int, seed: 
     cfg, length = backend.cfg, prompt_len + gen_len
     budget = max(batch, min(batch * prompt_len, MAX_STEP_TOKENS))
     engine = Engine(backend, bench_kv_plan(backend, batch, length, min(budget, length)), None, batch, budget)
-    rng = np.random.default_rng(seed)
+    rng, warm_rng = np.random.default_rng(seed), np.random.default_rng([seed, 1])
     # The warm-up reaches the run's longest context, so no buffer grows (and nothing is recorded again) later.
-    warm_gen = min(gen_len, WARMUP_TOKENS)
-    for i in range(batch):
-        engine.add(_request(rng, cfg, i, length - warm_gen, warm_gen))
-    while engine.num_unfinished:
-        engine.step()
+    warm_gen, warm_start = min(gen_len, WARMUP_TOKENS), time.perf_counter()
+    while True:  # rounds of `batch` requests until WARMUP_SECONDS have passed
+        for i in range(batch):
+            engine.add(_request(warm_rng, cfg, i, length - warm_gen, warm_gen))
+        while engine.num_unfinished:
+            engine.step()
+        if time.perf_counter() - warm_start >= WARMUP_SECONDS:
+            break
 
     engine.stats = stats = EngineStats()  # count the timed run alone
     for i in range(batch):
