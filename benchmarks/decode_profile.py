@@ -3,10 +3,11 @@
     python benchmarks/decode_profile.py 1b [--batch 1,8,32] [--prompt-len 128] [--gen-len 64]
                                            [--weights bf16|fp16|int8|int4] [--int4-group 32|64]
 
-Per batch size: prefill `batch` random prompts in one step, decode to `gen-len` tokens, and print
-the prefill step's GPU time by kernel, the median decode step (wall), the GPU time of the last
-step by kernel (timestamps after every dispatch, `VulkanBackend(profile=True)`), and the weight
-bytes streamed per second. Complements
+Per batch size: a warm-up (the same run, repeated for at least the bench's WARMUP_SECONDS, so
+that the GPU's clocks have risen), then prefill `batch` random prompts in one step, decode to
+`gen-len` tokens, and print the prefill step's GPU time by kernel, the median decode step (wall),
+the GPU time of the last step by kernel (timestamps after every dispatch,
+`VulkanBackend(profile=True)`), and the weight bytes streamed per second. Complements
 `gemma-batch bench` (whole-run figures) when deciding which kernel to work on.
 """
 
@@ -19,7 +20,7 @@ import numpy as np
 
 from gemma_batch.backends.vulkan import VulkanBackend
 from gemma_batch.bench.random_weights import random_tensors, weight_bytes
-from gemma_batch.bench.runner import prefilled_engine
+from gemma_batch.bench.runner import WARMUP_SECONDS, prefilled_engine
 from gemma_batch.bench.shapes import shape_config
 from gemma_batch.model.quant import FORMATS, WeightFormat
 
@@ -39,6 +40,11 @@ def main() -> None:
     backend.load_weights(random_tensors(cfg, 0, fmt))
     nbytes = weight_bytes(cfg, fmt)
     for batch in (int(b) for b in args.batch.split(",")):
+        warm_start = time.perf_counter()
+        while time.perf_counter() - warm_start < WARMUP_SECONDS:
+            warm = prefilled_engine(backend, batch, args.prompt_len, args.gen_len)
+            while warm.num_unfinished:
+                warm.step()
         engine = prefilled_engine(backend, batch, args.prompt_len, args.gen_len)
         prefill = backend.profile_seconds()
         kernels = ", ".join(f"{k} {v * 1e3:.3f}" for k, v in prefill.items())
