@@ -20,7 +20,7 @@ import numpy as np
 
 from gemma_batch.backends.vulkan import VulkanBackend
 from gemma_batch.bench.random_weights import random_tensors, weight_bytes
-from gemma_batch.bench.runner import WARMUP_SECONDS, prefilled_engine
+from gemma_batch.bench.runner import prefilled_engine, warm_up
 from gemma_batch.bench.shapes import shape_config
 from gemma_batch.model.quant import FORMATS, WeightFormat
 
@@ -40,11 +40,12 @@ def main() -> None:
     backend.load_weights(random_tensors(cfg, 0, fmt))
     nbytes = weight_bytes(cfg, fmt)
     for batch in (int(b) for b in args.batch.split(",")):
-        warm_start = time.perf_counter()
-        while time.perf_counter() - warm_start < WARMUP_SECONDS:
+        def one_round() -> None:
             warm = prefilled_engine(backend, batch, args.prompt_len, args.gen_len)
             while warm.num_unfinished:
                 warm.step()
+
+        warm_up(one_round)
         engine = prefilled_engine(backend, batch, args.prompt_len, args.gen_len)
         prefill = backend.profile_seconds()
         kernels = ", ".join(f"{k} {v * 1e3:.3f}" for k, v in prefill.items())

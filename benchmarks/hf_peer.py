@@ -24,7 +24,7 @@ import transformers
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
-from gemma_batch.bench.runner import WARMUP_SECONDS  # noqa: E402
+from gemma_batch.bench.runner import warm_up  # noqa: E402
 from gemma_batch.bench.shapes import SHAPES  # noqa: E402
 
 WARMUP_TOKENS = 4
@@ -58,14 +58,13 @@ def time_case(model: Gemma3ForCausalLM, device: str, batch: int, prompt_len: int
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     with torch.inference_mode():
-        warm_start = time.perf_counter()
-        while True:
+        def one_round() -> None:
             model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=WARMUP_TOKENS,
                            min_new_tokens=WARMUP_TOKENS, **greedy)
             model(input_ids=ids, attention_mask=mask, logits_to_keep=1)
             synchronize(device)
-            if time.perf_counter() - warm_start >= WARMUP_SECONDS:
-                break
+
+        warm_up(one_round)
         start = time.perf_counter()
         out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=gen_len, min_new_tokens=gen_len,
                              **greedy)  # [B, P + G]

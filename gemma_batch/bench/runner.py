@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -45,6 +45,15 @@ WARMUP_TOKENS = 4
 # at 4b batch 1 lasts about 0.1 s, and the timed runs of some calls had a mean step 0.3-0.4 ms
 # above their median.
 WARMUP_SECONDS = 0.5
+
+
+def warm_up(one_round: Callable[[], None]) -> None:
+    """Run `one_round` until WARMUP_SECONDS have passed, at least once (the bench, the peer and
+    benchmarks/decode_profile.py warm up alike)."""
+    started = time.perf_counter()
+    one_round()
+    while time.perf_counter() - started < WARMUP_SECONDS:
+        one_round()
 
 
 class BenchError(ValueError):
@@ -128,14 +137,15 @@ def run_case(backend: Backend, batch: int, prompt_len: int, gen_len: int, seed: 
     engine = Engine(backend, bench_kv_plan(backend, batch, length, min(budget, length)), None, batch, budget)
     rng, warm_rng = np.random.default_rng(seed), np.random.default_rng([seed, 1])
     # The warm-up reaches the run's longest context, so no buffer grows (and nothing is recorded again) later.
-    warm_gen, warm_start = min(gen_len, WARMUP_TOKENS), time.perf_counter()
-    while True:  # rounds of `batch` requests until WARMUP_SECONDS have passed
+    warm_gen = min(gen_len, WARMUP_TOKENS)
+
+    def one_round() -> None:  # `batch` requests
         for i in range(batch):
             engine.add(_request(warm_rng, cfg, i, length - warm_gen, warm_gen))
         while engine.num_unfinished:
             engine.step()
-        if time.perf_counter() - warm_start >= WARMUP_SECONDS:
-            break
+
+    warm_up(one_round)
 
     engine.stats = stats = EngineStats()  # count the timed run alone
     for i in range(batch):

@@ -1,25 +1,18 @@
 """Chained dispatches against barriers: every step's logits bit for bit, batched run with prefill
 in chunks of `budget` tokens, on the demo model and a 2-layer 4b-like random model.
 usage: check.py [budget] [new_tokens]"""
-import dataclasses, os, sys
+import os, sys
 from pathlib import Path
 import numpy as np
 from gemma_batch.backends.vulkan import VulkanBackend
-from gemma_batch.bench.random_weights import random_tensors
-from gemma_batch.bench.shapes import shape_config
 from gemma_batch.engine.generate import generate_greedy
-from gemma_batch.model.checkpoint import Checkpoint
-from gemma_batch.model.config import Gemma3Config
+
+# the models of the attention experiments' bit-for-bit checks
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "2026-11-24-h100-attention" / "experiments"))
+from common import models  # noqa: E402
 
 budget = int(sys.argv[1]) if len(sys.argv) > 1 else 7
 new = int(sys.argv[2]) if len(sys.argv) > 2 else 24
-
-def models():
-    d = Path("sample_data/demo-model")
-    cfg = Gemma3Config.from_dir(d)
-    yield "demo", cfg, lambda: Checkpoint.open(d, cfg).tensors()
-    c4 = dataclasses.replace(shape_config("4b"), num_layers=2, vocab_size=512)
-    yield "4b-2layer", c4, lambda: random_tensors(c4, 0)
 
 def run(cfg, tensors, chain, chunk):
     os.environ["GEMMA_BATCH_VK_CHAIN"] = "1" if chain else "0"

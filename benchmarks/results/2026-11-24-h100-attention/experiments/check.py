@@ -3,28 +3,17 @@ attention output, the o projection's split and scale, and the logits, in a batch
 prefill in 7-token chunks and 4-key chunks (several chunks per token). Shapes: the demo model
 (G 4, hd 64) and a 2-layer 4b-like random model (G 2, hd 256, vocab cut).
 usage: check.py NAME... (attn_NAME.spv in this folder; the first is the reference)"""
-import dataclasses, sys
+import sys
 from pathlib import Path
 import numpy as np
-from common import file_variant
+from common import file_variant, models
 from gemma_batch.backends.vulkan import VulkanBackend, kernels as Kmod
 from gemma_batch.backends.vulkan.graph import StepGraph
-from gemma_batch.bench.random_weights import random_tensors
-from gemma_batch.bench.shapes import shape_config
 from gemma_batch.engine.generate import generate_greedy
-from gemma_batch.model.checkpoint import Checkpoint
-from gemma_batch.model.config import Gemma3Config
 
 HERE = Path(__file__).resolve().parent
 NAMES = sys.argv[1:]
 
-
-def models():
-    d = Path("sample_data/demo-model")
-    cfg = Gemma3Config.from_dir(d)
-    yield "demo", cfg, lambda: Checkpoint.open(d, cfg).tensors()
-    c4 = dataclasses.replace(shape_config("4b"), num_layers=2, vocab_size=512)
-    yield "4b-2layer", c4, lambda: random_tensors(c4, 0)
 
 def run(cfg, tensors, name, chunk):
     backend = VulkanBackend(cfg, attention_chunk=chunk)

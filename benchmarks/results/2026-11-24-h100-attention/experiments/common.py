@@ -1,12 +1,17 @@
-"""What the experiment scripts share: a kernel variant read from another SPIR-V file, and the
-median decode step after a 128-token prefill."""
+"""What the experiment scripts share: a kernel variant read from another SPIR-V file, the
+median decode step after a 128-token prefill, and the models of the bit-for-bit checks."""
+import dataclasses
 import time
 from pathlib import Path
 
 import numpy as np
 
 from gemma_batch.backends.vulkan import kernels as Kmod
+from gemma_batch.bench.random_weights import random_tensors
 from gemma_batch.bench.runner import prefilled_engine
+from gemma_batch.bench.shapes import shape_config
+from gemma_batch.model.checkpoint import Checkpoint
+from gemma_batch.model.config import Gemma3Config
 
 
 def file_variant(name: str, source: str, path: Path) -> Kmod.Variant:
@@ -36,3 +41,12 @@ def median_step(backend, batch: int, gen: int, on_step=None) -> float:
         if on_step is not None:
             on_step()
     return float(np.median(seconds[4:]))
+
+
+def models():
+    """The demo model and a 2-layer 4b-like random model (vocab cut): (name, config, tensors())."""
+    d = Path("sample_data/demo-model")
+    cfg = Gemma3Config.from_dir(d)
+    yield "demo", cfg, lambda: Checkpoint.open(d, cfg).tensors()
+    c4 = dataclasses.replace(shape_config("4b"), num_layers=2, vocab_size=512)
+    yield "4b-2layer", c4, lambda: random_tensors(c4, 0)
