@@ -6,7 +6,8 @@
 // (nt * K / 16 + kt) * 256 halves, rows of 16 halves), so each tile is one coalesced load into
 // the A operand, with no shared memory and no barrier between the load and the multiply; a
 // subgroup holds the next stage's tiles in flight while it multiplies this one's. x (split.comp's
-// fp16 hi and lo rows) goes through shared memory one stage at a time, read from L2.
+// fp16 hi and lo rows) goes through shared memory one stage at a time, read from L2 into
+// registers a stage ahead as well (its load latency is then hidden behind the multiplies).
 //
 // The sums are matmul_coop.comp's, in its order (the prefill tile of the same weights runs there,
 // W_T16): per chunk, for each 16-wide k block in order, acc += W.hi then acc += W.lo; chunk c is
@@ -87,19 +88,20 @@ void main() {
         if (up) coopMatLoad(a[u * TN + tn], u4, at_, 2, gl_CooperativeMatrixLayoutRowMajor); \
         else coopMatLoad(a[u * TN + tn], w4, at_, 2, gl_CooperativeMatrixLayoutRowMajor); }
     uint kb0 = c * (pc.kchunk / 16), kb1 = kb0 + pc.kchunk / 16;
+    uvec4 xr[X_LOADS];
+#define LOAD_X(kb) [[unroll]] for (uint i = 0; i < X_LOADS; i++) { \
+        uint e = tid + WG * i, row = e / (2 * XV), half_ = (e / XV) % 2; \
+        if (row < live_rows && (X_LO || half_ == 0u)) xr[i] = xs4[min(m0 + row, M - 1) * xrow + half_ * K8 + 2 * (kb) + e % XV]; }
     if (live) LOAD_W(kb0);
+    LOAD_X(kb0);
     for (uint kb = kb0; kb < kb1; kb += KS) {
-        uvec4 xr[X_LOADS];
-        [[unroll]] for (uint i = 0; i < X_LOADS; i++) {
-            uint e = tid + WG * i, row = e / (2 * XV), half_ = (e / XV) % 2;
-            if (row < live_rows && (X_LO || half_ == 0u)) xr[i] = xs4[min(m0 + row, M - 1) * xrow + half_ * K8 + 2 * kb + e % XV];
-        }
         barrier();  // the last stage's multiplies are done with shared memory
         [[unroll]] for (uint i = 0; i < X_LOADS; i++) {
             uint e = tid + WG * i, row = e / (2 * XV), half_ = (e / XV) % 2;
             if (row < live_rows && (X_LO || half_ == 0u)) xsh[(half_ * BM + row) * PAD + e % XV] = xr[i];
         }
         barrier();
+        if (kb + KS < kb1) LOAD_X(kb + KS);  // the next stage's x in flight during the multiplies
         if (live) {  // (no early exit: every subgroup takes part in the next stage's barriers)
             MAT_A cur[KS * TN];
             [[unroll]] for (uint i = 0; i < KS * TN; i++) cur[i] = a[i];
