@@ -208,6 +208,19 @@ def test_case_metrics_by_hand():
     assert (m["steps"], m["prefill_steps"], m["decode_steps"], m["peak_memory_bytes"]) == (4, 1, 3, 12345)
 
 
+def test_host_time_of_steps_submitted_ahead_is_not_negative():
+    """A step whose wall time is below its GPU time (its GPU work began during the call before)
+    exposed no host time: it counts 0, so the median cannot print as -0.00 ms."""
+    steps = [StepTiming(0.100, 0.100, 0.080, 16, 2, 2),
+             StepTiming(0.110, 0.010, 0.012, 0, 2, 0),   # wall 10 ms, GPU 12: -2 ms -> 0
+             StepTiming(0.120, 0.010, 0.011, 0, 2, 0),   # -1 ms -> 0
+             StepTiming(0.135, 0.015, 0.010, 0, 2, 0)]   # 5 ms
+    run = CaseRun(2, 8, 4, 16, steps, 16, 8, 0, 1)
+    m = case_metrics(run, (KVGroup(FULL, (0,), None),), {FULL: 100}, weight_bytes=10_000, bandwidth=1e6)
+    assert m["host_ms_per_decode_step"] == 0.0  # median of 0, 0, 5 ms (not of -2, -1, 5: -1)
+    assert m["host_percent_of_device"] == 0.0
+
+
 def test_random_weights_have_every_tensor_in_bf16_with_the_stated_spread():
     cfg = shape_config("tiny")
     tensors = dict(random_tensors(cfg, seed=3))

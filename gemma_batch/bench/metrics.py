@@ -81,7 +81,9 @@ def case_metrics(run: CaseRun, groups: tuple[KVGroup, ...], kv_bytes_per_token: 
     decode_tps = sum(s.sampled_tokens for s in decode) / decode_wall if decode else None
     timed = [s for s in decode if s.device_s is not None]
     device_ms = _median_ms([s.device_s for s in timed])
-    host_ms = _median_ms([s.wall_s - s.device_s for s in timed])
+    # A step submitted ahead can take less wall time than GPU time (part of its GPU work ran during
+    # the call before): none of its host time was exposed, so it counts 0, not a negative time.
+    host_ms = _median_ms([max(0.0, s.wall_s - s.device_s) for s in timed])
 
     context = run.prompt_len + run.gen_len / 2
     kv_bytes = decode_kv_bytes(groups, kv_bytes_per_token, run.batch, context)
