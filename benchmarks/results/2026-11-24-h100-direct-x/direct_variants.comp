@@ -1,0 +1,202 @@
+#version 450
+// Decode matmul on the matrix units, weights loaded straight into matrix registers:
+// partial[c, m, n] = sum over chunk c of K of W[n, k] * x[m, k], for steps of up to FOLD_ROWS rows.
+//
+// W is fp16 in 16 x 16 tiles (weights.py: tile (nt, kt) is the 512 contiguous bytes at
+// (nt * K / 16 + kt) * 256 halves, rows of 16 halves), so each tile is one coalesced load into
+// the A operand, with no shared memory and no barrier between the load and the multiply; a
+// subgroup holds the next stage's tiles in flight while it multiplies this one's. x (split.comp's
+// fp16 hi and lo rows) goes through shared memory one stage at a time, read from L2.
+//
+// The sums are matmul_coop.comp's, in its order (the prefill tile of the same weights runs there,
+// W_T16): per chunk, for each 16-wide k block in order, acc += W.hi then acc += W.lo; chunk c is
+// workgroup c's, and reduce.comp adds the chunks in order. X_LO false (kernels.Kernels' x_lo):
+// x's hi halves only, neither staged nor multiplied lo.
+//
+// Tile: a workgroup owns BN = 128 outputs (4 subgroups of 2 x 16) x BM = 32 rows; a subgroup
+// whose outputs lie past N only helps stage x. Rows past M read row M - 1 and are written only
+// into the padding of partial; row tiles past M are skipped.
+// Variants: GATED (N = 2 I: outputs [0, I) from W at binding 0, [I, 2 I) from binding 4; I is a
+// multiple of 32, so a subgroup's outputs are all gate or all up); ROWS (M = meta.num_rows).
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_EXT_control_flow_attributes : require
+#include "common.glsl"
+
+#ifndef SG_N
+#define SG_N 4
+#endif
+#define TN 2                    // 16-output tiles per subgroup
+#define TM 2                    // 16-row tiles per workgroup
+#ifndef KS
+#define KS 4
+#endif
+#define WG (32 * SG_N)
+#define BN (16 * SG_N * TN)     // coop_tiles.COOP_DIRECT_COLS
+#define BM (16 * TM)            // coop_tiles.COOP_ROWS
+#define XV (2 * KS)             // uvec4 of one x row per stage
+#define PAD (XV + 1)            // against bank conflicts
+#define X_LOADS (2 * BM * XV / WG)
+layout(local_size_x = WG) in;
+layout(constant_id = 0) const bool X_LO = true;  // matmul_coop.comp's switch
+
+layout(std430, binding = 0) readonly buffer Wb { uvec4 w4[]; };   // fp16 tiles, 32 uvec4 each
+layout(std430, binding = 1) readonly buffer Xb { uvec4 xs4[]; };  // split rows [hi K | lo K], fp16
+layout(std430, binding = 2) writeonly buffer Pb { float part[]; };  // [chunks, Mpad, N]
+layout(std430, binding = 4) readonly buffer W2b { uvec4 u4[]; };
+layout(push_constant) uniform Push {
+    uint N;
+    uint K;
+    uint kchunk;   // K per chunk, a multiple of 16 KS dividing K
+    uint group;    // unused (matmul_coop.comp's push layout)
+} pc;
+
+#ifdef DB
+shared uvec4 xsh[2 * 2 * BM * PAD];  // two x stages
+#else
+shared uvec4 xsh[2 * BM * PAD];  // x stage: hi rows, then lo rows
+#endif  // x stage: hi rows, then lo rows
+
+#define ACC coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
+#define MAT_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
+#define MAT_B coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
+
+void main() {
+#ifdef ROWS
+    uint M = meta.num_rows;
+#else
+    uint M = meta.num_tokens;
+#endif
+    uint m_groups = (M + BM - 1) / BM, n_groups = (pc.N + BN - 1) / BN, chunks = pc.K / pc.kchunk;
+    uint id = linear_group();
+    if (id >= m_groups * n_groups * chunks) return;
+    uint m0 = (id % m_groups) * BM;  // neighbouring workgroups share W rows: they stay in cache
+    uint n0 = ((id / m_groups) % n_groups) * BN + gl_SubgroupID * TN * 16;  // this subgroup's first output
+    uint c = id / (m_groups * n_groups);
+    uint tid = gl_LocalInvocationID.x;
+    uint K8 = pc.K / 8, KB = pc.K / 16, xrow = pc.K / 4;  // uvec4 per hi (or lo) row, k blocks, uvec4 per split row
+    bool live = n0 < pc.N;
+#ifdef GATED
+    bool up = n0 >= pc.N / 2;
+    uint tile0 = ((up ? n0 - pc.N / 2 : n0) / 16) * KB;  // tile index of (first output, k = 0)
+#else
+    bool up = false;
+    uint tile0 = (n0 / 16) * KB;
+#endif
+    uint live_tm = min(TM, (M - min(M, m0) + 15) / 16);
+#ifdef LR
+    uint live_rows = min(BM, M - min(M, m0));  // rows past M stay stale in shared memory: they only reach partial's padding
+#else
+    uint live_rows = 16 * live_tm;
+#endif
+
+    ACC acc[TN * TM];  // tile (tn, tm) at tn * TM + tm
+    [[unroll]] for (uint i = 0; i < TN * TM; i++) acc[i] = ACC(0.0);
+    MAT_A a[KS * TN];  // the stage's W tiles (k block u, output tile tn) at u * TN + tn
+#define LOAD_W(kb) [[unroll]] for (uint u = 0; u < KS; u++) [[unroll]] for (uint tn = 0; tn < TN; tn++) { \
+        uint at_ = (tile0 + tn * KB + (kb) + u) * 32; \
+        if (up) coopMatLoad(a[u * TN + tn], u4, at_, 2, gl_CooperativeMatrixLayoutRowMajor); \
+        else coopMatLoad(a[u * TN + tn], w4, at_, 2, gl_CooperativeMatrixLayoutRowMajor); }
+    uint kb0 = c * (pc.kchunk / 16), kb1 = kb0 + pc.kchunk / 16;
+#define LOAD_X(kb) [[unroll]] for (uint i = 0; i < X_LOADS; i++) { \
+        uint e = tid + WG * i, row = e / (2 * XV), half_ = (e / XV) % 2; \
+        if (row < live_rows && (X_LO || half_ == 0u)) xr[i] = xs4[min(m0 + row, M - 1) * xrow + half_ * K8 + 2 * (kb) + e % XV]; }
+#ifdef W2
+    MAT_A a2[KS * TN];  // two stages ahead
+#define LOAD_W2(kb) [[unroll]] for (uint u = 0; u < KS; u++) [[unroll]] for (uint tn = 0; tn < TN; tn++) { \
+        uint at_ = (tile0 + tn * KB + (kb) + u) * 32; \
+        if (up) coopMatLoad(a2[u * TN + tn], u4, at_, 2, gl_CooperativeMatrixLayoutRowMajor); \
+        else coopMatLoad(a2[u * TN + tn], w4, at_, 2, gl_CooperativeMatrixLayoutRowMajor); }
+    if (live) { LOAD_W(kb0); if (kb0 + KS < kb1) LOAD_W2(kb0 + KS); }
+#else
+    if (live) LOAD_W(kb0);
+#endif
+    uvec4 xr[X_LOADS];
+#ifdef XPF
+    LOAD_X(kb0);
+#endif
+#ifdef DB
+#define STORE_X(buf) [[unroll]] for (uint i = 0; i < X_LOADS; i++) { \
+        uint e = tid + WG * i, row = e / (2 * XV), half_ = (e / XV) % 2; \
+        if (row < live_rows && (X_LO || half_ == 0u)) xsh[(buf) * 2 * BM * PAD + (half_ * BM + row) * PAD + e % XV] = xr[i]; }
+    STORE_X(0);
+    barrier();
+    uint buf = 0;
+    for (uint kb = kb0; kb < kb1; kb += KS) {
+        bool more = kb + KS < kb1;
+        if (more) LOAD_X(kb + KS);
+        if (live) {
+            MAT_A cur[KS * TN];
+            [[unroll]] for (uint i = 0; i < KS * TN; i++) cur[i] = a[i];
+            if (more) LOAD_W(kb + KS);
+            uint xb = buf * 2 * BM * PAD;
+            [[unroll]] for (uint u = 0; u < KS; u++) {
+                [[unroll]] for (uint tm = 0; tm < TM; tm++) {
+                    if (tm >= live_tm) break;
+                    MAT_B hi;
+                    coopMatLoad(hi, xsh, xb + (tm * 16) * PAD + 2 * u, PAD, gl_CooperativeMatrixLayoutColumnMajor);
+                    [[unroll]] for (uint tn = 0; tn < TN; tn++) acc[tn * TM + tm] = coopMatMulAdd(cur[u * TN + tn], hi, acc[tn * TM + tm]);
+                    if (X_LO) {
+                        MAT_B lo;
+                        coopMatLoad(lo, xsh, xb + (BM + tm * 16) * PAD + 2 * u, PAD, gl_CooperativeMatrixLayoutColumnMajor);
+                        [[unroll]] for (uint tn = 0; tn < TN; tn++) acc[tn * TM + tm] = coopMatMulAdd(cur[u * TN + tn], lo, acc[tn * TM + tm]);
+                    }
+                }
+            }
+        }
+        buf ^= 1u;
+        if (more) STORE_X(buf);
+        barrier();
+    }
+#else
+    for (uint kb = kb0; kb < kb1; kb += KS) {
+#ifndef XPF
+        LOAD_X(kb);
+#endif
+        barrier();  // the last stage's multiplies are done with shared memory
+        [[unroll]] for (uint i = 0; i < X_LOADS; i++) {
+            uint e = tid + WG * i, row = e / (2 * XV), half_ = (e / XV) % 2;
+            if (row < live_rows && (X_LO || half_ == 0u)) xsh[(half_ * BM + row) * PAD + e % XV] = xr[i];
+        }
+        barrier();
+#ifdef XPF
+        if (kb + KS < kb1) LOAD_X(kb + KS);  // the next stage's x in flight during the multiplies
+#endif
+        if (live) {  // (no early exit: every subgroup takes part in the next stage's barriers)
+            MAT_A cur[KS * TN];
+            [[unroll]] for (uint i = 0; i < KS * TN; i++) cur[i] = a[i];
+#ifdef W2
+            [[unroll]] for (uint i = 0; i < KS * TN; i++) a[i] = a2[i];
+            if (kb + 2 * KS < kb1) LOAD_W2(kb + 2 * KS);
+#else
+            if (kb + KS < kb1) LOAD_W(kb + KS);  // in flight during the multiplies
+#endif
+            [[unroll]] for (uint u = 0; u < KS; u++) {
+                [[unroll]] for (uint tm = 0; tm < TM; tm++) {
+                    if (tm >= live_tm) break;
+                    MAT_B hi;
+                    coopMatLoad(hi, xsh, (tm * 16) * PAD + 2 * u, PAD, gl_CooperativeMatrixLayoutColumnMajor);
+                    [[unroll]] for (uint tn = 0; tn < TN; tn++) acc[tn * TM + tm] = coopMatMulAdd(cur[u * TN + tn], hi, acc[tn * TM + tm]);
+                    if (X_LO) {
+                        MAT_B lo;
+                        coopMatLoad(lo, xsh, (BM + tm * 16) * PAD + 2 * u, PAD, gl_CooperativeMatrixLayoutColumnMajor);
+                        [[unroll]] for (uint tn = 0; tn < TN; tn++) acc[tn * TM + tm] = coopMatMulAdd(cur[u * TN + tn], lo, acc[tn * TM + tm]);
+                    }
+                }
+            }
+        }
+    }
+#endif
+    if (!live) return;
+    uint base = c * m_groups * BM * pc.N;
+    [[unroll]] for (uint tn = 0; tn < TN; tn++) {
+        [[unroll]] for (uint tm = 0; tm < TM; tm++) {
+            if (tm >= live_tm) break;
+            // the tile is y^T (n, m): column-major with stride N puts (n, m) at m * N + n
+            coopMatStore(acc[tn * TM + tm], part, base + (m0 + tm * 16) * pc.N + n0 + tn * 16, pc.N,
+                         gl_CooperativeMatrixLayoutColumnMajor);
+        }
+    }
+}
