@@ -139,6 +139,40 @@ vec4 act4_of(uint M, uint m, uint n4) {
     u *= scale[m];
     return vec4(gelu_tanh(g.x), gelu_tanh(g.y), gelu_tanh(g.z), gelu_tanh(g.w)) * u;
 }
+
+#define ACT_ROUND 3  // vec4 of act per invocation whose loads are all issued before any is used
+
+// This invocation's act of row m, act4_of(M, m, 4 (i WG + tid)) in v[i] (zero past N). With up to
+// 2 chunks (every Gemma 3 shape's gate/up), the loads of ACT_ROUND vec4 go out together rather
+// than one sum's at a time: the same sums, fewer round trips to L2 (a workgroup per row, so
+// each row's latency is the step's).
+void act_row(uint M, uint m, out vec4 v[ACT_VEC]) {
+    uint tid = gl_LocalInvocationID.x, chunks = M > FOLD_ROWS ? 1u : pc.chunks;
+    if (chunks > 2u) {
+        [[unroll]] for (uint i = 0; i < ACT_VEC; i++) {
+            uint n4 = i * WG + tid;
+            v[i] = 4 * n4 < pc.N ? act4_of(M, m, n4) : vec4(0.0);
+        }
+        return;
+    }
+    uint slot = (M + BM - 1) / BM * BM * (pc.N / 2), row = m * pc.N / 2;  // vec4 per chunk; row m's first
+    float s = scale[m];
+    [[unroll]] for (uint r = 0; r < ACT_VEC; r += ACT_ROUND) {
+        vec4 g0[ACT_ROUND], g1[ACT_ROUND], u0[ACT_ROUND], u1[ACT_ROUND];
+        [[unroll]] for (uint j = 0; j < ACT_ROUND; j++) {
+            uint n4 = (r + j) * WG + tid;
+            bool on = 4 * n4 < pc.N, two = on && chunks == 2u;
+            g0[j] = on ? part4[row + n4] : vec4(0.0);
+            u0[j] = on ? part4[row + n4 + pc.N / 4] : vec4(0.0);
+            g1[j] = two ? part4[slot + row + n4] : vec4(0.0);
+            u1[j] = two ? part4[slot + row + n4 + pc.N / 4] : vec4(0.0);
+        }
+        [[unroll]] for (uint j = 0; j < ACT_ROUND; j++) {
+            vec4 g = (chunks == 2u ? g0[j] + g1[j] : g0[j]) * s, u = (chunks == 2u ? u0[j] + u1[j] : u0[j]) * s;
+            v[r + j] = 4 * ((r + j) * WG + tid) < pc.N ? vec4(gelu_tanh(g.x), gelu_tanh(g.y), gelu_tanh(g.z), gelu_tanh(g.w)) * u : vec4(0.0);
+        }
+    }
+}
 #endif
 
 #ifdef EPI_NORM_ADD
@@ -195,10 +229,7 @@ void main() {
     if (m >= M) return;
     if (pieces == 1u) {
         vec4 v[ACT_VEC];
-        [[unroll]] for (uint i = 0; i < ACT_VEC; i++) {
-            uint n4 = i * WG + tid;
-            v[i] = 4 * n4 < pc.N ? act4_of(M, m, n4) : vec4(0.0);
-        }
+        act_row(M, m, v);
 #define NORM_NEXT false
         SPLIT_ROW(ACT_VEC, m, v);
         return;
