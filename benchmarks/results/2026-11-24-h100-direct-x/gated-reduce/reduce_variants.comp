@@ -1,0 +1,286 @@
+#version 450
+// After a cooperative-matrix matmul (matmul_coop.comp): y[m, n] = (sum over chunks c, in order,
+// of partial[c, m, n]) * scale[m] (split.comp's power of two), then the matmul's epilogue.
+// Chunks are pc.chunks for M <= FOLD_ROWS and 1 above (the matmul summed them itself).
+//
+// Variants (the epilogues of matmul.comp, on rows of y):
+//   (none) / ROWS  y to binding 2, a workgroup per WG outputs of a row (ROWS: M = meta.num_rows)
+//   GATED          partial holds [gate | up] (2 N columns): act[m, n] = gelu_tanh(gate) * up
+//   EPI_NORM_ADD   x_res[m] += rms_norm(y[m]) * (1 + g_epi): y by slices of rows, then the row's last
+//                  workgroup to finish runs the norm (post_norm_row)
+//   EPI_QK_ROPE    a workgroup per (row, head): y, then QK-norm, RoPE, q out and the KV pages
+// and with SPLIT_NEXT, the next matmul's input written as split.comp would (split.glsl), which
+// saves that dispatch: after EPI_NORM_ADD, the new x_res row RMS-normalised with (1 + g_next);
+// with GATED (a workgroup per row, or at small batches pieces of a row in parallel, the last to
+// finish splitting it), act itself.
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : require
+#include "common.glsl"
+#include "split.glsl"
+#include "workgroup.glsl"
+
+#if defined(GATED) && defined(SPLIT_NEXT)
+#define WG 512                // a workgroup per row (or piece of one): many loads in flight at batch 1
+#define ACT_VEC 12            // GATED rows of up to 12 * 4 * 512 = kernels.GATED_SPLIT_MAX_ROW values
+#define PIECE_ROWS 8          // kernels.GATED_PIECE_ROWS
+#else
+#define WG 128                // (EPI_NORM_ADD: kernels.POST_NORM_WG, whose EPI_VEC Kernels sets)
+#endif
+#define MT 1                  // rows per workgroup, for matmul_epilogue.glsl
+#define FOLD_ROWS 64          // matmul_coop.comp's
+#define BM 32                 // matmul_coop.comp's row padding of partial (coop_tiles.COOP_ROWS)
+layout(local_size_x = WG) in;
+
+layout(std430, binding = 0) readonly buffer Partb { float part[]; };
+layout(std430, binding = 0) readonly buffer Part4b { vec4 part4[]; };  // the same, 16 bytes at a time
+#ifdef SPLIT_NEXT
+layout(std430, binding = 4) buffer Scaleb { float scale[]; };  // read for this matmul, then written for the next
+layout(std430, binding = 3) readonly buffer Gnb { vec4 g_next4[]; };
+layout(std430, binding = 5) writeonly buffer Ob { uint out_words[]; };
+#else
+layout(std430, binding = 4) readonly buffer Scaleb { float scale[]; };
+#endif
+#if defined(EPI_NORM_ADD) || defined(EPI_QK_ROPE)
+#define EPILOGUE
+layout(std430, binding = 2) coherent buffer Yb { float y[]; };
+layout(std430, binding = 2) coherent buffer Y4b { vec4 sums4[]; };  // EPI_NORM_ADD: y, read back by the row's last workgroup
+layout(std430, binding = 9) readonly buffer Eb { float g_epi[]; };
+#elif defined(GATED) && defined(SPLIT_NEXT)
+layout(std430, binding = 2) coherent buffer Yb { vec4 act4[]; };      // act, read back by the row's last workgroup
+#else
+layout(std430, binding = 2) writeonly buffer Yb { float y[]; };
+#endif
+#if defined(EPI_NORM_ADD) || (defined(GATED) && defined(SPLIT_NEXT))
+layout(std430, binding = 6) coherent buffer Rb { uint row_sync[]; };  // [2 M]: (GATED) max |act| bits, then workgroups done
+shared bool last_of_row;
+#endif
+layout(push_constant) uniform Push {
+    uint N;             // columns of y, or of act with GATED, whose partial has 2 N
+    uint chunks;
+    float eps;
+    uint num_heads;     // EPI_QK_ROPE: q heads, kv heads and head size of y's columns
+    uint num_kv_heads;
+    uint head_dim;
+} pc;
+
+#include "matmul_epilogue.glsl"
+
+uint M_rows() {
+#ifdef ROWS
+    return meta.num_rows;
+#else
+    return meta.num_tokens;
+#endif
+}
+
+#define SUM_LOADS 8  // chunks loaded at a time
+
+// s (a float or vec4, type T) = the sum over the K chunks c = 0, 1, ... in order of
+// BUF[c slot + at], for a step of M rows of partial sums `width` T wide (slot: a chunk's rows,
+// padded to BM).
+#define CHUNK_SUM(T, BUF, M, width, at, s) { \
+    uint chunks_ = M > FOLD_ROWS ? 1u : pc.chunks, slot_ = (M + BM - 1) / BM * BM * (width); \
+    T p_[SUM_LOADS]; \
+    for (uint c0 = 0; c0 < chunks_; c0 += SUM_LOADS) { \
+        [[unroll]] for (uint i = 0; i < SUM_LOADS; i++) p_[i] = c0 + i < chunks_ ? BUF[(c0 + i) * slot_ + (at)] : T(0.0); \
+        [[unroll]] for (uint i = 0; i < SUM_LOADS; i++) if (c0 + i < chunks_) s = c0 + i == 0u ? p_[i] : s + p_[i]; \
+    } }
+
+// The chunks' sum for (m, column n) of a partial with `width` columns, times the row's scale.
+float gather(uint M, uint width, uint m, uint n) {
+    float s = 0.0;
+    CHUNK_SUM(float, part, M, width, m * width + n, s);
+    return s * scale[m];
+}
+
+#ifdef SPLIT_NEXT
+// Write row m, this invocation's vec4 v[i] at 4 (i WG + tid) (zero past N, kept so), as the next
+// matmul's input (split.glsl); with NORM_NEXT RMS-normalised with (1 + g_next) first.
+#define SPLIT_ROW(VEC, m, v) { \
+    uint tid_ = gl_LocalInvocationID.x; \
+    float inv = 1.0; \
+    if (NORM_NEXT) { \
+        float ss = 0.0; \
+        [[unroll]] for (uint i = 0; i < VEC; i++) ss += dot(v[i], v[i]); \
+        inv = 1.0 / sqrt(workgroup_sum(ss) / float(pc.N) + pc.eps); \
+    } \
+    float mx = 0.0; \
+    [[unroll]] for (uint i = 0; i < VEC; i++) { \
+        uint n4 = i * WG + tid_; \
+        if (NORM_NEXT) v[i] = v[i] * (1.0 + (4 * n4 < pc.N ? g_next4[n4] : vec4(0.0))); \
+        vec4 a = abs(v[i]); \
+        mx = max(mx, max(max(a.x, a.y), max(a.z, a.w))); \
+    } \
+    float s = split_scale(workgroup_max(mx) * inv); \
+    [[unroll]] for (uint i = 0; i < VEC; i++) { \
+        uint n4 = i * WG + tid_; \
+        if (4 * n4 >= pc.N) continue; \
+        vec4 sv = NORM_NEXT ? v[i] * inv * s : v[i] * s; \
+        uvec2 a = split_words(sv.xy), b = split_words(sv.zw); \
+        uint at = m * pc.N + 2 * n4; \
+        out_words[at] = a.x; \
+        out_words[at + 1] = b.x; \
+        out_words[at + pc.N / 2] = a.y; \
+        out_words[at + pc.N / 2 + 1] = b.y; \
+    } \
+    if (tid_ == 0) scale[m] = 1.0 / s; }
+#endif
+
+#if defined(GATED) && defined(SPLIT_NEXT)
+// act of row m at columns 4 n4 ... 4 n4 + 3: gelu_tanh(gate) * up, each the chunks' sum (from
+// chunk 0, in order) times the row's scale; partial holds [gate | up] (2 N columns).
+vec4 act4_of(uint M, uint m, uint n4) {
+    uint at = m * pc.N / 2 + n4;  // rows of 2 N values, N / 2 vec4
+    vec4 g = vec4(0.0), u = vec4(0.0);
+    CHUNK_SUM(vec4, part4, M, pc.N / 2, at, g);
+    CHUNK_SUM(vec4, part4, M, pc.N / 2, at + pc.N / 4, u);
+    g *= scale[m];
+    u *= scale[m];
+    return vec4(gelu_tanh(g.x), gelu_tanh(g.y), gelu_tanh(g.z), gelu_tanh(g.w)) * u;
+}
+#endif
+
+#ifdef EPI_NORM_ADD
+// Row m of sums4 (y) through post_norm_add (matmul_epilogue.glsl), then (SPLIT_NEXT) written as
+// the next matmul's input.
+void post_norm_row(uint m) {
+    uint tid = gl_LocalInvocationID.x;
+    vec4 v[EPI_VEC];
+    [[unroll]] for (uint i = 0; i < EPI_VEC; i++) {
+        uint n4 = i * WG + tid;
+        v[i] = 4 * n4 < pc.N ? sums4[m * pc.N / 4 + n4] : vec4(0.0);
+    }
+    post_norm_add(m, v);
+#ifdef SPLIT_NEXT
+#define NORM_NEXT true
+    SPLIT_ROW(EPI_VEC, m, v);
+#endif
+}
+#endif
+
+void main() {
+    uint M = M_rows(), id = linear_group(), tid = gl_LocalInvocationID.x;
+#if defined(EPI_NORM_ADD)
+    // A workgroup per (row, slice of 4 WG columns): the chunks' sums times the row's scale to y;
+    // the row's last workgroup to finish runs post_norm_row and resets its counter (zeroed by
+    // the host at the start of the step). Which workgroup is last changes no bit.
+    uint slices = (pc.N + 4 * WG - 1) / (4 * WG);  // graph.py: its groups per row
+    uint m = id / slices, n4 = (id % slices) * WG + tid;
+    if (m >= M) return;
+    uint at = m * pc.N / 4 + n4;
+    if (4 * n4 < pc.N) {
+        vec4 s = vec4(0.0);
+        CHUNK_SUM(vec4, part4, M, pc.N / 4, at, s);
+        sums4[at] = s * scale[m];
+    }
+    memoryBarrierBuffer();  // this slice's sums are visible before it counts itself done
+    barrier();
+    if (tid == 0) last_of_row = atomicAdd(row_sync[M + m], 1u) == slices - 1u;
+    barrier();
+    if (!last_of_row) return;
+    memoryBarrierBuffer();
+    post_norm_row(m);
+    if (tid == 0) row_sync[M + m] = 0u;
+#elif defined(GATED) && defined(SPLIT_NEXT)
+    // Steps of up to PIECE_ROWS rows (decode at small batches, where a workgroup per row leaves
+    // most of the device idle): a row in pieces of 4 WG columns, a workgroup each; act of the
+    // piece (chunks in order, as gather()) to act4, its max |act| into row_sync; the row's last
+    // workgroup to finish then splits the whole row (act read back, still in cache) and resets
+    // row_sync (zeroed by the host at the start of the step). Longer steps: a workgroup per row,
+    // act in registers. Neither the pieces nor which workgroup is last change a bit: the max is
+    // exact and the split reads the same values.
+    uint pieces = M <= PIECE_ROWS ? (pc.N + 4 * WG - 1) / (4 * WG) : 1u;  // grids.py "pieces" (kernels.GATED_SPLIT_PIECE)
+    uint m = id / pieces, n4 = (id % pieces) * WG + tid;
+    if (m >= M) return;
+    if (pieces == 1u) {
+        vec4 v[ACT_VEC];
+#ifdef GLD
+        uint chunks_ = M > FOLD_ROWS ? 1u : pc.chunks;
+        if (chunks_ <= 2u) {  // every load of a round of LR_N vec4 issued before any is used
+            uint slot4 = (M + BM - 1) / BM * BM * (pc.N / 2), row4 = m * pc.N / 2;
+            float sc = scale[m];
+            [[unroll]] for (uint r = 0; r < ACT_VEC; r += LR_N) {
+                vec4 g0[LR_N], g1[LR_N], u0[LR_N], u1[LR_N];
+                [[unroll]] for (uint j = 0; j < LR_N; j++) {
+                    uint n4 = (r + j) * WG + tid;
+                    bool on = 4 * n4 < pc.N;
+                    g0[j] = on ? part4[row4 + n4] : vec4(0.0);
+                    u0[j] = on ? part4[row4 + n4 + pc.N / 4] : vec4(0.0);
+                    g1[j] = on && chunks_ == 2u ? part4[slot4 + row4 + n4] : vec4(0.0);
+                    u1[j] = on && chunks_ == 2u ? part4[slot4 + row4 + n4 + pc.N / 4] : vec4(0.0);
+                }
+                [[unroll]] for (uint j = 0; j < LR_N; j++) {
+                    uint n4 = (r + j) * WG + tid;
+                    vec4 g = chunks_ == 2u ? g0[j] + g1[j] : g0[j], u = chunks_ == 2u ? u0[j] + u1[j] : u0[j];
+                    g *= sc;
+                    u *= sc;
+                    v[r + j] = 4 * n4 < pc.N ? vec4(gelu_tanh(g.x), gelu_tanh(g.y), gelu_tanh(g.z), gelu_tanh(g.w)) * u : vec4(0.0);
+                }
+            }
+        } else
+#endif
+        [[unroll]] for (uint i = 0; i < ACT_VEC; i++) {
+            uint n4 = i * WG + tid;
+            v[i] = 4 * n4 < pc.N ? act4_of(M, m, n4) : vec4(0.0);
+        }
+#define NORM_NEXT false
+        SPLIT_ROW(ACT_VEC, m, v);
+        return;
+    }
+    uint row_n4 = pc.N / 4;
+    float mx = 0.0;
+    if (n4 < row_n4) {
+        vec4 a = act4_of(M, m, n4);
+        act4[m * row_n4 + n4] = a;
+        a = abs(a);
+        mx = max(max(a.x, a.y), max(a.z, a.w));
+    }
+    mx = workgroup_max(mx);
+    if (tid == 0) atomicMax(row_sync[m], floatBitsToUint(mx));  // non-negative floats order as their bits
+    memoryBarrierBuffer();  // this piece's act and max are visible before it counts itself done
+    barrier();
+    if (tid == 0) last_of_row = atomicAdd(row_sync[M + m], 1u) == pieces - 1u;
+    barrier();
+    if (!last_of_row) return;
+    memoryBarrierBuffer();
+    float s = split_scale(uintBitsToFloat(atomicOr(row_sync[m], 0u)));
+    for (uint i4 = tid; i4 < row_n4 / 2; i4 += WG) {  // two vec4 (8 values, 4 words of hi and of lo) each
+        vec4 a = act4[m * row_n4 + 2 * i4] * s, b = act4[m * row_n4 + 2 * i4 + 1] * s;
+        uvec2 w0 = split_words(a.xy), w1 = split_words(a.zw), w2 = split_words(b.xy), w3 = split_words(b.zw);
+        uint at = m * pc.N + 4 * i4;
+        out_words[at] = w0.x;
+        out_words[at + 1] = w1.x;
+        out_words[at + 2] = w2.x;
+        out_words[at + 3] = w3.x;
+        out_words[at + pc.N / 2] = w0.y;
+        out_words[at + pc.N / 2 + 1] = w1.y;
+        out_words[at + pc.N / 2 + 2] = w2.y;
+        out_words[at + pc.N / 2 + 3] = w3.y;
+    }
+    barrier();  // every invocation has read row_sync[m] before it is reset
+    if (tid == 0) {
+        scale[m] = 1.0 / s;
+        row_sync[m] = 0u;
+        row_sync[M + m] = 0u;
+    }
+#elif defined(EPI_QK_ROPE)
+    uint heads = pc.num_heads + 2 * pc.num_kv_heads, m = id / heads, h = id % heads;
+    if (m >= M) return;
+    for (uint d = tid; d < pc.head_dim; d += WG) {
+        uint n = h * pc.head_dim + d;
+        y[m * pc.N + n] = gather(M, pc.N, m, n);
+    }
+    memoryBarrierBuffer();
+    barrier();
+    epilogue(m, M, h);
+#else
+    uint per_row = (pc.N + WG - 1) / WG, m = id / per_row, n = (id % per_row) * WG + tid;
+    if (m >= M || n >= pc.N) return;
+#ifdef GATED
+    y[m * pc.N + n] = gelu_tanh(gather(M, 2 * pc.N, m, n)) * gather(M, 2 * pc.N, m, pc.N + n);
+#else
+    y[m * pc.N + n] = gather(M, pc.N, m, n);
+#endif
+#endif
+}
