@@ -9,13 +9,10 @@ from gemma_batch.backends.vulkan import VulkanBackend
 from gemma_batch.bench.random_weights import random_tensors
 from gemma_batch.bench.runner import prefilled_engine
 from gemma_batch.bench.shapes import shape_config
+from common import swap  # benchmarks/results/2026-11-24-h100-attention/experiments/common.py, copied beside this file
 
 HERE = Path(__file__).resolve().parent
 ORIG = dict(Kmod.VARIANTS)
-class Exp(Kmod.Variant):
-    @property
-    def spv(self):
-        return HERE / self.name.split("@")[1]
 
 shape = sys.argv[1]
 builds = []
@@ -28,11 +25,12 @@ backend = VulkanBackend(cfg)
 backend.load_weights(random_tensors(cfg, 0))
 
 def use(swaps):
-    Kmod.VARIANTS.clear(); Kmod.VARIANTS.update(ORIG)
-    for name, spv in swaps:
-        Kmod.VARIANTS[name] = Exp(f"{name}@{spv}", ORIG[name].source, ORIG[name].defines, ORIG[name].compiler)
-    backend.kernels.pipelines.clear()
+    for name in {n for _, s in builds for n, _ in s}:  # back to the shipped builds, then this one's
+        Kmod.VARIANTS[name] = ORIG[name]
+        backend.kernels.pipelines.pop(name, None)
     backend._drop_graph()
+    for name, spv in swaps:
+        swap(backend, name, HERE / spv)
 
 for _ in range(3):  # warm the clocks
     prefilled_engine(backend, *cases[0], 2)
@@ -45,7 +43,8 @@ for rnd in range(2):
             for _ in range(3):
                 prefilled_engine(backend, b, p, 2)
                 secs.append(backend.last_step_device_seconds())
-                hashes.add(hashlib.sha1(backend.mem.download(backend.buffers.logits).tobytes()).hexdigest()[:12])
+                rows = backend.mem.download(backend.buffers.logits).view(np.float32)[:b * cfg.vocab_size]  # [R, V]: the step's rows
+                hashes.add(hashlib.sha1(rows.tobytes()).hexdigest()[:12])
             h = hashes.pop() if len(hashes) == 1 else "VARIES"
             ref.setdefault((b, p), h)
             verdict = "reference" if rnd == 0 and label == builds[0][0] else ("IDENTICAL" if h == ref[(b, p)] else "DIFFERENT")
