@@ -1,5 +1,6 @@
-"""What the experiment scripts share: a kernel variant read from another SPIR-V file, the
-median decode step after a 128-token prefill, and the models of the bit-for-bit checks."""
+"""What the experiment scripts share: a kernel variant read from another SPIR-V file, builds of
+swapped kernels, the median decode step after a 128-token prefill, and the models of the
+bit-for-bit checks."""
 import dataclasses
 import time
 from pathlib import Path
@@ -27,6 +28,29 @@ def swap(backend, name: str, path: Path) -> None:
     """Make `backend` build kernel `name` from `path` from now on (its next recording uses it)."""
     Kmod.VARIANTS[name] = file_variant(name, Kmod.VARIANTS[name].source, path)
     backend.kernels.pipelines.pop(name, None)  # (leaks the old pipeline: fine for an experiment)
+    backend._drop_graph()
+
+
+SHIPPED = dict(Kmod.VARIANTS)  # the variants as shipped, before any swap
+
+
+def parse_builds(spec: str) -> list[tuple[str, list[list[str]]]]:
+    """'label:name=file.spv,name=file.spv;label2:...' -> [(label, [[name, file], ...]), ...]."""
+    builds = []
+    for one in spec.split(";"):
+        label, _, swaps = one.partition(":")
+        builds.append((label, [s.split("=") for s in swaps.split(",") if s]))
+    return builds
+
+
+def use_build(backend, builds, swaps, here: Path) -> None:
+    """Every kernel any of `builds` swaps back to its shipped build, then this build's `swaps`
+    (files in `here`)."""
+    for name in {n for _, s in builds for n, _ in s}:
+        Kmod.VARIANTS[name] = SHIPPED[name]
+        backend.kernels.pipelines.pop(name, None)
+    for name, spv in swaps:
+        swap(backend, name, here / spv)
     backend._drop_graph()
 
 

@@ -3,38 +3,25 @@ a bit-for-bit check (a hash of every decode step's logits) against the first bui
 usage: swap.py SHAPE BATCHES 'label:name=file.spv,name=file.spv;label2:...' [gen]"""
 import hashlib, sys
 from pathlib import Path
-from common import median_step, swap
-from gemma_batch.backends.vulkan import kernels as Kmod
+from common import median_step, parse_builds, use_build
 from gemma_batch.backends.vulkan import VulkanBackend
 from gemma_batch.bench.random_weights import random_tensors
 from gemma_batch.bench.runner import prefilled_engine
 from gemma_batch.bench.shapes import shape_config
 
 HERE = Path(__file__).resolve().parent
-ORIG = dict(Kmod.VARIANTS)
 
 shape, batches = sys.argv[1], [int(b) for b in sys.argv[2].split(",")]
-builds = []
-for spec in sys.argv[3].split(";"):
-    label, _, swaps = spec.partition(":")
-    builds.append((label, [s.split("=") for s in swaps.split(",") if s]))
+builds = parse_builds(sys.argv[3])
 gen = int(sys.argv[4]) if len(sys.argv) > 4 else 48
 cfg = shape_config(shape)
 backend = VulkanBackend(cfg)
 backend.load_weights(random_tensors(cfg, 0))
 
-def use(swaps):
-    for name in {n for _, s in builds for n, _ in s}:  # back to the shipped builds, then this one's
-        Kmod.VARIANTS[name] = ORIG[name]
-        backend.kernels.pipelines.pop(name, None)
-    for name, spv in swaps:
-        swap(backend, name, HERE / spv)
-    backend._drop_graph()
-
 ref = {}
 for rep in range(2):
     for label, swaps in builds:
-        use(swaps)
+        use_build(backend, builds, swaps, HERE)
         for batch in batches:
             if rep == 0:  # bits: hash of the logits after each of 6 decode steps
                 engine = prefilled_engine(backend, batch, 128, 7)

@@ -4,40 +4,27 @@ usage: pfswap.py SHAPE 'label:name=file.spv,...;label2:...' [BATCHxPROMPT,...]""
 import hashlib, sys
 from pathlib import Path
 import numpy as np
-from gemma_batch.backends.vulkan import kernels as Kmod
 from gemma_batch.backends.vulkan import VulkanBackend
 from gemma_batch.bench.random_weights import random_tensors
 from gemma_batch.bench.runner import prefilled_engine
 from gemma_batch.bench.shapes import shape_config
-from common import swap  # benchmarks/results/2026-11-24-h100-attention/experiments/common.py, copied beside this file
+from common import parse_builds, use_build  # ../../2026-11-24-h100-attention/experiments/common.py, copied beside this file
 
 HERE = Path(__file__).resolve().parent
-ORIG = dict(Kmod.VARIANTS)
 
 shape = sys.argv[1]
-builds = []
-for spec in sys.argv[2].split(";"):
-    label, _, swaps = spec.partition(":")
-    builds.append((label, [s.split("=") for s in swaps.split(",") if s]))
+builds = parse_builds(sys.argv[2])
 cases = [tuple(int(v) for v in c.split("x")) for c in (sys.argv[3] if len(sys.argv) > 3 else "32x128,32x512").split(",")]
 cfg = shape_config(shape)
 backend = VulkanBackend(cfg)
 backend.load_weights(random_tensors(cfg, 0))
-
-def use(swaps):
-    for name in {n for _, s in builds for n, _ in s}:  # back to the shipped builds, then this one's
-        Kmod.VARIANTS[name] = ORIG[name]
-        backend.kernels.pipelines.pop(name, None)
-    backend._drop_graph()
-    for name, spv in swaps:
-        swap(backend, name, HERE / spv)
 
 for _ in range(3):  # warm the clocks
     prefilled_engine(backend, *cases[0], 2)
 ref = {}
 for rnd in range(2):
     for label, swaps in builds:
-        use(swaps)
+        use_build(backend, builds, swaps, HERE)
         for b, p in cases:
             secs, hashes = [], set()
             for _ in range(3):
