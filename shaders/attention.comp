@@ -38,7 +38,8 @@
 // step for the 1b), and the partials are merged while they are still in cache.
 //
 // Variants: KV_F16 | KV_BF16 | KV_F32 | KV_I8 (the page storage), each also with SPLIT_OUT (on the
-// cooperative path: the o projection's input written here, split_when_last). Limits
+// cooperative path: the o projection's input written here, split_when_last), and with SPLIT_OUT
+// and QK_IN (small decode steps: the heads made here from qkv's K-chunk sums, attention_heads.glsl). Limits
 // (backend._check_supported): head_dim a multiple of 8 up to 256, G <= 16, G * head_dim <= QMAX.
 // GMAX, the largest G a pipeline serves, is specialization constant 1 (kernels.Kernels sets the
 // model's G): it sizes the per-head arrays, and registers held for heads a model does not have
@@ -67,11 +68,15 @@ layout(constant_id = 1) const uint GMAX = 16u;  // query heads per kv head, at m
 const uint QUAD = GMAX < 4u ? GMAX : 4u;        // heads per value-pass thread
 const uint Q4 = GMAX * 64u < QMAX / 4u ? GMAX * 64u : QMAX / 4u;  // vec4 of queries: G * hd <= GMAX * 256
 
+#ifndef QK_IN  // (QK_IN: attention_heads.glsl)
 layout(std430, binding = 0) readonly buffer Qb { vec4 q4[]; };       // [T, nh, hd]
+#endif
 #ifdef SPLIT_OUT
 layout(std430, binding = 1) coherent buffer Ob { vec4 o4[]; };       // [T, nh, hd], read back by split_when_last
 layout(std430, binding = 11) writeonly buffer SOb { uint split_out[]; };  // [T, 2 nh hd] fp16: hi row, lo row
+#ifndef QK_IN
 layout(std430, binding = 12) writeonly buffer SSb { float split_scale_out[]; };  // [T]
+#endif
 #else
 layout(std430, binding = 1) writeonly buffer Ob { vec4 o4[]; };      // [T, nh, hd]
 #endif
@@ -81,10 +86,15 @@ layout(std430, binding = 4) readonly buffer Tb { int block_table[]; };
 layout(std430, binding = 5) coherent buffer PAb { vec4 part_acc[]; };  // [records, G * hd]
 layout(std430, binding = 9) coherent buffer PMb { float part_ml[]; };  // [records, 2, G]: m, then l
 layout(std430, binding = 10) coherent buffer Cb { uint counters[]; };  // [T * nkv] (SPLIT_OUT: then [T])
+#ifdef QK_IN  // the pages are written too (attention_heads.glsl), then read
+#define PAGE_ACCESS coherent
+#else
+#define PAGE_ACCESS readonly
+#endif
 // LOAD8: piece `piece` (elements 8 piece .. 8 piece + 7) of page row `row` (slot * nkv + j), as two vec4.
 #if defined(KV_F16) || defined(KV_BF16)
-layout(std430, binding = 6) readonly buffer Kb { uvec4 k4[]; };  // [slots, nkv, hd / 8]
-layout(std430, binding = 8) readonly buffer Vb { uvec4 v4[]; };
+layout(std430, binding = 6) PAGE_ACCESS buffer Kb { uvec4 k4[]; };  // [slots, nkv, hd / 8]
+layout(std430, binding = 8) PAGE_ACCESS buffer Vb { uvec4 v4[]; };
 #ifdef KV_F16
 #define LOAD8(buf, row, piece, lo, hi) { uvec4 w_ = buf[(row) * hd8 + (piece)]; \
     lo = vec4(unpackHalf2x16(w_.x), unpackHalf2x16(w_.y)); hi = vec4(unpackHalf2x16(w_.z), unpackHalf2x16(w_.w)); }
@@ -94,13 +104,13 @@ layout(std430, binding = 8) readonly buffer Vb { uvec4 v4[]; };
     hi = vec4(bf16_lo(w_.z), bf16_hi(w_.z), bf16_lo(w_.w), bf16_hi(w_.w)); }
 #endif
 #elif defined(KV_I8)
-layout(std430, binding = 6) readonly buffer Kb { uint k4[]; };   // [slots * nkv, hd / 4 + 1] words
-layout(std430, binding = 8) readonly buffer Vb { uint v4[]; };
+layout(std430, binding = 6) PAGE_ACCESS buffer Kb { uint k4[]; };   // [slots * nkv, hd / 4 + 1] words
+layout(std430, binding = 8) PAGE_ACCESS buffer Vb { uint v4[]; };
 #define LOAD8(buf, row, piece, lo, hi) { uint r_ = (row) * kv_i8_row_words(hd); float s_ = uintBitsToFloat(buf[r_ + 2u * hd8]); \
     lo = int8x4(buf[r_ + 2u * (piece)]) * s_; hi = int8x4(buf[r_ + 2u * (piece) + 1u]) * s_; }
 #else
-layout(std430, binding = 6) readonly buffer Kb { vec4 k4[]; };   // [slots, nkv, hd / 4]
-layout(std430, binding = 8) readonly buffer Vb { vec4 v4[]; };
+layout(std430, binding = 6) PAGE_ACCESS buffer Kb { vec4 k4[]; };   // [slots, nkv, hd / 4]
+layout(std430, binding = 8) PAGE_ACCESS buffer Vb { vec4 v4[]; };
 #define LOAD8(buf, row, piece, lo, hi) { uint i_ = 2u * ((row) * hd8 + (piece)); lo = buf[i_]; hi = buf[i_ + 1u]; }
 #endif
 
@@ -113,6 +123,8 @@ layout(push_constant) uniform Push {
     uint table_stride;  // block-table entries per sequence
     uint chunk;         // the smallest chunk span (attention.py: DEFAULT_CHUNK)
     float scale;        // query_pre_attn_scalar ** -0.5
+    uint qkv_chunks;    // QK_IN: the K chunks of qkv's partial sums
+    float eps;          // QK_IN: the QK-norm's
 } pc;
 
 shared vec4 qs[Q4];                 // the group's queries, scaled: [G, hd]
@@ -124,6 +136,10 @@ shared float total[GMAX];                // merge: sum_i l_i e^(m_i - M)
 shared bool last_of_token;
 
 const float NEG = -1.0e30;
+
+#ifdef QK_IN
+#include "attention_heads.glsl"
+#endif
 
 #ifdef SPLIT_OUT
 // Called by each workgroup that wrote its (token t, kv head) slice of the output: the last of the
@@ -187,7 +203,11 @@ void main() {
     uint table = uint(token_seq[t]) * pc.table_stride;
     uint qbase = (t * pc.num_heads + j * G) * hd / 4u;  // vec4 index of the group's queries and outputs
 
+#ifdef QK_IN
+    heads_in(t, j, p, ci == nchunks - 1u);
+#else
     for (uint e = tid; e < G * hd / 4u; e += WG) qs[e] = q4[qbase + e] * pc.scale;
+#endif
     if (tid < G) { run_max[tid] = NEG; run_sum[tid] = 0.0; }
 
     // Value-pass roles: unit = (piece, heads QUAD hq .. QUAD hq + QUAD - 1), KG lanes per unit.

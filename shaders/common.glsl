@@ -49,12 +49,28 @@ vec2 sincos_reduced(float a) {
     precise float r = fma(-k, 1.5707963705062866, a);       // pi/2 rounded to fp32
     r = fma(-k, -4.3711388286737929e-08, r);                 // pi/2 - that
     r = fma(-k, -1.7151245100059164e-15, r);                 // the rest
-    float r2 = r * r;
-    float s = r + r * r2 * (-1.6666654611e-1 + r2 * (8.3321608736e-3 + r2 * -1.9515295891e-4));
-    float c = 1.0 + r2 * (-0.5 + r2 * (4.166664568298827e-2 + r2 * (-1.388731625493765e-3 + r2 * 2.443315711809948e-5)));
+    precise float r2 = r * r;  // (precise: the same bits in every kernel, qk_rope.glsl)
+    precise float s = r + r * r2 * (-1.6666654611e-1 + r2 * (8.3321608736e-3 + r2 * -1.9515295891e-4));
+    precise float c = 1.0 + r2 * (-0.5 + r2 * (4.166664568298827e-2 + r2 * (-1.388731625493765e-3 + r2 * 2.443315711809948e-5)));
     int q = int(k) & 3;
     if (q == 0) return vec2(s, c);
     if (q == 1) return vec2(c, -s);
     if (q == 2) return vec2(-s, -c);
     return vec2(-c, s);
+}
+
+// 1 / x and 1 / sqrt(x) for normal x > 0 from operations Vulkan rounds correctly (multiply,
+// add): an integer seed, then Newton steps (4: the seeds are within 12% and 3.5%), so that two
+// kernels get the same bits for the same x (qk_rope.glsl); OpFDiv and sqrt may differ by ulps.
+// Within a few ulp of the true values.
+float rcp_det(float x) {
+    precise float r = uintBitsToFloat(0x7ef311c3u - floatBitsToUint(x));
+    for (uint i = 0u; i < 4u; i++) r = r * (2.0 - x * r);
+    return r;
+}
+float rsqrt_det(float x) {
+    precise float y = uintBitsToFloat(0x5f3759dfu - (floatBitsToUint(x) >> 1));
+    precise float h = 0.5 * x;
+    for (uint i = 0u; i < 4u; i++) y = y * (1.5 - h * y * y);
+    return y;
 }

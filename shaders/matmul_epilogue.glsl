@@ -68,67 +68,22 @@ void epilogue(uint m0, uint M, uint segment) {
 #endif
 
 #ifdef EPI_QK_ROPE
-#define HD_MAX 256
-shared float vals[HD_MAX];
+#include "qk_rope.glsl"
 
-// Head `h` of the tile's rows: q and k heads RMS-normalised with (1 + q_norm / k_norm) and rotated
-// (rotate-half RoPE, angle fp32(position * inv_freq[i]), range-reduced sin/cos); q heads go to
-// q_out [T, nh, hd], k and v heads into the pages at slots[t] (kv_pages.glsl), rounded as
-// kv_formats.py says (KV_I8: the scale from the head's max |x|, a workgroup_max).
+// Head `h` of the tile's rows (qk_rope.glsl): q heads to q_out [T, nh, hd], k and v heads into
+// the pages at slots[t].
 void epilogue(uint m0, uint M, uint h) {
-    uint tid = gl_LocalInvocationID.x;
-    uint hd = pc.head_dim, half_hd = hd / 2;
+    uint tid = gl_LocalInvocationID.x, hd = pc.head_dim;
     bool is_q = h < pc.num_heads, is_v = h >= pc.num_heads + pc.num_kv_heads;
     for (uint t = m0; t < min(m0 + MT, M); t++) {
         for (uint d = tid; d < hd; d += WG) vals[d] = y[t * pc.N + h * hd + d];
         barrier();
-        if (!is_v) {
-            float s = 0.0;
-            for (uint d = tid; d < hd; d += WG) s += vals[d] * vals[d];
-            float denom = sqrt(workgroup_sum(s) / float(hd) + pc.eps);
-            uint wofs = is_q ? 0u : hd;
-            float a = 0.0, b = 0.0;
-            vec2 sc = vec2(0.0);
-            if (tid < half_hd) {
-                a = vals[tid] / denom * (1.0 + g_epi[wofs + tid]);
-                b = vals[tid + half_hd] / denom * (1.0 + g_epi[wofs + tid + half_hd]);
-                sc = sincos_reduced(float(positions[t]) * inv_freq[tid]);
-            }
-            barrier();
-            if (tid < half_hd) {
-                vals[tid] = a * sc.y - b * sc.x;            // x[d] cos - x[d + half] sin
-                vals[tid + half_hd] = b * sc.y + a * sc.x;  // x[d + half] cos + x[d] sin
-            }
-            barrier();
-        }
+        if (!is_v) norm_rope(hd, is_q ? 0u : hd, pc.eps, positions[t]);
         if (is_q) {
             for (uint d = tid; d < hd; d += WG) q_out[(t * pc.num_heads + h) * hd + d] = vals[d];
         } else {
             uint kv = is_v ? h - pc.num_heads - pc.num_kv_heads : h - pc.num_heads;
-            uint row = uint(slots[t]) * pc.num_kv_heads + kv;
-#define STORE(at, value) { if (is_v) vpage[at] = value; else kpage[at] = value; }
-#if defined(KV_F16) || defined(KV_BF16)
-            for (uint d = 2 * tid; d < hd; d += 2 * WG) {
-                vec2 pair = vec2(vals[d], vals[d + 1]);
-#ifdef KV_F16
-                STORE((row * hd + d) / 2, packHalf2x16(clamp(pair, -65504.0, 65504.0)));
-#else
-                STORE((row * hd + d) / 2, pack_bf16x2(pair));
-#endif
-            }
-#elif defined(KV_I8)
-            float mx = 0.0;
-            for (uint d = tid; d < hd; d += WG) mx = max(mx, abs(vals[d]));
-            float s = int8_scale(workgroup_max(mx));
-            uint at = row * kv_i8_row_words(hd);
-            for (uint d = 4 * tid; d < hd; d += 4 * WG) {
-                STORE(at + d / 4, pack_int8x4(vec4(vals[d], vals[d + 1], vals[d + 2], vals[d + 3]), s));
-            }
-            if (tid == 0) STORE(at + hd / 4, floatBitsToUint(s));
-#else
-            for (uint d = tid; d < hd; d += WG) STORE(row * hd + d, vals[d]);
-#endif
-#undef STORE
+            store_page_row(uint(slots[t]) * pc.num_kv_heads + kv, hd, is_v, 0u);
         }
         barrier();  // vals is reused by the next row
     }

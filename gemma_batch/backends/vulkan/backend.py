@@ -160,7 +160,7 @@ class VulkanBackend(Backend):
         graph = self.graphs[slot]
         vocab_limit = batch.sampling.vocab_size if batch.sampling is not None and batch.sampling.vocab_size else cfg.vocab_size
         self.buffers.inputs[slot].write(batch, token_ids, rows, vocab_limit, graph.grids(T, len(rows), batch.positions))
-        self.device.submit(graph.command_buffer(T), slot)
+        self.device.submit(graph.command_buffer(T, S), slot)
         id_rows = last if batch.return_logits else np.cumsum(batch.sample) - 1  # each sequence's sampled id
         self._in_flight.append(_InFlight(slot, batch, rows, id_rows))
 

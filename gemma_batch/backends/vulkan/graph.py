@@ -7,7 +7,7 @@ Nothing in the recording depends on the step's size: kernels read T, S and R fro
 header and every dispatch takes its grid from the indirect buffer, which the host fills per step
 (`grids`, grids.py). The command buffer is recorded again only when the step buffers grow. (The
 cooperative path records two, for steps of up to COOP_FOLD_ROWS tokens and for longer ones,
-whose matmuls use another tile: `command_buffer(T)` picks.) The backend keeps a graph per input
+whose matmuls use another tile, and for decode steps: `command_buffer(T, S)` picks.) The backend keeps a graph per input
 set (step_buffers.StepInputs), so that a step can be submitted while the one before it runs;
 a barrier at the start of each recording orders it after that step.
 
@@ -42,7 +42,8 @@ the chunks and runs the kind's epilogue (the same code as matmul.comp's). Where 
 is on that path too, the reduces of o (post-norm), gate/up and down (post-norm) write its split
 themselves (reduce.comp SPLIT_NEXT), and attention writes o's (attention.comp SPLIT_OUT), so a
 layer is 9 dispatches: qkv, reduce, attention, o, reduce, gate/up, reduce, down, reduce (and the
-first layer's split before them). Fewer is faster at small batches: on the H100 a dependent
+first layer's split before them); in decode steps of up to QK_IN_MAX_TOKENS tokens 8, attention
+summing qkv's chunks and running its epilogue itself (attention.comp QK_IN). Fewer is faster at small batches: on the H100 a dependent
 dispatch costs about 9 us at 4b batch 1, whatever its work, most of it the first memory round
 trips of the kernel after the barrier (an empty dispatch costs about 1.6 us; docs/PERFORMANCE.md).
 """
@@ -60,6 +61,14 @@ from .memory import Buffer
 from .step_buffers import StepBuffers
 from .timestamps import Timestamps
 from .weights import DeviceWeights
+
+# Decode steps of up to this many tokens make their heads in attention (the "decode" recording):
+# 4b on the H100, median step 5.33-5.35 against 5.42-5.44 ms at batch 1, 5.51-5.52 against
+# 5.59-5.61 at 8; no faster at 16 (5.89-5.93 against 5.89-5.90) or 32 (6.34-6.42 against
+# 6.30-6.39; docs/PERFORMANCE.md). Either way the
+# same bits (tests/test_vulkan_attention.py), so the choice may follow the batch.
+QK_IN_MAX_TOKENS = 8
+
 
 class StepGraph:
     """Records the step for one input set; `grids(T, R, positions)` gives the indirect grid of
@@ -94,22 +103,28 @@ class StepGraph:
         self.grid_slots = DispatchGrids(cfg, attention_chunk)
         self.profile = profile
         self.stamps = Timestamps(kernels.dev, 16 * cfg.num_layers + 16)
-        # The cooperative path records the step twice: for steps of up to COOP_FOLD_ROWS tokens
-        # (decode tiles only) and for longer ones (prefill tiles; both for the LM head, whose rows
-        # may be fewer), so that neither replays dispatches of the other's tile without work.
-        self._recorded: dict[bool, tuple[object, list[str]]] = {}
-        for prefill in (False, True) if coop_min_chunk is not None else (False,):
-            self.prefill = prefill  # which of the two `_record` is recording
+        # The cooperative path records the step three times: for steps of up to COOP_FOLD_ROWS
+        # tokens (decode tiles only), for longer ones (prefill tiles; both for the LM head, whose
+        # rows may be fewer), so that neither replays dispatches of the other's tile without work;
+        # and for decode steps (each token its sequence's only one) of up to QK_IN_MAX_TOKENS, whose
+        # attention makes its heads from qkv's K-chunk sums itself: one dispatch a layer fewer.
+        self._recorded: dict[str, tuple[object, list[str]]] = {}
+        for mode in ("small", "prefill", "decode") if coop_min_chunk is not None else ("small",):
+            self.mode = mode  # which one `_record` is recording
             self.cb = kernels.dev.command_buffer()
             self.stamped: list[str] = []  # the kernel before each timestamp after the first
             self._record()
-            self._recorded[prefill] = (self.cb, self.stamped)
+            self._recorded[mode] = (self.cb, self.stamped)
 
-    def command_buffer(self, num_tokens: int):
-        """The recording to submit for a step of `num_tokens` tokens (`profile_seconds` then reads
-        its timestamps)."""
-        prefill = num_tokens > COOP_FOLD_ROWS and True in self._recorded
-        self.cb, self.stamped = self._recorded[prefill]
+    def command_buffer(self, num_tokens: int, num_seqs: int):
+        """The recording to submit for a step of `num_tokens` tokens of `num_seqs` sequences
+        (`profile_seconds` then reads its timestamps)."""
+        mode = "small"
+        if num_tokens > COOP_FOLD_ROWS and "prefill" in self._recorded:
+            mode = "prefill"
+        elif num_tokens == num_seqs <= QK_IN_MAX_TOKENS and "decode" in self._recorded:
+            mode = "decode"
+        self.cb, self.stamped = self._recorded[mode]
         return self.cb
 
     def grids(self, num_tokens: int, num_rows: int, positions: np.ndarray) -> np.ndarray:
@@ -142,16 +157,17 @@ class StepGraph:
 
     def _matmul(self, kind: str, layer: int, key: str, x: Buffer, y: Buffer, N: int, K: int,
                 norm: Buffer | None = None, extra: dict[int, Buffer] | None = None,
-                presplit: bool = False, split_next: dict[int, Buffer] | None = None) -> None:
+                presplit: bool = False, split_next: dict[int, Buffer] | None = None, reduce: bool = True) -> None:
         """y = x . W[layer][key]^T with the variant `kind` (kernels.MATMUL_KINDS); `norm` is the
         fused input RMSNorm weight, `extra` the variant's other buffers by binding. On the
         cooperative path only: `presplit`, the previous reduce wrote this input's split;
-        `split_next`, this reduce writes the next matmul's (its norm weight at binding 3, if any)."""
+        `split_next`, this reduce writes the next matmul's (its norm weight at binding 3, if any);
+        not `reduce`, no reduce: the next dispatch sums the K chunks itself (attention's QK_IN)."""
         dtype = self.w.dtype(layer, key)
         if self._on_coop(layer, key, N, K):
-            self._coop_matmul(kind, layer, key, dtype, x, y, N, K, norm, extra, presplit, split_next)
+            self._coop_matmul(kind, layer, key, dtype, x, y, N, K, norm, extra, presplit, split_next, reduce)
             return
-        assert not presplit and split_next is None, "split fusion needs both matmuls on the cooperative path"
+        assert not presplit and split_next is None and reduce, "fusion needs the matmuls on the cooperative path"
         buffers = {0: self.w.buffer(layer, key), 1: x, 2: y, 6: self.b.counters, **(extra or {})}
         if norm is not None:
             buffers[3] = norm
@@ -163,7 +179,7 @@ class StepGraph:
 
     def _coop_matmul(self, kind: str, layer: int, key: str, dtype: str, x: Buffer, y: Buffer, N: int, K: int,
                      norm: Buffer | None, extra: dict[int, Buffer] | None, presplit: bool,
-                     split_next: dict[int, Buffer] | None) -> None:
+                     split_next: dict[int, Buffer] | None, reduce_chunks: bool) -> None:
         """`_matmul` on the cooperative-matrix path: split, coop, reduce (see the module doc)."""
         cfg, b = self.cfg, self.b
         split, gemm, reduce = COOP_KINDS[kind]
@@ -179,12 +195,14 @@ class StepGraph:
         # The decode tile for steps of up to COOP_FOLD_ROWS tokens, the prefill tile for longer
         # ones; the LM head's rows may be few in a long step, so that recording has both for it.
         prefill_tile = coop_fold(dtype, cols, self.kernels.x_lo) if not rows else True
-        folds = ((False, prefill_tile) if rows else (prefill_tile,)) if self.prefill else (False,)
+        folds = ((False, prefill_tile) if rows else (prefill_tile,)) if self.mode == "prefill" else (False,)
         for fold in folds:
             tiles = -(-cols // coop_cols(dtype, fold))
             grid = (f"coopfold_{count}", tiles) if fold else (f"coop_{count} {chunks}", tiles)
             self._dispatch(coop_variant(gemm, dtype, fold), {**weights, 1: b.split, 2: b.partial},
                            {"N": cols, "K": K, "kchunk": K // chunks, "group": self.w.group}, grid)
+        if not reduce_chunks:
+            return
         epilogue = {} if gated or rows else (extra or {})  # the post-norm's or QK-norm/RoPE/KV buffers
         # post-norm: a workgroup per 4 COOP_REDUCE_WG columns of a row; the row's last normalises it
         slices = -(-N // (4 * COOP_REDUCE_WG))
@@ -234,19 +252,24 @@ class StepGraph:
             fuse_gate = o_coop and gate_coop  # o's reduce splits gate/up's input
             fuse_down = gate_coop and down_coop and I <= GATED_SPLIT_MAX_ROW  # gate/up's reduce splits down's
             fuse_qkv = down_coop and self._on_coop(layer + 1, "qkv", qkv_n, H)  # down's splits the next qkv's
+            # decode steps: attention sums qkv's chunks and runs the QK-norm, RoPE and KV store itself
+            qk_in = self.mode == "decode" and o_coop and self._on_coop(layer, "qkv", qkv_n, H)
             self._matmul(f"norm_qk_rope_{self.kv_name}", layer, "qkv", b.x, b.qkv, qkv_n, H,
                          lw["input_layernorm"], {9: lw["qk_norm"], 10: b.q, 11: inp.positions, 12: self.inv_freq[group.name],
                                                  13: inp.slots[group.name], 14: self.k_pages[layer], 15: self.v_pages[layer]},
-                         presplit=qkv_presplit)
+                         presplit=qkv_presplit, reduce=not qk_in)
             width = dict(b.capacity.widths)[group.name]
             split_o = {11: b.split, 12: b.split_scale} if o_coop else {}  # attention writes o's split itself
-            self._dispatch(f"attention_{self.kv_name}{'_split' if o_coop else ''}",
-                           {0: b.q, 1: b.attn, 2: inp.positions, 3: inp.token_seq, 4: inp.tables[group.name],
+            heads = {0: b.partial, 13: lw["qk_norm"], 14: self.inv_freq[group.name], 15: inp.slots[group.name]} if qk_in else {0: b.q}
+            self._dispatch(f"attention_{self.kv_name}{'_split' if o_coop else ''}{'_qk' if qk_in else ''}",
+                           {**heads, 1: b.attn, 2: inp.positions, 3: inp.token_seq, 4: inp.tables[group.name],
                             5: b.part_acc, 6: self.k_pages[layer], 8: self.v_pages[layer], 9: b.part_ml,
                             10: b.attn_counters, **split_o},
                            {"num_heads": cfg.num_heads, "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
                             "window": group.window or 0, "block_size": self.block_size, "table_stride": width,
-                            "chunk": self.attention_chunk, "scale": cfg.attn_scale},
+                            "chunk": self.attention_chunk, "scale": cfg.attn_scale,
+                            "qkv_chunks": coop_chunks(qkv_n, H, self.coop_min_chunk) if qk_in else 0,
+                            "eps": cfg.rms_norm_eps},
                            (f"attention {group.name}", cfg.num_kv_heads))
             self._matmul("post_norm", layer, "o_proj", b.attn, b.y, H, cfg.q_width,
                          extra={9: lw["post_attention_layernorm"], 10: b.x}, presplit=o_coop,

@@ -23,7 +23,7 @@ from .device import Device
 SPV_DIR = Path(__file__).resolve().parent / "spv"
 NUM_BINDINGS = 16  # the backend checks maxPerStageDescriptorStorageBuffers
 META_BINDING = 7
-PUSH_BYTES = 32  # the pipeline layout's push-constant range (llvmpipe allows 128)
+PUSH_BYTES = 40  # the pipeline layout's push-constant range (Vulkan guarantees 128)
 
 _u, _f = np.uint32, np.float32
 _COOP_PUSH = np.dtype([("N", _u), ("K", _u), ("kchunk", _u), ("group", _u)])
@@ -33,7 +33,7 @@ PUSH = {
                         ("group", _u)]),
     "attention": np.dtype([
         ("num_heads", _u), ("num_kv_heads", _u), ("head_dim", _u), ("window", _u),
-        ("block_size", _u), ("table_stride", _u), ("chunk", _u), ("scale", _f),
+        ("block_size", _u), ("table_stride", _u), ("chunk", _u), ("scale", _f), ("qkv_chunks", _u), ("eps", _f),
     ]),
     "sample": np.dtype([("row_stride", _u)]),
     "read_bandwidth": np.dtype([("n", _u), ("iterations", _u)]),
@@ -106,9 +106,11 @@ def _variants() -> dict[str, Variant]:
     for dtype in MATMUL_DTYPES:
         for kind, extra in MATMUL_KINDS.items():
             out.append(Variant(f"matmul_{kind}_{dtype.lower()}", "matmul", (WEIGHT_DEFINES[dtype], *extra)))
-    for kv, define in KV_DEFINES.items():  # _split: also writes the o projection's split input (coop path)
+    for kv, define in KV_DEFINES.items():  # on the coop path, _split: also writes the o projection's
+        # split input; _split_qk: and makes its heads from qkv's K-chunk sums itself (decode steps)
         out += [Variant(f"attention_{kv}", "attention", (define,)),
-                Variant(f"attention_{kv}_split", "attention", (define, "SPLIT_OUT"))]
+                Variant(f"attention_{kv}_split", "attention", (define, "SPLIT_OUT")),
+                Variant(f"attention_{kv}_split_qk", "attention", (define, "SPLIT_OUT", "QK_IN"))]
     for dtype in COOP_DTYPES:
         for gemm in dict.fromkeys(defines for _, defines, _ in COOP_KINDS.values()):
             if dtype in COOP_DIRECT_DTYPES:

@@ -1,0 +1,115 @@
+"""attention.comp's QK_IN variant (decode steps on the cooperative path) against the two kernels it
+replaces, bit for bit, on any Vulkan device (llvmpipe in CI).
+
+In a decode step the graph leaves out qkv's reduce (reduce.comp EPI_QK_ROPE: the K chunks' sums,
+QK-norm, RoPE, q out and the token's K and V rows into the pages) and attention makes its heads
+from the chunk sums itself. A token's output must not depend on which path ran (batch
+invariance: the same token goes the long way in a step that mixes prefill and decode), so the
+attention output, the o projection's split and scale, and every byte of the K and V pages must
+be equal to those of reduce_qk_rope_<kv> followed by attention_<kv>_split.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gemma_batch.backends.kv_formats import bf16_round
+from gemma_batch.backends.vulkan.attention import most_chunks
+from gemma_batch.backends.vulkan.device import Device
+from gemma_batch.backends.vulkan.kernels import Kernels
+from gemma_batch.backends.vulkan.memory import Memory
+
+BLOCK, CHUNK, EPS = 16, 16, 1e-6  # chunks of 16 keys: tokens merge several
+
+
+def page_bytes(kv: str, rows: int, hd: int, rng) -> np.ndarray:
+    """Random K or V pages of `rows` rows (slot * nkv + head) in the layout of kv_pages.glsl."""
+    x = rng.standard_normal((rows, hd)).astype(np.float32)
+    if kv == "float32":
+        return x.view(np.uint8)
+    if kv == "float16":
+        return x.astype(np.float16).view(np.uint8)
+    if kv == "bfloat16":
+        return bf16_round(x).view(np.uint8)
+    codes = rng.integers(-127, 128, (rows, hd)).astype(np.int8).view(np.uint32)  # int8: codes, then the scale
+    return np.concatenate([codes, np.full((rows, 1), 0.03, np.float32).view(np.uint32)], axis=1).view(np.uint8)
+
+
+def run(fused: bool, kv: str, nh: int, nkv: int, hd: int, window: int, chunks: int, seed: int,
+        gmax: int | None = None) -> dict[str, np.ndarray]:
+    """One decode step of T = 3 tokens (3 sequences) at positions 5, 40 and 77: reduce_qk_rope and
+    attention_<kv>_split, or attention_<kv>_split_qk alone; its outputs and the pages after it.
+    `gmax`: attention's GMAX (Kernels' kv_group), the model's query heads per kv head unless given."""
+    rng = np.random.default_rng(seed)
+    T, N, G = 3, (nh + 2 * nkv) * hd, nh // nkv
+    positions = np.array([5, 40, 77], np.int32)
+    width = 8  # blocks per sequence: positions up to 127
+    table = rng.permutation(T * width).astype(np.int32).reshape(T, width)
+    slots = (table[np.arange(T), positions // BLOCK] * BLOCK + positions % BLOCK).astype(np.int32)
+    rows = T * width * BLOCK * nkv
+    arrays = {
+        "partial": (rng.standard_normal((chunks, 32, N)) * 40).astype(np.float32),
+        "scale": (np.float32(2.0) ** rng.integers(-10, -4, T)).astype(np.float32),
+        "qk_norm": (rng.standard_normal(2 * hd) * 0.5).astype(np.float32),
+        "inv_freq": (10000.0 ** (-np.arange(0, hd, 2) / hd)).astype(np.float32),
+        "positions": positions, "token_seq": np.arange(T, dtype=np.int32), "table": table, "slots": slots,
+        "k": page_bytes(kv, rows, hd, rng), "v": page_bytes(kv, rows, hd, rng),
+    }
+    device = Device()
+    mem, kernels = Memory(device), Kernels(device, kv_group=gmax or G)
+    try:
+        bufs = {name: mem.alloc(a.nbytes, name) for name, a in arrays.items()}
+        for name, a in arrays.items():
+            mem.upload(bufs[name], a)
+        most = most_chunks(positions, window or None, CHUNK)
+        for name, size in [("q", T * nh * hd), ("y", 32 * N), ("attn", T * nh * hd), ("split", T * nh * hd),  # (fp16 pairs)
+                           ("part_acc", most * T * nh * hd), ("part_ml", most * T * 2 * nh), ("counters", T * nkv + T)]:
+            bufs[name] = mem.alloc(4 * size, name)
+        mem.upload(bufs["counters"], np.zeros(T * nkv + T, np.uint32))
+        meta = mem.alloc_host(16, "meta")
+        meta.array[:16] = np.array([T, T, T, 0], np.uint32).view(np.uint8)
+        cb = device.command_buffer()
+        vk = device.vk
+        vk.vkBeginCommandBuffer(cb, vk.VkCommandBufferBeginInfo(sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO))
+        heads = {"num_heads": nh, "num_kv_heads": nkv, "head_dim": hd}
+        if not fused:
+            kernels.record_direct(cb, f"reduce_qk_rope_{kv}", kernels.descriptor_set({
+                0: bufs["partial"], 2: bufs["y"], 4: bufs["scale"], 7: meta, 9: bufs["qk_norm"], 10: bufs["q"],
+                11: bufs["positions"], 12: bufs["inv_freq"], 13: bufs["slots"], 14: bufs["k"], 15: bufs["v"]}, meta),
+                {"N": N, "chunks": chunks, "eps": EPS, **heads}, T * (nh + 2 * nkv))
+        inputs = ({0: bufs["partial"], 13: bufs["qk_norm"], 14: bufs["inv_freq"], 15: bufs["slots"]} if fused
+                  else {0: bufs["q"]})
+        kernels.record_direct(cb, f"attention_{kv}_split{'_qk' if fused else ''}", kernels.descriptor_set({
+            **inputs, 1: bufs["attn"], 2: bufs["positions"], 3: bufs["token_seq"], 4: bufs["table"], 5: bufs["part_acc"],
+            6: bufs["k"], 7: meta, 8: bufs["v"], 9: bufs["part_ml"], 10: bufs["counters"], 11: bufs["split"],
+            12: bufs["scale"]}, meta),
+            {**heads, "window": window, "block_size": BLOCK, "table_stride": width, "chunk": CHUNK,
+             "scale": hd ** -0.5, "qkv_chunks": chunks if fused else 0, "eps": EPS}, most * T * nkv)
+        vk.vkEndCommandBuffer(cb)
+        device.submit_and_wait(cb)
+        out = {name: mem.download(bufs[name]).copy() for name in ("attn", "split", "scale", "k", "v", "counters")}
+        out["k before"], out["v before"] = arrays["k"], arrays["v"]
+        return out
+    finally:
+        kernels.close()
+        mem.close()
+        device.close()
+
+
+@pytest.mark.parametrize("kv,nh,nkv,hd,window,chunks,gmax", [
+    ("float16", 8, 4, 256, 0, 8, None),  # the 4b model's heads, qkv's 8 chunks
+    ("int8", 4, 1, 64, 24, 3, None),     # 4 query heads a kv head (the 1b's), a sliding window
+    ("float32", 2, 1, 128, 0, 11, None),  # more chunks than one round of loads (SUM_LOADS = 8)
+    ("bfloat16", 2, 2, 32, 40, 1, 4),    # a pipeline built for more query heads than the model has
+])
+def test_attention_makes_its_heads_as_the_reduce_would(kv, nh, nkv, hd, window, chunks, gmax):
+    ref = run(False, kv, nh, nkv, hd, window, chunks, seed=hd + chunks, gmax=gmax)
+    got = run(True, kv, nh, nkv, hd, window, chunks, seed=hd + chunks, gmax=gmax)
+    differ = [name for name in ("attn", "split", "scale", "k", "v") if not np.array_equal(got[name], ref[name])]
+    assert not differ, f"{differ} differ"
+    assert not got["counters"].any()  # the merges and the split reset them for the next layer
+    for name in ("k", "v"):  # the step wrote its own rows, 3 tokens x nkv, and no other
+        before = got[f"{name} before"]
+        changed = (got[name].reshape(before.shape) != before).any(axis=1).sum()
+        assert changed == 3 * nkv, name
