@@ -6,9 +6,9 @@ GPU timestamps bracket the step; with `profile` one more follows each dispatch
 Nothing in the recording depends on the step's size: kernels read T, S and R from the step
 header and every dispatch takes its grid from the indirect buffer, which the host fills per step
 (`grids`, grids.py). The command buffer is recorded again only when the step buffers grow. (The
-cooperative path records two, for steps of up to COOP_FOLD_ROWS tokens and for longer ones,
-whose matmuls use another tile, and for decode steps: `command_buffer(T, S)` picks.) The backend keeps a graph per input
-set (step_buffers.StepInputs), so that a step can be submitted while the one before it runs;
+cooperative path records three: for steps of up to COOP_FOLD_ROWS tokens, for longer ones, whose
+matmuls use another tile, and for small decode steps; `command_buffer(T, S)` picks.) The backend
+keeps a graph per input set (step_buffers.StepInputs), so that a step can be submitted while the one before it runs;
 a barrier at the start of each recording orders it after that step.
 
 Per step (shapes for T tokens, R logits rows):
@@ -43,7 +43,8 @@ is on that path too, the reduces of o (post-norm), gate/up and down (post-norm) 
 themselves (reduce.comp SPLIT_NEXT), and attention writes o's (attention.comp SPLIT_OUT), so a
 layer is 9 dispatches: qkv, reduce, attention, o, reduce, gate/up, reduce, down, reduce (and the
 first layer's split before them); in decode steps of up to QK_IN_MAX_TOKENS tokens 8, attention
-summing qkv's chunks and running its epilogue itself (attention.comp QK_IN). Fewer is faster at small batches: on the H100 a dependent
+summing qkv's chunks and running its epilogue itself (attention.comp QK_IN). Fewer is faster at
+small batches: on the H100 a dependent
 dispatch costs about 9 us at 4b batch 1, whatever its work, most of it the first memory round
 trips of the kernel after the barrier (an empty dispatch costs about 1.6 us; docs/PERFORMANCE.md).
 """
@@ -65,8 +66,8 @@ from .weights import DeviceWeights
 # Decode steps of up to this many tokens make their heads in attention (the "decode" recording):
 # 4b on the H100, median step 5.33-5.35 against 5.42-5.44 ms at batch 1, 5.51-5.52 against
 # 5.59-5.61 at 8; no faster at 16 (5.89-5.93 against 5.89-5.90) or 32 (6.34-6.42 against
-# 6.30-6.39; docs/PERFORMANCE.md). Either way the
-# same bits (tests/test_vulkan_attention.py), so the choice may follow the batch.
+# 6.30-6.39; docs/PERFORMANCE.md). Either way the same bits (tests/test_vulkan_attention.py),
+# so the choice may follow the batch.
 QK_IN_MAX_TOKENS = 8
 
 
