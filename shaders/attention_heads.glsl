@@ -60,7 +60,7 @@ void heads_in(uint t, uint j, uint p, bool own_kv) {
     [[unroll]] for (uint h = 0u; h < GMAX + 2u; h++) {
         if (h >= heads) break;
         [[unroll]] for (uint i = 0u; i < 2u; i++) {
-            y[h][i] = tid + i * WG < hd ? y[h][i] * row_scale : 0.0;
+            y[h][i] *= row_scale;  // (0 past hd: no chunk was loaded there)
             if (tid + i * WG < hd) vals[h * HD_MAX + tid + i * WG] = y[h][i];
         }
         if (h <= G) total[h] = workgroup_sum(sum_squares(y[h][0], y[h][1]));  // (its barriers publish vals)

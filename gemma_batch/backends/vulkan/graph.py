@@ -110,7 +110,10 @@ class StepGraph:
         # and for decode steps (each token its sequence's only one) of up to QK_IN_MAX_TOKENS, whose
         # attention makes its heads from qkv's K-chunk sums itself: one dispatch a layer fewer.
         self._recorded: dict[str, tuple[object, list[str]]] = {}
-        for mode in ("small", "prefill", "decode") if coop_min_chunk is not None else ("small",):
+        modes = ("small", "prefill") if coop_min_chunk is not None else ("small",)
+        if any(self._heads_in_attention(layer) for layer in range(cfg.num_layers)):
+            modes += ("decode",)
+        for mode in modes:
             self.mode = mode  # which one `_record` is recording
             self.cb = kernels.dev.command_buffer()
             self.stamped: list[str] = []  # the kernel before each timestamp after the first
@@ -156,19 +159,26 @@ class StepGraph:
         return (self.coop_min_chunk is not None and layer < self.cfg.num_layers
                 and self.w.dtype(layer, key) in COOP_DTYPES and coop_fits(N, K))
 
+    def _heads_in_attention(self, layer: int) -> bool:
+        """Whether decode steps make `layer`'s heads in attention (attention.comp QK_IN): qkv on the
+        cooperative path (its K-chunk sums) and o too (the variant writes o's split)."""
+        cfg = self.cfg
+        return (self._on_coop(layer, "qkv", cfg.q_width + 2 * cfg.kv_width, cfg.hidden_size)
+                and self._on_coop(layer, "o_proj", cfg.hidden_size, cfg.q_width))
+
     def _matmul(self, kind: str, layer: int, key: str, x: Buffer, y: Buffer, N: int, K: int,
                 norm: Buffer | None = None, extra: dict[int, Buffer] | None = None,
-                presplit: bool = False, split_next: dict[int, Buffer] | None = None, reduce: bool = True) -> None:
+                presplit: bool = False, split_next: dict[int, Buffer] | None = None, reduce_chunks: bool = True) -> None:
         """y = x . W[layer][key]^T with the variant `kind` (kernels.MATMUL_KINDS); `norm` is the
         fused input RMSNorm weight, `extra` the variant's other buffers by binding. On the
         cooperative path only: `presplit`, the previous reduce wrote this input's split;
         `split_next`, this reduce writes the next matmul's (its norm weight at binding 3, if any);
-        not `reduce`, no reduce: the next dispatch sums the K chunks itself (attention's QK_IN)."""
+        not `reduce_chunks`, no reduce: the next dispatch sums the K chunks itself (attention's QK_IN)."""
         dtype = self.w.dtype(layer, key)
         if self._on_coop(layer, key, N, K):
-            self._coop_matmul(kind, layer, key, dtype, x, y, N, K, norm, extra, presplit, split_next, reduce)
+            self._coop_matmul(kind, layer, key, dtype, x, y, N, K, norm, extra, presplit, split_next, reduce_chunks)
             return
-        assert not presplit and split_next is None and reduce, "fusion needs the matmuls on the cooperative path"
+        assert not presplit and split_next is None and reduce_chunks, "fusion needs the matmuls on the cooperative path"
         buffers = {0: self.w.buffer(layer, key), 1: x, 2: y, 6: self.b.counters, **(extra or {})}
         if norm is not None:
             buffers[3] = norm
@@ -254,11 +264,11 @@ class StepGraph:
             fuse_down = gate_coop and down_coop and I <= GATED_SPLIT_MAX_ROW  # gate/up's reduce splits down's
             fuse_qkv = down_coop and self._on_coop(layer + 1, "qkv", qkv_n, H)  # down's splits the next qkv's
             # decode steps: attention sums qkv's chunks and runs the QK-norm, RoPE and KV store itself
-            qk_in = self.mode == "decode" and o_coop and self._on_coop(layer, "qkv", qkv_n, H)
+            qk_in = self.mode == "decode" and self._heads_in_attention(layer)
             self._matmul(f"norm_qk_rope_{self.kv_name}", layer, "qkv", b.x, b.qkv, qkv_n, H,
                          lw["input_layernorm"], {9: lw["qk_norm"], 10: b.q, 11: inp.positions, 12: self.inv_freq[group.name],
                                                  13: inp.slots[group.name], 14: self.k_pages[layer], 15: self.v_pages[layer]},
-                         presplit=qkv_presplit, reduce=not qk_in)
+                         presplit=qkv_presplit, reduce_chunks=not qk_in)
             width = dict(b.capacity.widths)[group.name]
             split_o = {11: b.split, 12: b.split_scale} if o_coop else {}  # attention writes o's split itself
             heads = {0: b.partial, 13: lw["qk_norm"], 14: self.inv_freq[group.name], 15: inp.slots[group.name]} if qk_in else {0: b.q}
