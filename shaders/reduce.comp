@@ -23,7 +23,7 @@
 #if defined(GATED) && defined(SPLIT_NEXT)
 #define WG 512                // a workgroup per row (or piece of one): many loads in flight at batch 1
 #define ACT_VEC 12            // GATED rows of up to 12 * 4 * 512 = kernels.GATED_SPLIT_MAX_ROW values
-#define PIECE_ROWS 8          // kernels.GATED_PIECE_ROWS
+#define PIECE_ROWS 16         // kernels.GATED_PIECE_ROWS
 #else
 #define WG 128                // (EPI_NORM_ADD: kernels.POST_NORM_WG, whose EPI_VEC Kernels sets)
 #endif

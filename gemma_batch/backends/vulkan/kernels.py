@@ -75,8 +75,10 @@ COOP_KINDS = {
 COOP_REDUCE_WG = 128  # WG of reduce.comp's variants but the gated split (post-norm: POST_NORM_WG)
 GATED_SPLIT_MAX_ROW = 12 * 4 * 512  # ACT_VEC * 4 * WG of reduce.comp: the longest row reduce_gated_split holds
 # ... in steps of more than GATED_PIECE_ROWS rows; up to that, rows go in pieces of
-# GATED_SPLIT_PIECE columns, a workgroup each (4 WG of reduce.comp; PIECE_ROWS there)
-GATED_PIECE_ROWS, GATED_SPLIT_PIECE = 8, 4 * 512
+# GATED_SPLIT_PIECE columns, a workgroup each (4 WG of reduce.comp; PIECE_ROWS there). 4b on the
+# H100, median step with pieces up to 8 / 16 / 32 rows: 12 rows 5.80-5.81 / 5.67-5.68 / 5.70 ms,
+# 16 rows 5.88-5.90 / 5.79-5.80 / 5.80, 32 rows 6.33-6.39 / 6.31 / 6.46-6.54 (docs/PERFORMANCE.md).
+GATED_PIECE_ROWS, GATED_SPLIT_PIECE = 16, 4 * 512
 
 
 def matmul_cols(kind: str) -> int:
