@@ -1,7 +1,8 @@
 """What the experiment scripts share: a kernel variant read from another SPIR-V file, builds of
-swapped kernels, the median decode step after a 128-token prefill, and the models of the
-bit-for-bit checks."""
+swapped kernels, the median decode step after a 128-token prefill, the logits bits of a few
+steps, and the models of the bit-for-bit checks."""
 import dataclasses
+import hashlib
 import time
 from pathlib import Path
 
@@ -65,6 +66,16 @@ def median_step(backend, batch: int, gen: int, on_step=None) -> float:
         if on_step is not None:
             on_step()
     return float(np.median(seconds[4:]))
+
+
+def logits_hashes(backend, batch: int, gen: int = 7) -> list[str]:
+    """The logits rows of each decode step of `batch` random 128-token prompts run to `gen`
+    tokens, hashed (sha1, 12 hex digits)."""
+    engine, V, out = prefilled_engine(backend, batch, 128, gen), backend.cfg.vocab_size, []
+    while engine.num_unfinished:
+        engine.step()
+        out.append(hashlib.sha1(backend.mem.download(backend.buffers.logits, 4 * batch * V).tobytes()).hexdigest()[:12])
+    return out
 
 
 def models():

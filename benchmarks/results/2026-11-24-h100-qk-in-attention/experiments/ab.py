@@ -1,13 +1,12 @@
 """Decode steps with attention making its heads (the decode recording) against the same steps
 on the recording with qkv's reduce (every other step kind's): median step and logits bits.
 usage: ab.py SHAPE BATCHES [gen]"""
-import hashlib, sys
+import sys
 sys.path.insert(0, "benchmarks/results/2026-11-24-h100-attention/experiments")
-from common import median_step
+from common import logits_hashes, median_step
 from gemma_batch.backends.vulkan import VulkanBackend
 from gemma_batch.backends.vulkan.graph import StepGraph
 from gemma_batch.bench.random_weights import random_tensors
-from gemma_batch.bench.runner import prefilled_engine
 from gemma_batch.bench.shapes import shape_config
 
 shape, batches = sys.argv[1], [int(b) for b in sys.argv[2].split(",")]
@@ -18,7 +17,6 @@ StepGraph.command_buffer = lambda self, T, S: orig(self, T, S if state["fused"] 
 cfg = shape_config(shape)
 backend = VulkanBackend(cfg)
 backend.load_weights(random_tensors(cfg, 0))
-V = cfg.vocab_size
 ref = {}
 for rep in range(2):
     for fused in (False, True):
@@ -26,11 +24,7 @@ for rep in range(2):
         label = "qk in attention" if fused else "qkv reduce"
         for batch in batches:
             if rep == 0:
-                engine = prefilled_engine(backend, batch, 128, 7)
-                hashes = []
-                while engine.num_unfinished:
-                    engine.step()
-                    hashes.append(hashlib.sha1(backend.mem.download(backend.buffers.logits, 4 * batch * V).tobytes()).hexdigest()[:12])
+                hashes = logits_hashes(backend, batch)
                 if batch not in ref:
                     ref[batch] = hashes
                 verdict = "reference" if ref[batch] is hashes else ("IDENTICAL" if hashes == ref[batch] else "DIFFERENT")
