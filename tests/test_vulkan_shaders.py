@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gemma_batch.backends.vulkan.attention import MAX_CHUNKS, chunk_counts
-from gemma_batch.backends.vulkan.kernels import PUSH, PUSH_BYTES, VARIANTS
+from gemma_batch.backends.vulkan.kernels import GATED_PIECE_ROWS, PUSH, PUSH_BYTES, VARIANTS
 
 SHADERS = Path(__file__).resolve().parent.parent / "shaders"
 _GLSL_TYPES = {"uint": np.dtype(np.uint32), "int": np.dtype(np.int32), "float": np.dtype(np.float32)}
@@ -66,3 +66,11 @@ def test_the_attention_chunk_rule_is_mirrored_on_the_host():
     # Sliding window 512, keys [p - 511, p]: aligned chunks of absolute positions.
     positions = np.array([511, 512, 600, 639, 640])
     assert chunk_counts(positions, 512, 64).tolist() == [8, 9, 9, 8, 9]
+
+
+def test_the_gated_reduce_pieces_rule_is_mirrored_on_the_host():
+    """grids.py gives reduce_gated_split pieces of rows up to kernels.GATED_PIECE_ROWS rows, and
+    the shader cuts rows into pieces up to its PIECE_ROWS: the two must agree (a smaller shader
+    value leaves the extra workgroups idle, a larger one computes only some pieces' rows)."""
+    source = (SHADERS / "reduce.comp").read_text()
+    assert int(re.search(r"#define PIECE_ROWS (\d+)", source).group(1)) == GATED_PIECE_ROWS
