@@ -54,9 +54,10 @@ from __future__ import annotations
 import numpy as np
 
 from ...model.config import Gemma3Config
-from .coop_tiles import COOP_DTYPES, COOP_FOLD_ROWS, coop_chunks, coop_cols, coop_fits, coop_fold, coop_variant
+from .coop_plan import CoopPlan
+from .coop_tiles import COOP_FOLD_ROWS, coop_chunks, coop_cols, coop_fold, coop_variant
 from .grids import DispatchGrids
-from .kernels import (COOP_KINDS, COOP_REDUCE_WG, GATED_SPLIT_MAX_ROW, GATED_SPLIT_PIECE, META_BINDING, Kernels, matmul_cols,
+from .kernels import (COOP_KINDS, COOP_REDUCE_WG, GATED_SPLIT_PIECE, META_BINDING, Kernels, matmul_cols,
                       matmul_variant)
 from .memory import Buffer
 from .step_buffers import StepBuffers
@@ -101,6 +102,7 @@ class StepGraph:
         self.kv_name = kv_dtype  # the suffix of the KV-page kernel variants
         self.block_size = block_size
         self.coop_min_chunk = coop_min_chunk
+        self.plan = CoopPlan(cfg, weights, coop_min_chunk)
         self.grid_slots = DispatchGrids(cfg, attention_chunk)
         self.profile = profile
         self.stamps = Timestamps(kernels.dev, 16 * cfg.num_layers + 16)
@@ -111,7 +113,7 @@ class StepGraph:
         # attention makes its heads from qkv's K-chunk sums itself: one dispatch a layer fewer.
         self._recorded: dict[str, tuple[object, list[str]]] = {}
         modes = ("small", "prefill") if coop_min_chunk is not None else ("small",)
-        if any(self._heads_in_attention(layer) for layer in range(cfg.num_layers)):
+        if any(self.plan.layer(layer).heads_in_attention for layer in range(cfg.num_layers)):
             modes += ("decode",)
         for mode in modes:
             self.mode = mode  # which one `_record` is recording
@@ -153,19 +155,6 @@ class StepGraph:
             out[name] = out.get(name, 0.0) + float(sec)
         return out
 
-    def _on_coop(self, layer: int, key: str, N: int, K: int) -> bool:
-        """Whether matmul `key` of `layer` (N outputs per weight; -1: the LM head, no layer past
-        the last) runs on the cooperative path."""
-        return (self.coop_min_chunk is not None and layer < self.cfg.num_layers
-                and self.w.dtype(layer, key) in COOP_DTYPES and coop_fits(N, K))
-
-    def _heads_in_attention(self, layer: int) -> bool:
-        """Whether decode steps make `layer`'s heads in attention (attention.comp QK_IN): qkv on the
-        cooperative path (its K-chunk sums) and o too (the variant writes o's split)."""
-        cfg = self.cfg
-        return (self._on_coop(layer, "qkv", cfg.q_width + 2 * cfg.kv_width, cfg.hidden_size)
-                and self._on_coop(layer, "o_proj", cfg.hidden_size, cfg.q_width))
-
     def _matmul(self, kind: str, layer: int, key: str, x: Buffer, y: Buffer, N: int, K: int,
                 norm: Buffer | None = None, extra: dict[int, Buffer] | None = None,
                 presplit: bool = False, split_next: dict[int, Buffer] | None = None, reduce_chunks: bool = True) -> None:
@@ -175,7 +164,7 @@ class StepGraph:
         `split_next`, this reduce writes the next matmul's (its norm weight at binding 3, if any);
         not `reduce_chunks`, no reduce: the next dispatch sums the K chunks itself (attention's QK_IN)."""
         dtype = self.w.dtype(layer, key)
-        if self._on_coop(layer, key, N, K):
+        if self.plan.on_coop(layer, key, N, K):
             self._coop_matmul(kind, layer, key, dtype, x, y, N, K, norm, extra, presplit, split_next, reduce_chunks)
             return
         assert not presplit and split_next is None and reduce_chunks, "fusion needs the matmuls on the cooperative path"
@@ -258,21 +247,17 @@ class StepGraph:
         qkv_presplit = False  # the last post-norm reduce wrote qkv's split (reduce.comp SPLIT_NEXT)
         for layer in range(cfg.num_layers):
             lw, group = w.layers[layer], groups[layer]
-            o_coop, gate_coop = self._on_coop(layer, "o_proj", H, cfg.q_width), self._on_coop(layer, "gate_proj", I, H)
-            down_coop = self._on_coop(layer, "down_proj", H, I)
-            fuse_gate = o_coop and gate_coop  # o's reduce splits gate/up's input
-            fuse_down = gate_coop and down_coop and I <= GATED_SPLIT_MAX_ROW  # gate/up's reduce splits down's
-            fuse_qkv = down_coop and self._on_coop(layer + 1, "qkv", qkv_n, H)  # down's splits the next qkv's
+            fuse = self.plan.layer(layer)
             # decode steps: attention sums qkv's chunks and runs the QK-norm, RoPE and KV store itself
-            qk_in = self.mode == "decode" and self._heads_in_attention(layer)
+            qk_in = self.mode == "decode" and fuse.heads_in_attention
             self._matmul(f"norm_qk_rope_{self.kv_name}", layer, "qkv", b.x, b.qkv, qkv_n, H,
                          lw["input_layernorm"], {9: lw["qk_norm"], 10: b.q, 11: inp.positions, 12: self.inv_freq[group.name],
                                                  13: inp.slots[group.name], 14: self.k_pages[layer], 15: self.v_pages[layer]},
                          presplit=qkv_presplit, reduce_chunks=not qk_in)
             width = dict(b.capacity.widths)[group.name]
-            split_o = {11: b.split, 12: b.split_scale} if o_coop else {}  # attention writes o's split itself
+            split_o = {11: b.split, 12: b.split_scale} if fuse.split_o else {}  # attention writes o's split itself
             heads = {0: b.partial, 13: lw["qk_norm"], 14: self.inv_freq[group.name], 15: inp.slots[group.name]} if qk_in else {0: b.q}
-            self._dispatch(f"attention_{self.kv_name}{'_split' if o_coop else ''}{'_qk' if qk_in else ''}",
+            self._dispatch(f"attention_{self.kv_name}{'_split' if fuse.split_o else ''}{'_qk' if qk_in else ''}",
                            {**heads, 1: b.attn, 2: inp.positions, 3: inp.token_seq, 4: inp.tables[group.name],
                             5: b.part_acc, 6: self.k_pages[layer], 8: self.v_pages[layer], 9: b.part_ml,
                             10: b.attn_counters, **split_o},
@@ -283,14 +268,14 @@ class StepGraph:
                             "eps": cfg.rms_norm_eps},
                            (f"attention {group.name}", cfg.num_kv_heads))
             self._matmul("post_norm", layer, "o_proj", b.attn, b.y, H, cfg.q_width,
-                         extra={9: lw["post_attention_layernorm"], 10: b.x}, presplit=o_coop,
-                         split_next={3: lw["pre_feedforward_layernorm"]} if fuse_gate else None)
+                         extra={9: lw["post_attention_layernorm"], 10: b.x}, presplit=fuse.split_o,
+                         split_next={3: lw["pre_feedforward_layernorm"]} if fuse.split_gate else None)
             self._matmul("norm_gated", layer, "gate_proj", b.x, b.act, I, H, lw["pre_feedforward_layernorm"],
-                         {4: w.buffer(layer, "up_proj")}, presplit=fuse_gate, split_next={} if fuse_down else None)
+                         {4: w.buffer(layer, "up_proj")}, presplit=fuse.split_gate, split_next={} if fuse.split_down else None)
             self._matmul("post_norm", layer, "down_proj", b.act, b.y, H, I,
-                         extra={9: lw["post_feedforward_layernorm"], 10: b.x}, presplit=fuse_down,
-                         split_next={3: w.layers[layer + 1]["input_layernorm"]} if fuse_qkv else None)
-            qkv_presplit = fuse_qkv
+                         extra={9: lw["post_feedforward_layernorm"], 10: b.x}, presplit=fuse.split_down,
+                         split_next={3: w.layers[layer + 1]["input_layernorm"]} if fuse.split_next_qkv else None)
+            qkv_presplit = fuse.split_next_qkv
         self._matmul("norm_rows", -1, "lm_head", b.x, b.logits, cfg.vocab_size, H, w.buffer(-1, "norm"), {5: inp.rows})
         self._dispatch("sample", {0: b.logits, 1: inp.params, 2: inp.ids}, {"row_stride": cfg.vocab_size}, ("rows", 1))
         if not self.profile:
