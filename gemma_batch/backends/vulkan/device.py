@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from . import coopmat
+from . import coopmat, pipeline_stats
 from .errors import VulkanUnavailable
 
 DEVICE_ENV = "GEMMA_BATCH_VK_DEVICE"
@@ -63,6 +63,7 @@ class DeviceInfo:
     timestamp_period: float = 1.0  # nanoseconds per timestamp tick
     coopmat_fp16: bool = False  # runs shaders/matmul_coop.comp (coopmat.supported)
     extensions: frozenset[str] = field(repr=False, default=frozenset())
+    vendor_id: int = 0  # PCI vendor (0x10DE NVIDIA, 0x1002 AMD, ...)
 
     @property
     def device_local_bytes(self) -> int:
@@ -153,6 +154,7 @@ def describe_device(vk, instance, index: int, pd) -> DeviceInfo:
                           and sub.supportedOperations & vk.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT
                           and sub.supportedOperations & vk.VK_SUBGROUP_FEATURE_SHUFFLE_BIT),
         extensions=exts,
+        vendor_id=int(props.vendorID),
     )
 
 
@@ -186,7 +188,9 @@ def choose_device(devices: list[DeviceInfo], wanted: str | None) -> DeviceInfo:
 class Device:
     """The chosen physical device, a logical device with one compute queue, a command pool, a fence."""
 
-    def __init__(self, wanted: str | None = None) -> None:
+    def __init__(self, wanted: str | None = None, capture_statistics: bool = False) -> None:
+        """`capture_statistics`: keep every pipeline's driver statistics, where the driver can
+        (pipeline_stats.py; diagnostics only)."""
         vk = self.vk = load_vulkan()
         self.instance = create_instance(vk)
         physical = vk.vkEnumeratePhysicalDevices(self.instance)
@@ -209,10 +213,16 @@ class Device:
         extensions = [e for e in ("VK_EXT_memory_budget",) if e in self.info.extensions]
         self.memory_budget_ext = bool(extensions)
         self.coopmat = self.info.coopmat_fp16 and coopmat.wanted()  # matmuls on matmul_coop.comp
-        features, keep = s16, None
+        features, keep = s16, []  # every struct of the feature chain stays alive until the device exists
         if self.coopmat:
-            features, keep = coopmat.enable_chain(vk, s16, f16)
+            features, model = coopmat.enable_chain(vk, s16, f16)
+            keep.append(model)
             extensions.append(coopmat.EXTENSION)
+        self.statistics = capture_statistics and pipeline_stats.EXTENSION in self.info.extensions
+        if self.statistics:
+            keep.append(features)
+            features = pipeline_stats.enable_chain(vk, features)
+            extensions.append(pipeline_stats.EXTENSION)
         self.device = vk.vkCreateDevice(self.physical, vk.VkDeviceCreateInfo(
             sType=vk.VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, pNext=features, queueCreateInfoCount=1,
             pQueueCreateInfos=[queue_info], enabledExtensionCount=len(extensions), ppEnabledExtensionNames=extensions), None)

@@ -190,8 +190,9 @@ class Kernels:
             stage = vk.VkPipelineShaderStageCreateInfo(
                 sType=vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, stage=vk.VK_SHADER_STAGE_COMPUTE_BIT,
                 module=module, pName="main", pSpecializationInfo=special)
+            flags = vk.VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR if self.dev.statistics else 0  # (pipeline_stats.py)
             self.pipelines[name] = vk.vkCreateComputePipelines(self.dev.device, None, 1, [vk.VkComputePipelineCreateInfo(
-                sType=vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, stage=stage, layout=self.layout)], None)[0]
+                sType=vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, flags=flags, stage=stage, layout=self.layout)], None)[0]
         return self.pipelines[name]
 
     def descriptor_set(self, buffers: dict[int, object], dummy) -> object:

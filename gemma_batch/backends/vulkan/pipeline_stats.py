@@ -1,0 +1,60 @@
+"""What the driver says about each compiled kernel (VK_KHR_pipeline_executable_properties).
+
+On drivers that expose the extension (NVIDIA's, RADV, ...), a `Device(capture_statistics=True)`
+builds every pipeline with its statistics kept, and `statistics(kernels, name)` returns them by
+the driver's names: on the H100 "Register Count" (per invocation), "Shared Memory Size",
+"Binary Size", "Local Memory Size" and "Stack Size". Registers and shared memory decide how many
+workgroups a compute unit holds at once, and so how many of a dispatch's workgroups run in its
+first wave (benchmarks/kernel_stats.py prints them for every kernel). Diagnostics only: the
+backend never asks for them.
+"""
+
+from __future__ import annotations
+
+import struct
+
+EXTENSION = "VK_KHR_pipeline_executable_properties"
+
+
+def enable_chain(vk, pnext):
+    """The feature struct that enables the extension's pipelineExecutableInfo, before `pnext`."""
+    return vk.VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR(
+        sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR, pNext=pnext,
+        pipelineExecutableInfo=vk.VK_TRUE)
+
+
+def statistics(kernels, name: str) -> dict[str, int | float | bool]:
+    """The driver's statistics of kernel `name`'s pipeline (built now if it is not yet), {} when
+    its device was not created with `capture_statistics` or lacks the extension."""
+    dev = kernels.dev
+    pipe = kernels.pipeline(name)
+    if not dev.statistics:
+        return {}
+    vk = dev.vk
+    count = vk.vkGetDeviceProcAddr(dev.device, "vkGetPipelineExecutablePropertiesKHR")
+    if not list(count(dev.device, vk.VkPipelineInfoKHR(sType=vk.VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR, pipeline=pipe))):
+        return {}
+    stats = vk.vkGetDeviceProcAddr(dev.device, "vkGetPipelineExecutableStatisticsKHR")
+    info = vk.VkPipelineExecutableInfoKHR(sType=vk.VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR, pipeline=pipe,
+                                          executableIndex=0)  # a compute pipeline has one executable
+    out: dict[str, int | float | bool] = {}
+    for s in list(stats(dev.device, info)):
+        key = s.name if isinstance(s.name, str) else vk.ffi.string(s.name).decode()
+        value = {vk.VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR: lambda v: bool(v.b32),
+                 vk.VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR: lambda v: int(v.i64),
+                 vk.VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR: lambda v: int(v.u64),
+                 vk.VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_FLOAT64_KHR: lambda v: float(v.f64)}[s.format](s.value)
+        out[key] = value
+    return out
+
+
+def workgroup_size(spv: bytes) -> int:
+    """Invocations per workgroup of a compute shader's SPIR-V (its LocalSize execution mode)."""
+    words = struct.unpack(f"<{len(spv) // 4}I", spv)
+    i = 5  # past the header
+    while i < len(words):
+        count, opcode = words[i] >> 16, words[i] & 0xFFFF
+        if opcode == 16 and words[i + 2] == 17:  # OpExecutionMode %entry LocalSize x y z
+            return words[i + 3] * words[i + 4] * words[i + 5]
+        i += max(count, 1)
+    raise ValueError("no LocalSize execution mode in the SPIR-V")
