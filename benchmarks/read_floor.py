@@ -8,7 +8,7 @@ as the fp16 tiles the cooperative path streams), `shaders/read_bandwidth.comp` r
 that size once per dispatch, dispatches chained with a barrier between them over distinct
 buffers (so every read comes from device memory, not L2) and timestamps between them; the median
 gap per grid size, the best grid kept. That is a read with nothing else to do: no matrix work, no
-dependent loads. (Each grid's command buffer starts with 4 reads of 1 GiB, so that no host gap
+dependent loads. (Each grid's command buffer starts with WARM_READS reads of 1 GiB, so that no host gap
 lets the clocks fall before the timed reads.) Then the layer's sum, the step's (layers x layer + LM head), and that step as a
 fraction of the streaming bandwidth measured the bench's way (1 GiB read 4 times): the highest
 bandwidth fraction a batch-1 step of one dispatch per matrix could reach if everything else in
@@ -22,24 +22,31 @@ import time
 
 import numpy as np
 
-from gemma_batch.backends.vulkan.bandwidth import measure_read_bandwidth
+from gemma_batch.backends.vulkan.bandwidth import GROUPS, measure_read_bandwidth
 from gemma_batch.backends.vulkan.device import Device
 from gemma_batch.backends.vulkan.kernels import Kernels
 from gemma_batch.backends.vulkan.memory import Memory
 from gemma_batch.backends.vulkan.timestamps import Timestamps
 from gemma_batch.bench.shapes import shape_config
+from gemma_batch.model.weights import layer_tensor_shapes
 
 WARMUP_SECONDS = 0.5  # the bench's: an idle GPU's clocks take a fraction of a second to rise
 BIG = 1 << 30
+WARM_READS = 4  # reads of the warm-up buffer at the head of each timed command buffer
 COPIES, COPY_BYTES = 6, 2 << 30  # distinct buffers per matrix: up to 6, up to 2 GiB of them
 
 
+# A layer's matmul dispatches and the checkpoint weights each one streams.
+LAYER = {"qkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), "o": ("self_attn.o_proj",),
+         "gate/up": ("mlp.gate_proj", "mlp.up_proj"), "down": ("mlp.down_proj",)}
+
+
 def matrices(shape: str) -> tuple[int, dict[str, int]]:
-    """(layers, bytes of each matrix at 2 bytes a weight)."""
+    """(layers, bytes each dispatch of LAYER and the LM head reads at 2 bytes a weight)."""
     cfg = shape_config(shape)
-    H, I, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
-    return cfg.num_layers, {"qkv": (cfg.num_heads + 2 * cfg.num_kv_heads) * hd * H * 2, "o": H * cfg.num_heads * hd * 2,
-                            "gate/up": 2 * I * H * 2, "down": H * I * 2, "lm head": cfg.vocab_size * H * 2}
+    shapes = layer_tensor_shapes(cfg)
+    sizes = {name: sum(2 * int(np.prod(shapes[f"{w}.weight"])) for w in weights) for name, weights in LAYER.items()}
+    return cfg.num_layers, {**sizes, "lm head": 2 * cfg.vocab_size * cfg.hidden_size}
 
 
 class Reads:
@@ -52,10 +59,10 @@ class Reads:
 
     def chains_us(self, warm: tuple, chains: dict[str, tuple[list, int]], groups: int, repeats: int = 5) -> dict[str, float]:
         """Per chain name, the median GPU microseconds of its dispatches after the first: one
-        command buffer that first reads `warm` (buffer, bytes) 4 times (the clocks stay up: no
+        command buffer that first reads `warm` (buffer, bytes) WARM_READS times (the clocks stay up: no
         host gap before the timed reads), then per chain each of its buffers once, twice round."""
         vk, kern = self.vk, self.kern
-        items = [(None, *warm)] * 4 + [(name, buf, n) for name, (bufs, n) in chains.items() for buf in bufs * 2]
+        items = [(None, *warm)] * WARM_READS + [(name, buf, n) for name, (bufs, n) in chains.items() for buf in bufs * 2]
         stamps = Timestamps(self.dev, len(items) + 1)
         cb = self.dev.command_buffer()
         vk.vkBeginCommandBuffer(cb, vk.VkCommandBufferBeginInfo(sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO))
@@ -63,7 +70,7 @@ class Reads:
         stamps.write(cb, 0)
         for i, (_, buf, n) in enumerate(items):
             dset = kern.descriptor_set({0: buf, 1: self.sink}, self.sink)
-            kern.record_direct(cb, "read_bandwidth", dset, {"n": n // 16, "iterations": 1}, 4096 if i < 4 else groups)
+            kern.record_direct(cb, "read_bandwidth", dset, {"n": n // 16, "iterations": 1}, GROUPS if i < WARM_READS else groups)
             stamps.write(cb, i + 1)
         vk.vkEndCommandBuffer(cb)
         gaps = []
@@ -97,7 +104,7 @@ def main() -> None:
               for name, n in sizes.items()}
     start = time.perf_counter()
     while time.perf_counter() - start < WARMUP_SECONDS:
-        reads.chains_us((big, warm), {}, 4096, repeats=1)
+        reads.chains_us((big, warm), {}, GROUPS, repeats=1)
     best: dict[str, tuple[float, int]] = {}
     for groups in (int(g) for g in args.groups.split(",")):
         for name, us in reads.chains_us((big, warm), chains, groups).items():
@@ -106,12 +113,13 @@ def main() -> None:
     for name, nbytes in sizes.items():
         us, groups = best[name]
         print(f"  {name:8s} {nbytes / 1e6:9.2f} MB  {us:8.1f} us  {nbytes / us / 1e3:8.1f} GB/s  (best of --groups: {groups})")
-    layer = sum(best[k][0] for k in ("qkv", "o", "gate/up", "down"))
+    layer = sum(best[k][0] for k in LAYER)
+    layer_bytes = sum(sizes[k] for k in LAYER)
     step = layers * layer + best["lm head"][0]
-    weights = layers * sum(sizes[k] for k in ("qkv", "o", "gate/up", "down")) + sizes["lm head"]
+    weights = layers * layer_bytes + sizes["lm head"]
     print(f"streaming bandwidth (the bench's measurement): {bandwidth / 1e9:,.1f} GB/s", flush=True)
     print(f"one layer's four reads: {layer:.1f} us (at the streaming bandwidth: "
-          f"{sum(sizes[k] for k in ('qkv', 'o', 'gate/up', 'down')) / bandwidth * 1e6:.1f} us)")
+          f"{layer_bytes / bandwidth * 1e6:.1f} us)")
     print(f"a step of these reads alone: {step / 1e3:.3f} ms = {weights / (step * 1e-6) / bandwidth:.1%} of the streaming "
           f"roofline (weights {weights / 1e9:.2f} GB; a batch-1 step's KV reads not counted)")
 

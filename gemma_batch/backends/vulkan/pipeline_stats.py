@@ -37,14 +37,13 @@ def statistics(kernels, name: str) -> dict[str, int | float | bool]:
     stats = vk.vkGetDeviceProcAddr(dev.device, "vkGetPipelineExecutableStatisticsKHR")
     info = vk.VkPipelineExecutableInfoKHR(sType=vk.VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR, pipeline=pipe,
                                           executableIndex=0)  # a compute pipeline has one executable
+    member = {vk.VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR: "b32", vk.VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR: "i64",
+              vk.VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR: "u64", vk.VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_FLOAT64_KHR: "f64"}
     out: dict[str, int | float | bool] = {}
     for s in list(stats(dev.device, info)):
         key = s.name if isinstance(s.name, str) else vk.ffi.string(s.name).decode()
-        value = {vk.VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR: lambda v: bool(v.b32),
-                 vk.VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR: lambda v: int(v.i64),
-                 vk.VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR: lambda v: int(v.u64),
-                 vk.VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_FLOAT64_KHR: lambda v: float(v.f64)}[s.format](s.value)
-        out[key] = value
+        value = getattr(s.value, member[s.format])
+        out[key] = bool(value) if member[s.format] == "b32" else value
     return out
 
 
