@@ -32,13 +32,13 @@
 // its partial (running max m, sum l and the unnormalised output acc of the G heads) to `part_*`
 // at record `id`, and counts itself done on the (t, j) counter; the last of the token's chunks to
 // finish merges them in chunk order, M = max_i m_i, o = (sum_i acc_i e^(m_i - M)) / (sum_i l_i e^(m_i - M)),
-// and resets the counter (zeroed by the host at the start of the step). Which workgroup is last
+// and resets the counter (zeroed by the host at the start of the step; attention_merge.glsl). Which workgroup is last
 // does not change the result: it reads the same records in the same order. A last-workgroup
 // merge rather than a second dispatch: no extra dispatch and pipeline barrier per layer (26 per
 // step for the 1b), and the partials are merged while they are still in cache.
 //
 // Variants: KV_F16 | KV_BF16 | KV_F32 | KV_I8 (the page storage), each also with SPLIT_OUT (on the
-// cooperative path: the o projection's input written here, split_when_last), and with SPLIT_OUT
+// cooperative path: the o projection's input written here, attention_merge.glsl), and with SPLIT_OUT
 // and QK_IN (small decode steps: the heads made here from qkv's K-chunk sums, attention_heads.glsl). Limits
 // (backend._check_supported): head_dim a multiple of 8 up to 256, G <= 16, G * head_dim <= QMAX.
 // GMAX, the largest G a pipeline serves, is specialization constant 1 (kernels.Kernels sets the
@@ -140,40 +140,8 @@ const float NEG = -1.0e30;
 #ifdef QK_IN
 #include "attention_heads.glsl"
 #endif
+#include "attention_merge.glsl"
 
-#ifdef SPLIT_OUT
-// Called by each workgroup that wrote its (token t, kv head) slice of the output: the last of the
-// token's kv heads to finish writes the whole row as the o projection's input, exactly as
-// split.comp does (an exact max, then elementwise), and resets the token's counter.
-void split_when_last(uint t, uint tokens_heads) {
-    uint tid = gl_LocalInvocationID.x, K4 = pc.num_heads * pc.head_dim / 4u;
-    memoryBarrierBuffer();  // this workgroup's slice is visible before it counts itself done
-    barrier();
-    if (tid == 0u) last_of_token = atomicAdd(counters[tokens_heads + t], 1u) == pc.num_kv_heads - 1u;
-    barrier();
-    if (!last_of_token) return;
-    memoryBarrierBuffer();
-    float mx = 0.0;
-    for (uint i = tid; i < K4; i += WG) {
-        vec4 a = abs(o4[t * K4 + i]);
-        mx = max(mx, max(max(a.x, a.y), max(a.z, a.w)));
-    }
-    float s = split_scale(workgroup_max(mx));
-    for (uint i = tid; i < K4; i += WG) {
-        vec4 v = o4[t * K4 + i] * s;
-        uvec2 a = split_words(v.xy), b = split_words(v.zw);
-        uint at = t * 4u * K4 + 2u * i;  // the row's hi words, then 2 K4 lo words
-        split_out[at] = a.x;
-        split_out[at + 1u] = b.x;
-        split_out[at + 2u * K4] = a.y;
-        split_out[at + 2u * K4 + 1u] = b.y;
-    }
-    if (tid == 0u) {
-        split_scale_out[t] = 1.0 / s;
-        counters[tokens_heads + t] = 0u;
-    }
-}
-#endif
 
 // Sum over clusters of `width` adjacent lanes (a power of two, at most the subgroup size) by xor
 // butterfly: every lane of a cluster gets the same value.
@@ -336,27 +304,7 @@ void main() {
     if (tid == 0u) last_of_token = atomicAdd(counters[tj], 1u) == nchunks - 1u;
     barrier();
     if (!last_of_token) return;
-    memoryBarrierBuffer();
-    if (tid < G) {  // record of chunk c: c * tokens_heads + tj
-        float M = NEG;
-        for (uint c = 0u; c < nchunks; c++) M = max(M, part_ml[(c * tokens_heads + tj) * 2u * G + tid]);
-        float L = 0.0;
-        for (uint c = 0u; c < nchunks; c++) {
-            uint r = (c * tokens_heads + tj) * 2u * G;
-            float w = exp(part_ml[r + tid] - M);
-            weight[c * GMAX + tid] = w;
-            L += part_ml[r + G + tid] * w;
-        }
-        total[tid] = L;
-    }
-    barrier();
-    for (uint e = tid; e < rec; e += WG) {
-        uint g = e / (hd / 4u);
-        vec4 sum = vec4(0.0);
-        for (uint c = 0u; c < nchunks; c++) sum += part_acc[(c * tokens_heads + tj) * rec + e] * weight[c * GMAX + g];
-        o4[qbase + e] = sum / total[g];
-    }
-    if (tid == 0u) counters[tj] = 0u;
+    merge_chunks(tj, tokens_heads, nchunks, G, hd, qbase);
 #ifdef SPLIT_OUT
     split_when_last(t, tokens_heads);
 #endif

@@ -24,8 +24,6 @@ layout(std430, binding = 8) coherent buffer VWb { uint vpage[]; };
 #define QK_VALS ((GMAX + 2u) * HD_MAX)  // the G query heads, then k, then v, HD_MAX apart
 #include "qk_rope.glsl"
 
-#define SUM_LOADS 8  // chunk sums loaded at a time (reduce.comp's)
-
 // The scaled queries of (token t, kv head j) into qs, made from the qkv matmul's K-chunk sums
 // with the bits reduce.comp EPI_QK_ROPE gives them (its sums in its order, then qk_rope.glsl's
 // arithmetic), instead of read from that reduce: in decode steps, whose tokens are their

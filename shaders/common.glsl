@@ -12,6 +12,10 @@ layout(std430, set = 0, binding = 7) readonly buffer Meta {
     uint vocab_limit;  // ids >= this are never sampled
 } meta;
 
+// A matmul's K-chunk partial sums loaded at a time where a kernel adds them (reduce.comp,
+// attention_heads.glsl); the sums run chunk 0, 1, ... in order whatever it is.
+#define SUM_LOADS 8
+
 // Linear workgroup id over an (x, y) grid; the host spreads large counts over y (limits of 65535).
 uint linear_group() { return gl_WorkGroupID.x + gl_NumWorkGroups.x * gl_WorkGroupID.y; }
 

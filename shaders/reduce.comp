@@ -74,8 +74,6 @@ uint M_rows() {
 #endif
 }
 
-#define SUM_LOADS 8  // chunks loaded at a time
-
 // s (a float or vec4, type T) = the sum over the K chunks c = 0, 1, ... in order of
 // BUF[c slot + at], for a step of M rows of partial sums `width` T wide (slot: a chunk's rows,
 // padded to BM).

@@ -16,9 +16,7 @@ import pytest
 
 from gemma_batch.backends.kv_formats import bf16_round
 from gemma_batch.backends.vulkan.attention import most_chunks
-from gemma_batch.backends.vulkan.device import Device
-from gemma_batch.backends.vulkan.kernels import Kernels
-from gemma_batch.backends.vulkan.memory import Memory
+from tests.vulkan_dispatch import Dispatches
 
 BLOCK, CHUNK, EPS = 16, 16, 1e-6  # chunks of 16 keys: tokens merge several
 
@@ -56,45 +54,31 @@ def run(fused: bool, kv: str, nh: int, nkv: int, hd: int, window: int, chunks: i
         "positions": positions, "token_seq": np.arange(T, dtype=np.int32), "table": table, "slots": slots,
         "k": page_bytes(kv, rows, hd, rng), "v": page_bytes(kv, rows, hd, rng),
     }
-    device = Device()
-    mem, kernels = Memory(device), Kernels(device, kv_group=gmax or G)
-    try:
-        bufs = {name: mem.alloc(a.nbytes, name) for name, a in arrays.items()}
-        for name, a in arrays.items():
-            mem.upload(bufs[name], a)
+    with Dispatches(tokens=T, seqs=T, kv_group=gmax or G) as d:
+        bufs = {name: d.upload(a, name) for name, a in arrays.items()}
         most = most_chunks(positions, window or None, CHUNK)
         for name, size in [("q", T * nh * hd), ("y", 32 * N), ("attn", T * nh * hd), ("split", T * nh * hd),  # (fp16 pairs)
-                           ("part_acc", most * T * nh * hd), ("part_ml", most * T * 2 * nh), ("counters", T * nkv + T)]:
-            bufs[name] = mem.alloc(4 * size, name)
-        mem.upload(bufs["counters"], np.zeros(T * nkv + T, np.uint32))
-        meta = mem.alloc_host(16, "meta")
-        meta.array[:16] = np.array([T, T, T, 0], np.uint32).view(np.uint8)
-        cb = device.command_buffer()
-        vk = device.vk
-        vk.vkBeginCommandBuffer(cb, vk.VkCommandBufferBeginInfo(sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO))
+                           ("part_acc", most * T * nh * hd), ("part_ml", most * T * 2 * nh)]:
+            bufs[name] = d.alloc(4 * size, name)
+        bufs["counters"] = d.upload(np.zeros(T * nkv + T, np.uint32), "counters")
         heads = {"num_heads": nh, "num_kv_heads": nkv, "head_dim": hd}
         if not fused:
-            kernels.record_direct(cb, f"reduce_qk_rope_{kv}", kernels.descriptor_set({
-                0: bufs["partial"], 2: bufs["y"], 4: bufs["scale"], 7: meta, 9: bufs["qk_norm"], 10: bufs["q"],
-                11: bufs["positions"], 12: bufs["inv_freq"], 13: bufs["slots"], 14: bufs["k"], 15: bufs["v"]}, meta),
+            d.dispatch(f"reduce_qk_rope_{kv}", {
+                0: bufs["partial"], 2: bufs["y"], 4: bufs["scale"], 9: bufs["qk_norm"], 10: bufs["q"],
+                11: bufs["positions"], 12: bufs["inv_freq"], 13: bufs["slots"], 14: bufs["k"], 15: bufs["v"]},
                 {"N": N, "chunks": chunks, "eps": EPS, **heads}, T * (nh + 2 * nkv))
         inputs = ({0: bufs["partial"], 13: bufs["qk_norm"], 14: bufs["inv_freq"], 15: bufs["slots"]} if fused
                   else {0: bufs["q"]})
-        kernels.record_direct(cb, f"attention_{kv}_split{'_qk' if fused else ''}", kernels.descriptor_set({
+        d.dispatch(f"attention_{kv}_split{'_qk' if fused else ''}", {
             **inputs, 1: bufs["attn"], 2: bufs["positions"], 3: bufs["token_seq"], 4: bufs["table"], 5: bufs["part_acc"],
-            6: bufs["k"], 7: meta, 8: bufs["v"], 9: bufs["part_ml"], 10: bufs["counters"], 11: bufs["split"],
-            12: bufs["scale"]}, meta),
+            6: bufs["k"], 8: bufs["v"], 9: bufs["part_ml"], 10: bufs["counters"], 11: bufs["split"],
+            12: bufs["scale"]},
             {**heads, "window": window, "block_size": BLOCK, "table_stride": width, "chunk": CHUNK,
              "scale": hd ** -0.5, "qkv_chunks": chunks if fused else 0, "eps": EPS}, most * T * nkv)
-        vk.vkEndCommandBuffer(cb)
-        device.submit_and_wait(cb)
-        out = {name: mem.download(bufs[name]).copy() for name in ("attn", "split", "scale", "k", "v", "counters")}
+        d.run()
+        out = {name: d.download(bufs[name]) for name in ("attn", "split", "scale", "k", "v", "counters")}
         out["k before"], out["v before"] = arrays["k"], arrays["v"]
         return out
-    finally:
-        kernels.close()
-        mem.close()
-        device.close()
 
 
 @pytest.mark.parametrize("kv,nh,nkv,hd,window,chunks,gmax", [

@@ -14,15 +14,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gemma_batch.backends.vulkan.device import Device
 from gemma_batch.backends.vulkan.graph import StepGraph
-from gemma_batch.backends.vulkan.kernels import COOP_REDUCE_WG, GATED_PIECE_ROWS, GATED_SPLIT_PIECE, Kernels
-from gemma_batch.backends.vulkan.memory import Memory
+from gemma_batch.backends.vulkan.kernels import COOP_REDUCE_WG, GATED_PIECE_ROWS, GATED_SPLIT_PIECE
 from gemma_batch.backends.vulkan.weights import fp16_tiles
 from gemma_batch.model.checkpoint import Tensor
 from tests.test_cpu_vs_transformers import checkpoints, run_batched  # noqa: F401
 from tests.test_vulkan_backend import vulkan_backend
 from tests.test_vulkan_coopmat import needs_coopmat
+from tests.vulkan_dispatch import Dispatches
 
 
 def run_split(variant: str, x: np.ndarray, g: np.ndarray, eps: float, w: np.ndarray | None = None,
@@ -31,41 +30,25 @@ def run_split(variant: str, x: np.ndarray, g: np.ndarray, eps: float, w: np.ndar
     `w` (bf16 bits [N, K]) also y = x . w^T from the cooperative matmul of fp16 tiles (the decode
     tile of matmul_coop_direct.comp, or matmul_coop.comp's prefill tile) and reduce.comp (rows
     variants)."""
-    device = Device()
-    mem, kernels = Memory(device), Kernels(device)
-    try:
-        M, K = x.shape
-        meta = mem.alloc_host(16, "meta")
-        meta.array[:16] = np.array([M, 1, M, 0], np.uint32).view(np.uint8)
-        split, scale = mem.alloc(4 * M * K, "split"), mem.alloc(4 * M, "scale")
-        bufs = {1: mem.alloc(x.nbytes, "x"), 2: split, 3: mem.alloc(g.nbytes, "g"), 4: scale, 7: meta}
-        mem.upload(bufs[1], x)
-        mem.upload(bufs[3], g)
-        cb = device.command_buffer()
-        vk = device.vk
-        vk.vkBeginCommandBuffer(cb, vk.VkCommandBufferBeginInfo(sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO))
-        kernels.record_direct(cb, variant, kernels.descriptor_set(bufs, meta), {"K": K, "eps": eps}, M)
+    M, K = x.shape
+    with Dispatches(tokens=M) as d:
+        split, scale = d.alloc(4 * M * K, "split"), d.alloc(4 * M, "scale")
+        d.dispatch(variant, {1: d.upload(x, "x"), 2: split, 3: d.upload(g, "g"), 4: scale}, {"K": K, "eps": eps}, M)
         if w is not None:
             N = w.shape[0]
-            wbuf, part, y = mem.alloc(w.nbytes, "w"), mem.alloc(4 * 96 * N * chunks, "partial"), mem.alloc(4 * M * N, "y")
-            mem.upload(wbuf, fp16_tiles(Tensor("BF16", w)))
+            part, y = d.alloc(4 * 96 * N * chunks, "partial"), d.alloc(4 * M * N, "y")
             fold = M > 64  # the prefill tile, which sums the chunks itself (coop_tiles.COOP_FOLD_DEFINES)
-            kernels.record_direct(cb, "coop_rows_t16_fold" if fold else "coop_rows_t16",
-                                  kernels.descriptor_set({0: wbuf, 1: split, 2: part, 7: meta}, meta),
-                                  {"N": N, "K": K, "kchunk": K // chunks, "group": 0},
-                                  -(-M // 128) * N // 64 if fold else -(-M // 32) * -(-N // 128) * chunks)
-            kernels.record_direct(cb, "reduce_rows", kernels.descriptor_set({0: part, 2: y, 4: scale, 7: meta}, meta),
-                                  {"N": N, "chunks": chunks, "eps": eps, "num_heads": 0, "num_kv_heads": 0, "head_dim": 0},
-                                  M * -(-N // 128))
-        vk.vkEndCommandBuffer(cb)
-        device.submit_and_wait(cb)
-        halves = mem.download(split).view(np.float16).reshape(M, 2, K).astype(np.float32)
-        out = mem.download(y).view(np.float32).reshape(M, N) if w is not None else None
-        return halves[:, 0] + halves[:, 1], mem.download(scale).view(np.float32), out
-    finally:
-        kernels.close()
-        mem.close()
-        device.close()
+            d.dispatch("coop_rows_t16_fold" if fold else "coop_rows_t16",
+                       {0: d.upload(fp16_tiles(Tensor("BF16", w)), "w"), 1: split, 2: part},
+                       {"N": N, "K": K, "kchunk": K // chunks, "group": 0},
+                       -(-M // 128) * N // 64 if fold else -(-M // 32) * -(-N // 128) * chunks)
+            d.dispatch("reduce_rows", {0: part, 2: y, 4: scale},
+                       {"N": N, "chunks": chunks, "eps": eps, "num_heads": 0, "num_kv_heads": 0, "head_dim": 0},
+                       M * -(-N // 128))
+        d.run()
+        halves = d.download(split).view(np.float16).reshape(M, 2, K).astype(np.float32)
+        out = d.download(y).view(np.float32).reshape(M, N) if w is not None else None
+        return halves[:, 0] + halves[:, 1], d.download(scale).view(np.float32), out
 
 
 @pytest.mark.parametrize("variant", ["split_plain", "split_norm"])
@@ -116,36 +99,21 @@ def run_fused_reduce(variant: str, part: np.ndarray, scale: np.ndarray, N: int, 
     GATED_SPLIT_PIECE columns of a row for the gated one) over partial sums `part` [chunks, Mpad,
     width] and the input scales; returns the split (hi + lo as fp32 [M, N]), the new scales, the
     buffers at bindings 10 (x_res) and 6 (row_sync, zeroed before) after the dispatch."""
-    device = Device()
-    mem, kernels = Memory(device), Kernels(device)
-    try:
-        chunks, M = part.shape[0], len(scale)
-        meta = mem.alloc_host(16, "meta")
-        meta.array[:16] = np.array([M, 1, M, 0], np.uint32).view(np.uint8)
+    chunks, M = part.shape[0], len(scale)
+    with Dispatches(tokens=M) as d:
         arrays = {0: part, 4: scale, 6: np.zeros(2 * M, np.uint32), **buffers}
-        bufs = {b: mem.alloc(a.nbytes, f"binding {b}") for b, a in arrays.items()}
-        for b, a in arrays.items():
-            mem.upload(bufs[b], a)
-        bufs.update({2: mem.alloc(4 * M * N, "y"), 5: mem.alloc(4 * M * N, "split"), 7: meta})
-        cb = device.command_buffer()
-        vk = device.vk
-        vk.vkBeginCommandBuffer(cb, vk.VkCommandBufferBeginInfo(sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO))
-        kernels.record_direct(cb, variant, kernels.descriptor_set(bufs, meta),
-                              {"N": N, "chunks": chunks, "eps": eps, "num_heads": 0, "num_kv_heads": 0, "head_dim": 0},
-                              M * (-(-N // GATED_SPLIT_PIECE) if variant == "reduce_gated_split" and M <= GATED_PIECE_ROWS
-                                   else -(-N // (4 * COOP_REDUCE_WG)) if variant == "reduce_post_norm_split" else 1))
-        vk.vkEndCommandBuffer(cb)
-        device.submit_and_wait(cb)
-        halves = mem.download(bufs[5]).view(np.float16).reshape(M, 2, N).astype(np.float32)
-        out = {"split": halves[:, 0] + halves[:, 1], "scale": mem.download(bufs[4]).view(np.float32),
-               "row_sync": mem.download(bufs[6]).view(np.uint32)}
+        bufs = {b: d.upload(a, f"binding {b}") for b, a in arrays.items()}
+        bufs.update({2: d.alloc(4 * M * N, "y"), 5: d.alloc(4 * M * N, "split")})
+        d.dispatch(variant, bufs, {"N": N, "chunks": chunks, "eps": eps, "num_heads": 0, "num_kv_heads": 0, "head_dim": 0},
+                   M * (-(-N // GATED_SPLIT_PIECE) if variant == "reduce_gated_split" and M <= GATED_PIECE_ROWS
+                        else -(-N // (4 * COOP_REDUCE_WG)) if variant == "reduce_post_norm_split" else 1))
+        d.run()
+        halves = d.download(bufs[5]).view(np.float16).reshape(M, 2, N).astype(np.float32)
+        out = {"split": halves[:, 0] + halves[:, 1], "scale": d.download(bufs[4]).view(np.float32),
+               "row_sync": d.download(bufs[6]).view(np.uint32)}
         if 10 in buffers:
-            out["x_res"] = mem.download(bufs[10]).view(np.float32).reshape(M, N)
+            out["x_res"] = d.download(bufs[10]).view(np.float32).reshape(M, N)
         return out
-    finally:
-        kernels.close()
-        mem.close()
-        device.close()
 
 
 @pytest.mark.parametrize("variant,M,chunks", [("reduce_post_norm_split", 5, 3), ("reduce_gated_split", 5, 3),

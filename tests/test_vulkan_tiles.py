@@ -9,13 +9,13 @@ from __future__ import annotations
 import numpy as np
 
 from gemma_batch.backends.vulkan.device import Device
-from gemma_batch.backends.vulkan.kernels import Kernels
 from gemma_batch.backends.vulkan.memory import Memory
 from gemma_batch.backends.vulkan.weights import DeviceWeights, fp16_bits, fp16_tiles
 from gemma_batch.job.spec import DEMO_MODEL
 from gemma_batch.model.checkpoint import Checkpoint, Tensor, to_float32
 from gemma_batch.model.config import Gemma3Config
 from tests.test_cpu_vs_transformers import checkpoints  # noqa: F401
+from tests.vulkan_dispatch import Dispatches
 
 
 def untile(flat: np.ndarray, rows: int, cols: int) -> np.ndarray:
@@ -100,27 +100,11 @@ def test_the_embedding_lookup_reads_rows_out_of_tiles():
     V, H, scale = 64, 96, 9.797959
     table = (rng.standard_normal((V, H)) * 0.05).astype(np.float32)
     tokens = np.array([0, 17, 63, 40, 17], np.int32)
-    device = Device()
-    mem, kernels = Memory(device), Kernels(device)
-    try:
-        meta = mem.alloc_host(16, "meta")
-        meta.array[:16] = np.array([len(tokens), 1, len(tokens), 0], np.uint32).view(np.uint8)
-        bufs = {0: mem.alloc(V * H * 2, "table"), 1: mem.alloc(tokens.nbytes, "tokens"),
-                2: mem.alloc(len(tokens) * H * 4, "x"), 7: meta}
-        mem.upload(bufs[0], fp16_tiles(bf16(table)))
-        table = to_float32(bf16(table))
-        mem.upload(bufs[1], tokens)
-        cb = device.command_buffer()
-        vk = device.vk
-        vk.vkBeginCommandBuffer(cb, vk.VkCommandBufferBeginInfo(sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO))
-        kernels.record_direct(cb, "embed_t16", kernels.descriptor_set(bufs, meta), {"H": H, "scale": scale, "V": V},
-                              len(tokens))
-        vk.vkEndCommandBuffer(cb)
-        device.submit_and_wait(cb)
-        x = mem.download(bufs[2]).view(np.float32).reshape(len(tokens), H)
-        expected = table.astype(np.float16).astype(np.float32)[tokens] * np.float32(scale)
-        assert np.array_equal(x, expected)
-    finally:
-        kernels.close()
-        mem.close()
-        device.close()
+    with Dispatches(tokens=len(tokens)) as d:
+        x = d.alloc(len(tokens) * H * 4, "x")
+        d.dispatch("embed_t16", {0: d.upload(fp16_tiles(bf16(table)), "table"), 1: d.upload(tokens, "tokens"), 2: x},
+                   {"H": H, "scale": scale, "V": V}, len(tokens))
+        d.run()
+        x = d.download(x).view(np.float32).reshape(len(tokens), H)
+    expected = to_float32(bf16(table)).astype(np.float16).astype(np.float32)[tokens] * np.float32(scale)
+    assert np.array_equal(x, expected)
