@@ -32,10 +32,11 @@
 // its partial (running max m, sum l and the unnormalised output acc of the G heads) to `part_*`
 // at record `id`, and counts itself done on the (t, j) counter; the last of the token's chunks to
 // finish merges them in chunk order, M = max_i m_i, o = (sum_i acc_i e^(m_i - M)) / (sum_i l_i e^(m_i - M)),
-// and resets the counter (zeroed by the host at the start of the step; attention_merge.glsl). Which workgroup is last
-// does not change the result: it reads the same records in the same order. A last-workgroup
-// merge rather than a second dispatch: no extra dispatch and pipeline barrier per layer (26 per
-// step for the 1b), and the partials are merged while they are still in cache.
+// and resets the counter (zeroed by the host at the start of the step; attention_merge.glsl).
+// Which workgroup is last does not change the result: it reads the same records in the same
+// order. A last-workgroup merge rather than a second dispatch: no extra dispatch and pipeline
+// barrier per layer (26 per step for the 1b), and the partials are merged while they are still
+// in cache.
 //
 // Variants: KV_F16 | KV_BF16 | KV_F32 | KV_I8 (the page storage), each also with SPLIT_OUT (on the
 // cooperative path: the o projection's input written here, attention_merge.glsl), and with SPLIT_OUT
@@ -141,7 +142,6 @@ const float NEG = -1.0e30;
 #include "attention_heads.glsl"
 #endif
 #include "attention_merge.glsl"
-
 
 // Sum over clusters of `width` adjacent lanes (a power of two, at most the subgroup size) by xor
 // butterfly: every lane of a cluster gets the same value.
