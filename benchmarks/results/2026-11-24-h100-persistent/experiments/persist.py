@@ -3,10 +3,11 @@ phase (barriers) against persistent dispatches with grid-wide barriers (persist.
 
     python3 benchmarks/results/2026-11-24-h100-persistent/experiments/persist.py 4b DEPTH
 
-DEPTH: the dependent loads of each small phase. Builds persist.comp's variants with glslc into a
-temporary folder first. On llvmpipe only the dispatch mode runs (its workgroups do not all run
+DEPTH: the dependent loads of each small phase. Where glslc is installed it first builds
+persist.comp's variants into spv/ here (ignored by git); the GPU machine has no glslc, so run it
+once here and carry that folder. On llvmpipe only the dispatch mode runs (its workgroups do not all run
 at once, so a grid-wide barrier would wait for ever), on buffers 4096 times smaller."""
-import subprocess, sys, tempfile, time
+import shutil, subprocess, sys, time
 from pathlib import Path
 import numpy as np
 
@@ -23,7 +24,7 @@ from gemma_batch.backends.vulkan.timestamps import Timestamps
 HERE = Path(__file__).resolve().parent
 BUILDS = {"pf0": ["-DPF=0"], "pf8": ["-DPF=8"], "pf16": ["-DPF=16"], "pf8f": ["-DPF=8", "-DFORCE"],
           "pf4f": ["-DPF=4", "-DFORCE"], "pf16f": ["-DPF=16", "-DFORCE"]}
-SPV = Path(tempfile.mkdtemp())
+SPV = HERE / "spv"  # built here by glslc where it is installed (the GPU machine has none: carry them)
 COPIES = 4
 SMALL = [5, 12, 5, 20]  # workgroups of the small phase before qkv, o, gate/up, down (batch 1)
 DEPTH = int(sys.argv[2]) if len(sys.argv) > 2 else 4
@@ -41,7 +42,9 @@ def main():
     shape = sys.argv[1] if len(sys.argv) > 1 else "4b"
     layers, sizes = matrices(shape)
     for name, defines in BUILDS.items():
-        subprocess.run(["glslc", "-fshader-stage=compute", "--target-env=vulkan1.2", "-O", *defines,
+        if shutil.which("glslc"):
+            SPV.mkdir(exist_ok=True)
+            subprocess.run(["glslc", "-fshader-stage=compute", "--target-env=vulkan1.2", "-O", *defines,
                         str(HERE / "persist.comp"), "-o", str(SPV / f"{name}.spv")], check=True)
         variant(f"persist_{name}", f"{name}.spv")
     dev = Device()
