@@ -8,8 +8,8 @@
 Per step the host writes the step's metadata into mapped buffers, fills in the indirect grids and
 submits the command buffer recorded once (`graph.py`) (`submit`); then it waits for the device
 and reads R sampled ids (`wait`). The engine submits the next step before waiting for this one:
-two sets of step inputs take turns, and the next step reads the tokens this one samples on the
-device, so the GPU never waits for the host between steps.
+sets of step inputs, one per step in flight (MAX_IN_FLIGHT), take turns, and the next step reads
+the tokens this one samples on the device, so the GPU never waits for the host between steps.
 Numerics: weights as stored (bf16/fp16/fp32, widened exactly) or int8 / int4 (dequantized in
 registers, `weights.py`); residual stream and every reduction in fp32; KV pages fp16 (default),
 bf16, fp32 or int8 (`--kv-dtype`: rounded as `kv_formats.py` defines, laid out as
@@ -156,7 +156,7 @@ class VulkanBackend(Backend):
         if grows:
             self._ensure(need)
         slot = self._next_slot
-        self._next_slot = 1 - slot
+        self._next_slot = (slot + 1) % self.MAX_IN_FLIGHT
         graph = self.graphs[slot]
         vocab_limit = batch.sampling.vocab_size if batch.sampling is not None and batch.sampling.vocab_size else cfg.vocab_size
         self.buffers.inputs[slot].write(batch, token_ids, rows, vocab_limit, graph.grids(T, len(rows), batch.positions))
@@ -214,10 +214,11 @@ class VulkanBackend(Backend):
         capacity = (self.buffers.capacity if self.buffers is not None else start).grown_to(need)
         self._drop_graph()
         coop = self.coop_min_chunk if self.device.coopmat else None
-        self.buffers = StepBuffers(self.cfg, self.mem, capacity, self.block_size, self.attention_chunk, coop)
+        self.buffers = StepBuffers(self.cfg, self.mem, capacity, self.block_size, self.attention_chunk, coop,
+                                   sets=self.MAX_IN_FLIGHT)
         self.graphs = [StepGraph(self.cfg, self.kernels, self.weights, self.buffers, self.k_pages, self.v_pages,
                                  self.inv_freq, KV_VARIANTS[self.kv_dtype], self.block_size, self.attention_chunk,
-                                 self.profile, coop, slot) for slot in (0, 1)]
+                                 self.profile, coop, slot) for slot in range(self.MAX_IN_FLIGHT)]
 
     def _drop_graph(self) -> None:
         """Free the recorded steps and their buffers; the next step records them again."""

@@ -14,7 +14,7 @@ from . import coopmat, pipeline_stats
 from .errors import VulkanUnavailable
 
 DEVICE_ENV = "GEMMA_BATCH_VK_DEVICE"
-SYNC_FENCE = 2  # the fence of submit_and_wait; 0 and 1 are the steps in flight
+SYNC_FENCE = -1  # the fence of submit_and_wait; 0, 1, ... are the steps in flight (backend.submit)
 _TYPE_NAMES = {0: "other", 1: "integrated GPU", 2: "discrete GPU", 3: "virtual GPU", 4: "CPU"}
 _PREFERENCE = {2: 0, 1: 1, 3: 2, 4: 3, 0: 4}  # device type -> rank (lower is preferred)
 
@@ -231,9 +231,7 @@ class Device:
         self.command_pool = vk.vkCreateCommandPool(self.device, vk.VkCommandPoolCreateInfo(
             sType=vk.VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, queueFamilyIndex=self.queue_family,
             flags=vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT), None)
-        # A fence per step in flight (backend.submit: up to two), and one for submit_and_wait.
-        self.fences = [vk.vkCreateFence(self.device, vk.VkFenceCreateInfo(sType=vk.VK_STRUCTURE_TYPE_FENCE_CREATE_INFO), None)
-                       for _ in range(SYNC_FENCE + 1)]
+        self.fences: dict[int, object] = {}  # a fence per step in flight, and SYNC_FENCE; made on first use
         self.memory_properties = vk.vkGetPhysicalDeviceMemoryProperties(self.physical)
 
     def command_buffer(self):
@@ -244,8 +242,12 @@ class Device:
 
     def submit(self, command_buffer, fence: int = 0) -> None:
         """Start `command_buffer` on the queue; `wait(fence)` returns when it is done. Each fence
-        (0 .. SYNC_FENCE - 1) has one submission at a time; the queue runs them in order."""
+        (an index of a step in flight, or SYNC_FENCE) has one submission at a time; the queue runs
+        them in order."""
         vk = self.vk
+        if fence not in self.fences:
+            self.fences[fence] = vk.vkCreateFence(self.device, vk.VkFenceCreateInfo(
+                sType=vk.VK_STRUCTURE_TYPE_FENCE_CREATE_INFO), None)
         vk.vkQueueSubmit(self.queue, 1, [vk.VkSubmitInfo(
             sType=vk.VK_STRUCTURE_TYPE_SUBMIT_INFO, commandBufferCount=1, pCommandBuffers=[command_buffer])],
             self.fences[fence])
@@ -277,7 +279,7 @@ class Device:
         vk = self.vk
         if getattr(self, "device", None) is not None:
             vk.vkDeviceWaitIdle(self.device)
-            for fence in self.fences:
+            for fence in self.fences.values():
                 vk.vkDestroyFence(self.device, fence, None)
             vk.vkDestroyCommandPool(self.device, self.command_pool, None)
             vk.vkDestroyDevice(self.device, None)

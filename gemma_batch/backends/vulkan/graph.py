@@ -93,10 +93,10 @@ class StepGraph:
         slot: int = 0,
     ) -> None:
         """`coop_min_chunk`: the cooperative-matrix path's shortest K chunk (coop_tiles.coop_chunks),
-        None to run every matmul on matmul.comp. `slot`: which of the buffers' two input sets
-        this recording reads (the other set's sampled ids feed its sourced tokens)."""
+        None to run every matmul on matmul.comp. `slot`: which of the buffers' input sets
+        this recording reads (the previous set's sampled ids feed its sourced tokens)."""
         self.cfg, self.kernels, self.w, self.b = cfg, kernels, weights, buffers
-        self.inp, self.prev_ids = buffers.inputs[slot], buffers.inputs[1 - slot].ids
+        self.inp, self.prev_ids = buffers.inputs[slot], buffers.inputs[slot - 1].ids
         self.attention_chunk = attention_chunk  # the smallest chunk span (attention.py)
         self.k_pages, self.v_pages, self.inv_freq = k_pages, v_pages, inv_freq
         self.kv_name = kv_dtype  # the suffix of the KV-page kernel variants

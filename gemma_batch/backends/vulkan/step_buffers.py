@@ -4,9 +4,10 @@ Host-visible inputs (`StepInputs`), written by the host before each submit (a fe
 `meta` (the step header of common.glsl), `tokens`, `positions`, `token_seq` (sequence of each
 token), per KV group `slots` and `tables` ([S, width] block ids), `rows` (the flat token of each
 logits row), `params` (per-row sampling parameters), `grids` (the indirect dispatch sizes) and
-the output `ids`. There are two sets, used by turns, so that a step can be written and submitted
-while the one before it runs (its tokens may be read from the other set's `ids`: embed.comp).
-Device-local scratch, shared by the two (one step runs at a time): the residual stream `x`
+the output `ids`. There is a set per step in flight (`sets`, the backend's MAX_IN_FLIGHT), used
+by turns, so that a step can be written and submitted while the one before it runs (its tokens
+may be read from the previous set's `ids`: embed.comp).
+Device-local scratch, shared by the sets (one step runs at a time): the residual stream `x`
 [T, H], `qkv`, `q`, `attn`, `y` [T, H], `act` [T, I] and `logits` [R, V], all fp32; the
 `counters` of the matmul epilogues (one per row tile and head) and `row_sync` (per row, the
 workgroups of reduce.comp's post-norm and gated split done, and the latter's max), both zeroed
@@ -138,13 +139,13 @@ def _fill_params(params: np.ndarray, batch: StepBatch, rows: np.ndarray) -> None
 
 class StepBuffers:
     def __init__(self, cfg: Gemma3Config, memory: Memory, capacity: Capacity, block_size: int,
-                 attention_chunk: int, coop_min_chunk: int | None = None) -> None:
-        """`coop_min_chunk`: with the cooperative-matrix path (coopmat.py), its shortest K chunk
+                 attention_chunk: int, coop_min_chunk: int | None, sets: int) -> None:
+        """`sets`: how many sets of inputs take turns (the backend's steps in flight). `coop_min_chunk`: with the cooperative-matrix path (coopmat.py), its shortest K chunk
         (coop_tiles.coop_chunks); None without it. Its buffers are sized for every matmul whose
         shape fits, whatever its weights' dtype."""
         self.cfg, self.mem, self.capacity = cfg, memory, capacity
         T, R = capacity.tokens, capacity.rows
-        self.inputs = (StepInputs(memory, capacity, "set 0"), StepInputs(memory, capacity, "set 1"))
+        self.inputs = tuple(StepInputs(memory, capacity, f"set {i}") for i in range(sets))
         dev = memory.alloc
         H, I, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
         qkv_width = cfg.q_width + 2 * cfg.kv_width
@@ -179,7 +180,7 @@ class StepBuffers:
     def all(self) -> list[Buffer]:
         scratch = [self.x, self.qkv, self.q, self.attn, self.y, self.act, self.logits, self.counters, self.part_acc,
                    self.part_ml, self.attn_counters, self.split, self.split_scale, self.row_sync, self.partial]
-        return scratch + self.inputs[0].all() + self.inputs[1].all()
+        return scratch + [buf for inputs in self.inputs for buf in inputs.all()]
 
     def free(self) -> None:
         for buf in self.all():
