@@ -299,11 +299,7 @@ void main() {
         part_ml[id * 2u * G + tid] = run_max[tid];
         part_ml[id * 2u * G + G + tid] = run_sum[tid];
     }
-    memoryBarrierBuffer();  // this workgroup's partial is visible before it counts itself done
-    barrier();
-    if (tid == 0u) last_of_token = atomicAdd(counters[tj], 1u) == nchunks - 1u;
-    barrier();
-    if (!last_of_token) return;
+    RETURN_UNLESS_LAST(last_of_token, counters[tj], nchunks);  // of the token's chunks
     merge_chunks(tj, tokens_heads, nchunks, G, hd, qbase);
 #ifdef SPLIT_OUT
     split_when_last(t, tokens_heads);

@@ -7,7 +7,6 @@
 // next layer. rec: vec4 per record of part_acc; qbase: the vec4 index of the group's outputs.
 void merge_chunks(uint tj, uint tokens_heads, uint nchunks, uint G, uint hd, uint qbase) {
     uint tid = gl_LocalInvocationID.x, rec = G * hd / 4u;
-    memoryBarrierBuffer();
     if (tid < G) {  // record of chunk c: c * tokens_heads + tj
         float M = NEG;
         for (uint c = 0u; c < nchunks; c++) M = max(M, part_ml[(c * tokens_heads + tj) * 2u * G + tid]);
@@ -36,12 +35,7 @@ void merge_chunks(uint tj, uint tokens_heads, uint nchunks, uint G, uint hd, uin
 // split.comp does (an exact max, then elementwise), and resets the token's counter.
 void split_when_last(uint t, uint tokens_heads) {
     uint tid = gl_LocalInvocationID.x, K4 = pc.num_heads * pc.head_dim / 4u;
-    memoryBarrierBuffer();  // this workgroup's slice is visible before it counts itself done
-    barrier();
-    if (tid == 0u) last_of_token = atomicAdd(counters[tokens_heads + t], 1u) == pc.num_kv_heads - 1u;
-    barrier();
-    if (!last_of_token) return;
-    memoryBarrierBuffer();
+    RETURN_UNLESS_LAST(last_of_token, counters[tokens_heads + t], pc.num_kv_heads);  // of the token's kv heads
     float mx = 0.0;
     for (uint i = tid; i < K4; i += WG) {
         vec4 a = abs(o4[t * K4 + i]);

@@ -16,6 +16,20 @@ layout(std430, set = 0, binding = 7) readonly buffer Meta {
 // attention_heads.glsl); the sums run chunk 0, 1, ... in order whatever it is.
 #define SUM_LOADS 8
 
+// The last to finish runs what follows (a merge, an epilogue, a split): each workgroup makes its
+// writes visible and counts itself done on `counter` (a uint in a coherent buffer: zero at the
+// start of the step, reset by the last); all but the `count`-th to count return from the calling
+// function, and the last goes on and sees every workgroup's writes. `flag`: a shared bool of the
+// kernel. Which workgroup is last never changes a result: the last reads every record in a fixed
+// order. Call from uniform control flow.
+#define RETURN_UNLESS_LAST(flag, counter, count) \
+    memoryBarrierBuffer(); \
+    barrier(); \
+    if (gl_LocalInvocationIndex == 0u) flag = atomicAdd(counter, 1u) == (count) - 1u; \
+    barrier(); \
+    if (!flag) return; \
+    memoryBarrierBuffer()
+
 // Linear workgroup id over an (x, y) grid; the host spreads large counts over y (limits of 65535).
 uint linear_group() { return gl_WorkGroupID.x + gl_NumWorkGroups.x * gl_WorkGroupID.y; }
 

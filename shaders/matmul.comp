@@ -264,12 +264,7 @@ void main() {
 #else
     uint segment = 0, tiles = n_tiles, counter = m0 / MT;
 #endif
-    memoryBarrierBuffer();  // this workgroup's y is visible before it counts itself done
-    barrier();
-    if (tid == 0) last_of_segment = atomicAdd(counters[counter], 1u) == tiles - 1u;
-    barrier();
-    if (!last_of_segment) return;
-    memoryBarrierBuffer();
+    RETURN_UNLESS_LAST(last_of_segment, counters[counter], tiles);  // of the segment's column tiles
     epilogue(m0, M, segment);
     if (tid == 0) counters[counter] = 0u;
 #endif

@@ -206,12 +206,7 @@ void main() {
         CHUNK_SUM(vec4, part4, M, pc.N / 4, at, s);
         sums4[at] = s * scale[m];
     }
-    memoryBarrierBuffer();  // this slice's sums are visible before it counts itself done
-    barrier();
-    if (tid == 0) last_of_row = atomicAdd(row_sync[M + m], 1u) == slices - 1u;
-    barrier();
-    if (!last_of_row) return;
-    memoryBarrierBuffer();
+    RETURN_UNLESS_LAST(last_of_row, row_sync[M + m], slices);  // of the row's slices
     post_norm_row(m);
     if (tid == 0) row_sync[M + m] = 0u;
 #elif defined(GATED) && defined(SPLIT_NEXT)
@@ -242,12 +237,7 @@ void main() {
     }
     mx = workgroup_max(mx);
     if (tid == 0) atomicMax(row_sync[m], floatBitsToUint(mx));  // non-negative floats order as their bits
-    memoryBarrierBuffer();  // this piece's act and max are visible before it counts itself done
-    barrier();
-    if (tid == 0) last_of_row = atomicAdd(row_sync[M + m], 1u) == pieces - 1u;
-    barrier();
-    if (!last_of_row) return;
-    memoryBarrierBuffer();
+    RETURN_UNLESS_LAST(last_of_row, row_sync[M + m], pieces);  // of the row's pieces
     float s = split_scale(uintBitsToFloat(atomicOr(row_sync[m], 0u)));
     for (uint i4 = tid; i4 < row_n4 / 2; i4 += WG) {  // two vec4 (8 values, 4 words of hi and of lo) each
         vec4 a = act4[m * row_n4 + 2 * i4] * s, b = act4[m * row_n4 + 2 * i4 + 1] * s;
