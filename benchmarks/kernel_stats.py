@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from gemma_batch.backends.vulkan import coopmat, pipeline_stats
+from gemma_batch.backends.vulkan import pipeline_stats
 from gemma_batch.backends.vulkan.device import Device
 from gemma_batch.backends.vulkan.kernels import VARIANTS, Kernels
 from gemma_batch.bench.shapes import shape_config
@@ -42,7 +42,7 @@ def main() -> None:
     dev = Device(capture_statistics=True)
     if not dev.statistics:
         raise SystemExit(f"{dev.info.name} does not expose {pipeline_stats.EXTENSION}")
-    kernels = Kernels(dev, x_lo=coopmat.split_inputs(), kv_group=cfg.num_heads // cfg.num_kv_heads, hidden=cfg.hidden_size)
+    kernels = Kernels.for_model(dev, cfg)
     nvidia = dev.info.vendor_id == NVIDIA
     names = args.kernels.split(",") if args.kernels else list(VARIANTS)
     print(f"{dev.info.name}; specialization constants of shape {args.shape}")

@@ -30,7 +30,6 @@ from ...model.quant import FORMATS
 from ..base import Backend, StepBatch, StepResult
 from ..cpu import rope_inv_freq
 from ..kv_formats import kv_slot_bytes, kv_token_bytes
-from . import coopmat
 from .attention import DEFAULT_CHUNK
 from .bandwidth import measure_read_bandwidth
 from .device import Device
@@ -72,8 +71,7 @@ class VulkanBackend(Backend):
         self.coop_min_chunk = coop_min_chunk
         self.device = Device(device)
         self.mem = Memory(self.device)
-        self.kernels = Kernels(self.device, x_lo=coopmat.split_inputs(), kv_group=cfg.num_heads // cfg.num_kv_heads,
-                               hidden=cfg.hidden_size)
+        self.kernels = Kernels.for_model(self.device, cfg)
         self.weights = DeviceWeights(cfg, self.mem, tiles=self.device.coopmat)
         self.k_pages: dict = {}
         self.v_pages: dict = {}

@@ -14,11 +14,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .coop_tiles import COOP_DIRECT_DTYPES, COOP_DTYPES, COOP_FOLD_DEFINES, COOP_WIDE_DEFINES, coop_variant
+from . import coopmat
 from .device import Device
+
+if TYPE_CHECKING:
+    from ...model.config import Gemma3Config
 
 SPV_DIR = Path(__file__).resolve().parent / "spv"
 NUM_BINDINGS = 16  # the backend checks maxPerStageDescriptorStorageBuffers
@@ -171,6 +176,13 @@ class Kernels:
         self._modules: list = []
         self._pools: list = []
         self._pool_left = 0
+
+    @classmethod
+    def for_model(cls, device: Device, cfg: Gemma3Config) -> Kernels:
+        """The kernels as the backend builds them for `cfg`: its query heads per KV head and hidden
+        size, and the run's input mode (coopmat.split_inputs)."""
+        return cls(device, x_lo=coopmat.split_inputs(), kv_group=cfg.num_heads // cfg.num_kv_heads,
+                   hidden=cfg.hidden_size)
 
     def pipeline(self, name: str):
         if name not in self.pipelines:
