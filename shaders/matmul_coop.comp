@@ -20,16 +20,24 @@
 // (prefill) a workgroup runs the chunks in order itself and writes their sum as chunk 0.
 //
 // Tile: a workgroup owns BN = SG_N * TN * 16 outputs x BM = SG_M * TM * 16 rows; its
-// SG_N * SG_M subgroups of 32 each own TN x TM tiles. Per stage of KU = 64 k, the workgroup
-// copies W [BN, 64] and x hi/lo [BM, 64] to shared memory with 16-byte loads (the next stage's
-// loads are issued before this stage's multiplies), then each subgroup multiplies its tiles.
+// SG_N * SG_M subgroups of 32 each own TN x TM tiles. Per stage of KU k (64, or 32 where a
+// stage of 64 would not fit in shared memory), the workgroup copies W [BN, KU] and x hi/lo
+// [BM, KU] to shared memory with 16-byte loads (the next stage's loads are issued before this
+// stage's multiplies), then each subgroup multiplies its tiles.
 // Rows past M read row M - 1 and are written only into the padding of partial (rows up to the
 // tile's end); whole row tiles past M are skipped.
+// Order of the prefill workgroups: the row tiles go in groups whose x rows (hi and lo) come to at
+// most FOLD_GROUP_BYTES, and a group runs over every column tile before the next group starts,
+// so its x stays in L2 while the weights stream (once per group). Row tiles fastest, as in decode
+// steps, let x (168 MB of hi and lo at 4b's gate/up and 32 x 512 rows) leave L2 before the next
+// column tile reads it again: 4b on the H100, a layer's four matmuls at 16,384 rows took 38.6 ms
+// that way against 29.4-30.3 ms grouped (the 64 x 128 tile; docs/PERFORMANCE.md). The order sets
+// no sum: every tile's sums are its own.
 //
 // Variants: W_T16 | W_I8 | W_I4; GATED (N = 2 I: output columns [0, I) from W at binding 0, [I, 2 I)
 // from the up weights at binding 4); ROWS (M = meta.num_rows: the LM head's gathered rows); the
-// tile (SG_N, SG_M, TN, TM; the host runs coop_tiles.COOP_FOLD_DEFINES' tile above FOLD_ROWS rows,
-// or with X_LO false COOP_WIDE_DEFINES', whose x stage fits in shared memory only without lo).
+// tile (SG_N, SG_M, TN, TM, KU; above FOLD_ROWS rows the host runs coop_tiles.COOP_FOLD_DEFINES'
+// tile, or for fp16 tiles COOP_WIDE_DEFINES' (X_LO false) or COOP_WIDE_SPLIT_DEFINES' (X_LO true)).
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -46,9 +54,14 @@
 #define WG (32 * SG_N * SG_M)
 #define BN (16 * SG_N * TN)     // coop_tiles.COOP_COLS, COOP_WIDE_COLS
 #define BM (16 * SG_M * TM)
-#define KU 64                   // k per stage (coop_tiles.COOP_KU)
+#ifndef KU
+#define KU 64                   // k per stage (coop_tiles.COOP_KU; 32 for tiles whose stage would not fit)
+#endif
+#define XV (KU / 8)             // pieces of 8 (uvec4 of fp16) of a staged row
+#define KBS (KU / 16)           // 16-wide k blocks per stage
 #define FOLD_ROWS 64            // coop_tiles.COOP_FOLD_ROWS
-#define PAD 9                   // uvec4 per staged row: 8 of data, 1 of padding against bank conflicts
+#define FOLD_GROUP_BYTES (16u << 20)  // x bytes of a group of row tiles (prefill; see the header)
+#define PAD (XV + 1)            // uvec4 per staged row: XV of data, 1 of padding against bank conflicts
 layout(local_size_x = WG) in;
 layout(constant_id = 0) const bool X_LO = true;  // x as hi + lo (true) or hi alone
 
@@ -73,13 +86,13 @@ layout(push_constant) uniform Push {
     uint group;    // W_I4: weights per scale
 } pc;
 
-shared uvec4 wsh[BN * PAD];      // W stage [BN rows][64 k] as fp16
+shared uvec4 wsh[BN * PAD];      // W stage [BN rows][KU k] as fp16
 shared uvec4 xsh[(X_LO ? 2 : 1) * BM * PAD];  // x stage: hi rows, then lo rows (X_LO)
 
 #define ACC coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
 #define MAT_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
 #define MAT_B coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
-#define W_LOADS (BN * 8 / WG)        // pieces of 8 weights of W per invocation per stage
+#define W_LOADS (BN * XV / WG)       // pieces of 8 weights of W per invocation per stage
 #if defined(W_I8)
 #define W_BYTES_PER_8 8
 #elif defined(W_I4)
@@ -87,15 +100,15 @@ shared uvec4 xsh[(X_LO ? 2 : 1) * BM * PAD];  // x stage: hi rows, then lo rows 
 #else
 #define W_BYTES_PER_8 16
 #endif
-// Where staged piece e (8 weights: row e / 8 of the stage, k 8 (e % 8) on) comes from and goes to.
-#ifdef W_T16  // pieces in tile order: tile e / 32 of the stage (output tile t / 4, k block t % 4), its row (e % 32) / 2
-#define W_AT(e, k0) ((((wrow0 / 16) + (e) / 128) * (pc.K / 16) + (k0) / 16 + ((e) / 32) % 4) * 32 + (e) % 32)
-#define W_SH(e) ((((e) / 128) * 16 + ((e) % 32) / 2) * PAD + (((e) / 32) % 4) * 2 + (e) % 2)
+// Where staged piece e (8 weights: row e / XV of the stage, k 8 (e % XV) on) comes from and goes to.
+#ifdef W_T16  // pieces in tile order: tile t = e / 32 of the stage (output tile t / KBS, k block t % KBS), its row (e % 32) / 2
+#define W_AT(e, k0) ((((wrow0 / 16) + (e) / (32 * KBS)) * (pc.K / 16) + (k0) / 16 + ((e) / 32) % KBS) * 32 + (e) % 32)
+#define W_SH(e) ((((e) / (32 * KBS)) * 16 + ((e) % 32) / 2) * PAD + (((e) / 32) % KBS) * 2 + (e) % 2)
 #else
-#define W_AT(e, k0) ((wrow0 + (e) / 8) * K8 + (k0) / 8 + (e) % 8)
-#define W_SH(e) (((e) / 8) * PAD + (e) % 8)
+#define W_AT(e, k0) ((wrow0 + (e) / XV) * K8 + (k0) / 8 + (e) % XV)
+#define W_SH(e) (((e) / XV) * PAD + (e) % XV)
 #endif
-#define X_LOADS (2 * BM * 8 / WG)    // uvec4 of x per invocation per stage
+#define X_LOADS (2 * BM * XV / WG)   // uvec4 of x per invocation per stage
 
 uint fp16_pair(float a, float b) {  // two weights as fp16, clamped into fp16's range
     return packHalf2x16(clamp(vec2(a, b), vec2(-65504.0), vec2(65504.0)));
@@ -127,6 +140,12 @@ void main() {
     if (id >= m_groups * n_groups * (fold ? 1u : chunks)) return;
     uint m0 = (id % m_groups) * BM;  // neighbouring workgroups share W rows: they stay in cache
     uint n0 = ((id / m_groups) % n_groups) * BN;
+    if (fold) {  // row tiles in groups, a group over every column tile before the next (see the header)
+        uint most = max(1u, FOLD_GROUP_BYTES / (BM * pc.K * (X_LO ? 4u : 2u)));
+        uint first = (id / (most * n_groups)) * most, rest = id - first * n_groups, size = min(most, m_groups - first);
+        m0 = (first + rest % size) * BM;
+        n0 = (rest / size) * BN;
+    }
     uint c_first = fold ? 0u : id / (m_groups * n_groups);
     uint k_begin = c_first * pc.kchunk, k_end = fold ? pc.K : k_begin + pc.kchunk;
     uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID;
@@ -153,7 +172,7 @@ void main() {
     [[unroll]] for (uint i = 0; i < W_LOADS; i++) {
         wsc[i] = 1.0;
 #ifdef W_I8
-        uint at = scale_base + wrow0 + (tid + WG * i) / 8;
+        uint at = scale_base + wrow0 + (tid + WG * i) / XV;
         wsc[i] = uintBitsToFloat(up ? u_scales[at] : w_scales[at]);
 #endif
     }
@@ -171,11 +190,11 @@ void main() {
         [[unroll]] for (uint i = 0; i < W_LOADS; i++) { \
             uint e = tid + WG * i, at = W_AT(e, k0); \
             if (up) wr[i] = u4[at]; else wr[i] = w4[at]; \
-            LOAD_SCALE(i, wrow0 + e / 8, (k0) + 8 * (e % 8)); \
+            LOAD_SCALE(i, wrow0 + e / XV, (k0) + 8 * (e % XV)); \
         } \
         [[unroll]] for (uint i = 0; i < X_LOADS; i++) { \
-            uint e = tid + WG * i, row = e / 16, half_ = (e / 8) % 2; \
-            if (X_LO || half_ == 0u) xr[i] = xs4[min(m0 + row, M - 1) * xrow + half_ * K8 + (k0) / 8 + e % 8]; \
+            uint e = tid + WG * i, row = e / (2 * XV), half_ = (e / XV) % 2; \
+            if (X_LO || half_ == 0u) xr[i] = xs4[min(m0 + row, M - 1) * xrow + half_ * K8 + (k0) / 8 + e % XV]; \
         } }
 
     ACC acc[TN * TM];  // tile (tn, tm) at tn * TM + tm
@@ -189,8 +208,8 @@ void main() {
             wsh[W_SH(e)] = to_fp16(wr[i], wsc[i]);
         }
         [[unroll]] for (uint i = 0; i < X_LOADS; i++) {
-            uint e = tid + WG * i, row = e / 16, half_ = (e / 8) % 2;
-            if (X_LO || half_ == 0u) xsh[(half_ * BM + row) * PAD + e % 8] = xr[i];
+            uint e = tid + WG * i, row = e / (2 * XV), half_ = (e / XV) % 2;
+            if (X_LO || half_ == 0u) xsh[(half_ * BM + row) * PAD + e % XV] = xr[i];
         }
         barrier();
         if (k0 + KU < k_end) LOAD_STAGE(k0 + KU);  // in flight during the multiplies

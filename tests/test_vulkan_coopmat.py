@@ -71,7 +71,8 @@ def test_cooperative_matmuls_match_the_cpu_backend(checkpoints, model, min_chunk
 def test_prefill_above_the_fold_matches_decode_sized_steps(monkeypatch, inputs):
     """Steps of more than 64 tokens sum the K chunks inside matmul_coop.comp; smaller ones in
     reduce.comp. A prompt run in one 80-token step and in 7-token steps gives identical logits,
-    with either inputs (fp16: the demo model's matrices of 128-multiple widths on the wide tile)."""
+    with either inputs (the demo model's matrices of 128-multiple widths on the 128-wide tile of
+    that input mode)."""
     from gemma_batch.engine.generate import generate_greedy
 
     monkeypatch.setenv(INPUTS_ENV, inputs)
@@ -90,9 +91,9 @@ def test_prefill_above_the_fold_matches_decode_sized_steps(monkeypatch, inputs):
         generate_greedy(backend, [prompt], 4, step_token_budget=budget, on_step=record)
         runs.append(rows)
         backend.close()
-    wide = {"coop_t16_fold_wide", "coop_gated_t16_fold_wide"}
-    assert "coop_t16_fold" in ran or "coop_t16_fold_wide" in ran
-    assert (wide <= ran) == (inputs == "fp16") and not (wide & ran and "coop_t16_fold" in ran)
+    tile, other = ("_wide", "_wide_split") if inputs == "fp16" else ("_wide_split", "_wide")
+    assert {f"coop_t16_fold{tile}", f"coop_gated_t16_fold{tile}"} <= ran
+    assert not {f"coop{gated}_t16_fold{t}" for gated in ("", "_gated") for t in ("", other)} & ran
     assert runs[0].keys() == runs[1].keys()
     for pos in runs[0]:
         assert np.array_equal(runs[0][pos], runs[1][pos]), pos

@@ -89,6 +89,38 @@ def test_a_cooperative_matmul_matches_float64(M, chunks):
     assert err < 1e-5
 
 
+@needs_coopmat
+@pytest.mark.parametrize("inputs", ["split", "fp16"])
+def test_prefill_tiles_sum_as_the_decode_tile_does(inputs):
+    """The prefill tiles of fp16 weights (64 wide, and the 128-wide tile of the input mode) give,
+    bit for bit, the decode tile's K-chunk sums added in chunk order in fp32 (what reduce.comp
+    adds), so a token's output does not depend on the size of its step. 5 row tiles of K = 16,384:
+    their x exceeds matmul_coop.comp's FOLD_GROUP_BYTES, so the rows run in groups (2 + 2 + 1 row
+    tiles with split inputs, 4 + 1 with fp16)."""
+    rng = np.random.default_rng(3)
+    M, N, K, chunks = 600, 256, 16384, 4
+    bits = ((rng.standard_normal((N, K)) * 0.05).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    push = {"N": N, "K": K, "kchunk": K // chunks, "group": 0}
+    folds = {"coop_t16_fold": 64, "coop_t16_fold_wide_split" if inputs == "split" else "coop_t16_fold_wide": 128}
+    with Dispatches(tokens=M, x_lo=inputs == "split") as d:
+        split, scale, tiles = d.alloc(4 * M * K, "split"), d.alloc(4 * M, "scale"), d.upload(fp16_tiles(Tensor("BF16", bits)), "w")
+        d.dispatch("split_plain", {1: d.upload(x, "x"), 2: split, 4: scale}, {"K": K, "eps": 1e-6}, M)
+        mpad = -(-M // 32) * 32
+        part = d.alloc(4 * chunks * mpad * N, "chunk sums")
+        d.dispatch("coop_t16", {0: tiles, 1: split, 2: part}, push, mpad // 32 * N // 128 * chunks)
+        outs = {name: d.alloc(4 * -(-M // 128) * 128 * N, name) for name in folds}
+        for name, cols in folds.items():
+            d.dispatch(name, {0: tiles, 1: split, 2: outs[name]}, push, -(-M // 128) * N // cols)
+        d.run()
+        sums = d.download(part).view(np.float32).reshape(chunks, mpad, N)[:, :M]
+        expected = sums[0]
+        for c in range(1, chunks):
+            expected = expected + sums[c]  # float32, in chunk order
+        for name in folds:
+            assert np.array_equal(d.download(outs[name]).view(np.float32)[: M * N].reshape(M, N), expected), name
+
+
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x**3)))
 

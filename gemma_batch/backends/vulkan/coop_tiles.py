@@ -18,9 +18,15 @@ COOP_DIRECT_COLS = 128  # outputs per workgroup of matmul_coop_direct.comp (its 
 # the same order per output, so the results are bit for bit those of the decode tile.
 COOP_FOLD_DEFINES = ("SG_N=2", "SG_M=4", "TN=2", "TM=2")
 COOP_FOLD_TILE_ROWS = 128
-# With fp16 inputs (Kernels.x_lo False) fp16 tiles' prefill runs the `_wide` tile where N allows:
-# 8 subgroups of 2 x 4 tiles, 128 outputs x 128 rows (x hi and lo would not fit in shared memory).
-COOP_WIDE_DEFINES, COOP_WIDE_COLS = ("SG_N=4", "SG_M=2", "TN=2", "TM=4"), 128
+# fp16 tiles' prefill runs a 128-output x 128-row tile where N allows, 8 subgroups: with fp16
+# inputs (Kernels.x_lo False) `_wide`, 2 x 4 tiles each; with split inputs `_wide_split`, 4 x 2
+# tiles each in stages of 32 k (x hi and lo of 64 k would not fit in shared memory). 4b on the
+# H100, a layer's four matmuls at 4,096 / 16,384 rows with split inputs: 6.69-6.74 / 26.9-27.0
+# ms against the 64-output tile's 7.13-7.39 / 29.4-30.3 (both with grouped row tiles; with fp16
+# inputs this tile lost to `_wide`, 6.23 against 5.84-5.86 ms at 4,096 rows; docs/PERFORMANCE.md).
+COOP_WIDE_DEFINES = ("SG_N=4", "SG_M=2", "TN=2", "TM=4")
+COOP_WIDE_SPLIT_DEFINES = ("SG_N=2", "SG_M=4", "TN=4", "TM=2", "KU=32")
+COOP_WIDE_COLS = 128
 COOP_KU = 64  # k per stage of matmul_coop.comp
 COOP_FOLD_ROWS = 64  # FOLD_ROWS of matmul_coop.comp and reduce.comp
 COOP_TARGET_GROUPS = 512  # K is cut into chunks until a decode matmul has this many workgroups
@@ -56,20 +62,22 @@ def coop_partial_floats(max_rows: int, N: int, chunks: int) -> int:
 def coop_variant(defines: tuple[str, ...], dtype: str, fold: bool | str = False) -> str:
     """The cooperative matmul variant for weights of `dtype` with `defines` (GATED, ROWS or none),
     with the decode tile (matmul_coop_direct.comp's for COOP_DIRECT_DTYPES) or (`fold`)
-    matmul_coop.comp's tile for steps of more than COOP_FOLD_ROWS rows (`fold="wide"`: the
-    COOP_WIDE_DEFINES tile)."""
+    matmul_coop.comp's tile for steps of more than COOP_FOLD_ROWS rows (`fold="wide"` or
+    "wide_split": the COOP_WIDE_DEFINES or COOP_WIDE_SPLIT_DEFINES tile)."""
     return "_".join(["coop", *(d.lower() for d in defines), dtype.lower(), *(["fold"] if fold else []),
-                     *(["wide"] if fold == "wide" else [])])
+                     *([fold] if isinstance(fold, str) else [])])
 
 
 def coop_fold(dtype: str, N: int, x_lo: bool) -> bool | str:
-    """The prefill tile for N outputs of `dtype` weights: "wide" where it applies, else True."""
-    wide = not x_lo and dtype in COOP_DIRECT_DTYPES and N % COOP_WIDE_COLS == 0
-    return "wide" if wide else True
+    """The prefill tile for N outputs of `dtype` weights with split inputs (`x_lo`) or fp16 ones:
+    a 128-wide tile ("wide_split" or "wide") where it applies, else True."""
+    if dtype in COOP_DIRECT_DTYPES and N % COOP_WIDE_COLS == 0:
+        return "wide_split" if x_lo else "wide"
+    return True
 
 
 def coop_cols(dtype: str, fold: bool | str) -> int:
     """Outputs per workgroup of that variant."""
-    if fold == "wide":
+    if isinstance(fold, str):
         return COOP_WIDE_COLS
     return COOP_DIRECT_COLS if dtype in COOP_DIRECT_DTYPES and not fold else COOP_COLS

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .coop_tiles import COOP_DIRECT_DTYPES, COOP_DTYPES, COOP_FOLD_DEFINES, COOP_WIDE_DEFINES, coop_variant
+from .coop_tiles import (COOP_DIRECT_DTYPES, COOP_DTYPES, COOP_FOLD_DEFINES, COOP_WIDE_DEFINES,
+                         COOP_WIDE_SPLIT_DEFINES, coop_variant)
 from . import coopmat
 from .device import Device
 
@@ -127,8 +128,9 @@ def _variants() -> dict[str, Variant]:
             out.append(Variant(coop_variant(gemm, dtype, fold=True), "matmul_coop",
                                (WEIGHT_DEFINES[dtype], *gemm, *COOP_FOLD_DEFINES), "glslang"))
             if dtype in COOP_DIRECT_DTYPES and "ROWS" not in gemm:  # the LM head's N is no multiple of 128
-                out.append(Variant(coop_variant(gemm, dtype, fold="wide"), "matmul_coop",
-                                   (WEIGHT_DEFINES[dtype], *gemm, *COOP_WIDE_DEFINES), "glslang"))
+                for wide, tile in (("wide", COOP_WIDE_DEFINES), ("wide_split", COOP_WIDE_SPLIT_DEFINES)):
+                    out.append(Variant(coop_variant(gemm, dtype, fold=wide), "matmul_coop",
+                                       (WEIGHT_DEFINES[dtype], *gemm, *tile), "glslang"))
     out += [Variant("split_plain", "split"), Variant("split_norm", "split", ("NORM",)),
             Variant("split_norm_rows", "split", ("NORM", "ROW_GATHER")),
             Variant("reduce_post_norm", "reduce", ("EPI_NORM_ADD",)), Variant("reduce_gated", "reduce", ("GATED",)),

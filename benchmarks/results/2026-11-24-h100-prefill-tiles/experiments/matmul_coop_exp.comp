@@ -1,0 +1,260 @@
+// The experiment's build of shaders/matmul_coop.comp: FOLD_GROUP row tiles a group (0: ungrouped, as
+// shipped before). build*.sh compile it with shaders/ as the include path.
+#version 450
+// Cooperative-matrix (tensor core) matmul: partial[c, m, n] = sum over chunk c of K of
+// W[n, k] * x[m, k], as 16 x 16 x 16 fp16 tiles with fp32 accumulation.
+//
+// x comes from split.comp: each row as fp16 hi and lo halves of the row times a power of two
+// (hi + lo keeps 22 significant bits), so every tile is multiplied twice, W.hi then W.lo, and
+// the product keeps near-fp32 accuracy; X_LO false (a specialization constant, kernels.Kernels'
+// x_lo) takes hi alone: 11 significant bits, half the matrix work and half the x staging. W is fp16 in 16 x 16 tiles (W_T16: bf16 and fp16
+// checkpoints, converted at upload by weights.py, exact in fp16's normal range, which holds every
+// weight of a real checkpoint), or int8 / int4 codes (matmul.comp's W_I8 / W_I4 layout: codes,
+// then scales, in one buffer), dequantized while staged as fp16(code * scale): the weight the CPU
+// uses, rounded once more, to fp16 (a relative 2^-11, well inside the quantization's own error).
+// For fp16 tiles, steps of up to FOLD_ROWS rows run matmul_coop_direct.comp instead (same sums,
+// same order), so only this kernel's prefill tile is built for them.
+//
+// Sum order, the same for every M and every tile shape (batch invariance): K is cut into
+// chunks of pc.kchunk; inside a chunk the 16-wide k blocks are accumulated in order; the chunks'
+// sums are then added in chunk order. For M <= FOLD_ROWS (decode) each chunk is its own
+// workgroup (more workgroups streaming weights) and reduce.comp adds the chunks; above it
+// (prefill) a workgroup runs the chunks in order itself and writes their sum as chunk 0.
+//
+// Tile: a workgroup owns BN = SG_N * TN * 16 outputs x BM = SG_M * TM * 16 rows; its
+// SG_N * SG_M subgroups of 32 each own TN x TM tiles. Per stage of KU k (64, or 32 where a
+// stage of 64 would not fit in shared memory), the workgroup copies W [BN, KU] and x hi/lo
+// [BM, KU] to shared memory with 16-byte loads (the next stage's loads are issued before this
+// stage's multiplies), then each subgroup multiplies its tiles.
+// Rows past M read row M - 1 and are written only into the padding of partial (rows up to the
+// tile's end); whole row tiles past M are skipped.
+// Order of the prefill workgroups: the row tiles go in groups whose x rows (hi and lo) come to at
+// most FOLD_GROUP_BYTES, and a group runs over every column tile before the next group starts,
+// so its x stays in L2 while the weights stream (once per group). Row tiles fastest, as in decode
+// steps, let x (168 MB of hi and lo at 4b's gate/up and 32 x 512 rows) leave L2 before the next
+// column tile reads it again: 4b on the H100, a layer's four matmuls at 16,384 rows took 38.6 ms
+// that way against 29.4-30.3 ms grouped (the 64 x 128 tile; docs/PERFORMANCE.md). The order sets
+// no sum: every tile's sums are its own.
+//
+// Variants: W_T16 | W_I8 | W_I4; GATED (N = 2 I: output columns [0, I) from W at binding 0, [I, 2 I)
+// from the up weights at binding 4); ROWS (M = meta.num_rows: the LM head's gathered rows); the
+// tile (SG_N, SG_M, TN, TM, KU; above FOLD_ROWS rows the host runs coop_tiles.COOP_FOLD_DEFINES'
+// tile, or for fp16 tiles COOP_WIDE_DEFINES' (X_LO false) or COOP_WIDE_SPLIT_DEFINES' (X_LO true)).
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_EXT_control_flow_attributes : require
+#include "common.glsl"
+
+#ifndef SG_N
+#define SG_N 4
+#define SG_M 1
+#define TN 1
+#define TM 2
+#endif
+#define WG (32 * SG_N * SG_M)
+#define BN (16 * SG_N * TN)     // coop_tiles.COOP_COLS, COOP_WIDE_COLS
+#define BM (16 * SG_M * TM)
+#ifndef KU
+#define KU 64                   // k per stage (coop_tiles.COOP_KU; 32 for tiles whose stage would not fit)
+#endif
+#define XV (KU / 8)             // pieces of 8 (uvec4 of fp16) of a staged row
+#define KBS (KU / 16)           // 16-wide k blocks per stage
+#define FOLD_ROWS 64            // coop_tiles.COOP_FOLD_ROWS
+#ifndef FOLD_GROUP
+#define FOLD_GROUP 0
+#endif
+#define PAD (XV + 1)            // uvec4 per staged row: XV of data, 1 of padding against bank conflicts
+layout(local_size_x = WG) in;
+layout(constant_id = 0) const bool X_LO = true;  // x as hi + lo (true) or hi alone
+
+#if defined(W_I8)
+#define WPIECE uvec2  // 8 weights
+#elif defined(W_I4)
+#define WPIECE uint
+#else
+#define WPIECE uvec4
+#endif
+layout(std430, binding = 0) readonly buffer Wb { WPIECE w4[]; };
+layout(std430, binding = 1) readonly buffer Xb { uvec4 xs4[]; };   // split rows [hi K | lo K], fp16
+layout(std430, binding = 2) writeonly buffer Pb { float part[]; };  // [chunks, Mpad, N]
+layout(std430, binding = 4) readonly buffer W2b { WPIECE u4[]; };
+// The scales of quantized weights, after the codes (aliases of bindings 0 and 4).
+layout(std430, binding = 0) readonly buffer WSb { uint w_scales[]; };
+layout(std430, binding = 4) readonly buffer W2Sb { uint u_scales[]; };
+layout(push_constant) uniform Push {
+    uint N;
+    uint K;
+    uint kchunk;   // K per chunk, a multiple of KU dividing K
+    uint group;    // W_I4: weights per scale
+} pc;
+
+shared uvec4 wsh[BN * PAD];      // W stage [BN rows][KU k] as fp16
+shared uvec4 xsh[(X_LO ? 2 : 1) * BM * PAD];  // x stage: hi rows, then lo rows (X_LO)
+
+#define ACC coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
+#define MAT_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
+#define MAT_B coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
+#define W_LOADS (BN * XV / WG)       // pieces of 8 weights of W per invocation per stage
+#if defined(W_I8)
+#define W_BYTES_PER_8 8
+#elif defined(W_I4)
+#define W_BYTES_PER_8 4
+#else
+#define W_BYTES_PER_8 16
+#endif
+// Where staged piece e (8 weights: row e / XV of the stage, k 8 (e % XV) on) comes from and goes to.
+#ifdef W_T16  // pieces in tile order: tile t = e / 32 of the stage (output tile t / KBS, k block t % KBS), its row (e % 32) / 2
+#define W_AT(e, k0) ((((wrow0 / 16) + (e) / (32 * KBS)) * (pc.K / 16) + (k0) / 16 + ((e) / 32) % KBS) * 32 + (e) % 32)
+#define W_SH(e) ((((e) / (32 * KBS)) * 16 + ((e) % 32) / 2) * PAD + (((e) / 32) % KBS) * 2 + (e) % 2)
+#else
+#define W_AT(e, k0) ((wrow0 + (e) / XV) * K8 + (k0) / 8 + (e) % XV)
+#define W_SH(e) (((e) / XV) * PAD + (e) % XV)
+#endif
+#define X_LOADS (2 * BM * XV / WG)   // uvec4 of x per invocation per stage
+
+uint fp16_pair(float a, float b) {  // two weights as fp16, clamped into fp16's range
+    return packHalf2x16(clamp(vec2(a, b), vec2(-65504.0), vec2(65504.0)));
+}
+
+uvec4 fp16_8(vec4 lo, vec4 hi) {
+    return uvec4(fp16_pair(lo.x, lo.y), fp16_pair(lo.z, lo.w), fp16_pair(hi.x, hi.y), fp16_pair(hi.z, hi.w));
+}
+
+uvec4 to_fp16(WPIECE v, float scale) {  // 8 weights of W's storage type as 8 fp16 (scale: quantized W's)
+#if defined(W_I8)
+    return fp16_8(int8x4(v.x) * scale, int8x4(v.y) * scale);
+#elif defined(W_I4)
+    return fp16_8(int4x4(v) * scale, int4x4(v >> 16) * scale);
+#else
+    return v;
+#endif
+}
+
+void main() {
+#ifdef ROWS
+    uint M = meta.num_rows;
+#else
+    uint M = meta.num_tokens;
+#endif
+    uint m_groups = (M + BM - 1) / BM, n_groups = pc.N / BN, chunks = pc.K / pc.kchunk;
+    bool fold = M > FOLD_ROWS;
+    uint id = linear_group();
+    if (id >= m_groups * n_groups * (fold ? 1u : chunks)) return;
+    uint m0 = (id % m_groups) * BM;  // neighbouring workgroups share W rows: they stay in cache
+    uint n0 = ((id / m_groups) % n_groups) * BN;
+#if FOLD_GROUP > 0
+    if (fold) {  // row tiles in groups of FOLD_GROUP, each group over every column tile: its x stays in L2
+        uint first = (id / (FOLD_GROUP * n_groups)) * FOLD_GROUP, rest = id - first * n_groups;
+        uint gm = min(FOLD_GROUP, m_groups - first);
+        m0 = (first + rest % gm) * BM;
+        n0 = (rest / gm) * BN;
+    }
+#endif
+    uint c_first = fold ? 0u : id / (m_groups * n_groups);
+    uint k_begin = c_first * pc.kchunk, k_end = fold ? pc.K : k_begin + pc.kchunk;
+    uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID;
+    uint sg_n = sg % SG_N, sg_m = sg / SG_N;
+    uint K8 = pc.K / 8, xrow = pc.K / 4;  // pieces of 8 per W row, uvec4 per split x row
+#ifdef GATED
+    bool up = n0 >= pc.N / 2;
+    uint wrow0 = up ? n0 - pc.N / 2 : n0;
+#else
+    bool up = false;
+    uint wrow0 = n0;
+#endif
+    // Which of this subgroup's row tiles hold rows below M (uniform per subgroup).
+    uint live_tm = min(TM, (M - min(M, m0 + sg_m * TM * 16) + 15) / 16);
+
+    // Quantized W: where the scales start (words), and the scale of each staged piece: int8's is
+    // its row's (the rows an invocation stages are the same every stage), int4's its group's.
+#ifdef GATED
+    uint scale_base = (pc.N / 2) * (pc.K / 8) * (W_BYTES_PER_8 / 4);
+#else
+    uint scale_base = pc.N * (pc.K / 8) * (W_BYTES_PER_8 / 4);
+#endif
+    float wsc[W_LOADS];
+    [[unroll]] for (uint i = 0; i < W_LOADS; i++) {
+        wsc[i] = 1.0;
+#ifdef W_I8
+        uint at = scale_base + wrow0 + (tid + WG * i) / XV;
+        wsc[i] = uintBitsToFloat(up ? u_scales[at] : w_scales[at]);
+#endif
+    }
+#ifdef W_I4
+#define LOAD_SCALE(i, row, k) { uint g_ = (row) * (pc.K / pc.group) + (k) / pc.group; \
+        uint pair_ = up ? u_scales[scale_base + g_ / 2] : w_scales[scale_base + g_ / 2]; \
+        wsc[i] = int4_scale(pair_, g_ & 1u); }
+#else
+#define LOAD_SCALE(i, row, k)
+#endif
+
+    WPIECE wr[W_LOADS];
+    uvec4 xr[X_LOADS];
+#define LOAD_STAGE(k0) { \
+        [[unroll]] for (uint i = 0; i < W_LOADS; i++) { \
+            uint e = tid + WG * i, at = W_AT(e, k0); \
+            if (up) wr[i] = u4[at]; else wr[i] = w4[at]; \
+            LOAD_SCALE(i, wrow0 + e / XV, (k0) + 8 * (e % XV)); \
+        } \
+        [[unroll]] for (uint i = 0; i < X_LOADS; i++) { \
+            uint e = tid + WG * i, row = e / (2 * XV), half_ = (e / XV) % 2; \
+            if (X_LO || half_ == 0u) xr[i] = xs4[min(m0 + row, M - 1) * xrow + half_ * K8 + (k0) / 8 + e % XV]; \
+        } }
+
+    ACC acc[TN * TM];  // tile (tn, tm) at tn * TM + tm
+    ACC total[TN * TM];
+    [[unroll]] for (uint i = 0; i < TN * TM; i++) { acc[i] = ACC(0.0); total[i] = ACC(0.0); }
+    LOAD_STAGE(k_begin);
+    for (uint k0 = k_begin; k0 < k_end; k0 += KU) {
+        barrier();  // the last stage's multiplies are done with shared memory
+        [[unroll]] for (uint i = 0; i < W_LOADS; i++) {
+            uint e = tid + WG * i;
+            wsh[W_SH(e)] = to_fp16(wr[i], wsc[i]);
+        }
+        [[unroll]] for (uint i = 0; i < X_LOADS; i++) {
+            uint e = tid + WG * i, row = e / (2 * XV), half_ = (e / XV) % 2;
+            if (X_LO || half_ == 0u) xsh[(half_ * BM + row) * PAD + e % XV] = xr[i];
+        }
+        barrier();
+        if (k0 + KU < k_end) LOAD_STAGE(k0 + KU);  // in flight during the multiplies
+        [[unroll]] for (uint j = 0; j < KU / 16; j++) {
+            MAT_A a[TN];
+            [[unroll]] for (uint tn = 0; tn < TN; tn++)
+                coopMatLoad(a[tn], wsh, ((sg_n * TN + tn) * 16) * PAD + 2 * j, PAD, gl_CooperativeMatrixLayoutRowMajor);
+            [[unroll]] for (uint tm = 0; tm < TM; tm++) {
+                if (tm >= live_tm) break;
+                uint r = (sg_m * TM + tm) * 16;
+                MAT_B hi;
+                coopMatLoad(hi, xsh, r * PAD + 2 * j, PAD, gl_CooperativeMatrixLayoutColumnMajor);
+                [[unroll]] for (uint tn = 0; tn < TN; tn++) acc[tn * TM + tm] = coopMatMulAdd(a[tn], hi, acc[tn * TM + tm]);
+                if (X_LO) {
+                    MAT_B lo;
+                    coopMatLoad(lo, xsh, (BM + r) * PAD + 2 * j, PAD, gl_CooperativeMatrixLayoutColumnMajor);
+                    [[unroll]] for (uint tn = 0; tn < TN; tn++) acc[tn * TM + tm] = coopMatMulAdd(a[tn], lo, acc[tn * TM + tm]);
+                }
+            }
+        }
+        uint done = k0 + KU - k_begin;
+        if (done % pc.kchunk == 0) {  // a chunk ends: add its sum to the running total, in chunk order
+            [[unroll]] for (uint tn = 0; tn < TN; tn++) {
+                [[unroll]] for (uint tm = 0; tm < TM; tm++) {
+                    if (done == pc.kchunk) total[tn * TM + tm] = acc[tn * TM + tm];
+                    else total[tn * TM + tm] = total[tn * TM + tm] + acc[tn * TM + tm];
+                    acc[tn * TM + tm] = ACC(0.0);
+                }
+            }
+        }
+    }
+    uint Mpad = m_groups * BM;
+    uint base = (fold ? 0u : c_first) * Mpad * pc.N;
+    [[unroll]] for (uint tn = 0; tn < TN; tn++) {
+        [[unroll]] for (uint tm = 0; tm < TM; tm++) {
+            if (tm >= live_tm) break;
+            uint m = m0 + (sg_m * TM + tm) * 16, n = n0 + (sg_n * TN + tn) * 16;
+            // the tile is y^T (n, m): column-major with stride N puts (n, m) at m * N + n
+            coopMatStore(total[tn * TM + tm], part, base + m * pc.N + n, pc.N, gl_CooperativeMatrixLayoutColumnMajor);
+        }
+    }
+}
