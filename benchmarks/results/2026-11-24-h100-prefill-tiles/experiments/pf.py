@@ -8,9 +8,10 @@ from gemma_batch.backends.vulkan.device import Device
 from gemma_batch.backends.vulkan.kernels import Kernels
 from gemma_batch.backends.vulkan.memory import Memory
 from gemma_batch.backends.vulkan.timestamps import Timestamps
-from kernel_stats import hopper_resident
-
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[2]))  # benchmarks/
+from kernel_stats import hopper_resident  # noqa: E402
+
 TILES = {  # label: (BN, BM)
     "base": (64, 128), "k32": (64, 128), "n128a": (128, 128), "n128b": (128, 128), "n128c": (128, 128),
     "n128m64": (128, 64), "n128m64b": (128, 64), "n256m64": (256, 64), "wide": (128, 128), "i8base": (64, 128),
