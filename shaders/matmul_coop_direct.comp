@@ -65,9 +65,12 @@ void main() {
     uint m_groups = (M + BM - 1) / BM, n_groups = (pc.N + BN - 1) / BN, chunks = pc.K / pc.kchunk;
     uint id = linear_group();
     if (id >= m_groups * n_groups * chunks) return;
-    uint m0 = (id % m_groups) * BM;  // neighbouring workgroups share W rows: they stay in cache
-    uint n0 = ((id / m_groups) % n_groups) * BN + gl_SubgroupID * TN * 16;  // this subgroup's first output
-    uint c = id / (m_groups * n_groups);
+    // K chunks fastest, then row tiles: neighbouring workgroups read neighbouring K ranges of the
+    // same weight rows (4b on the H100, median step 5.36-5.38 against 5.41 ms at batch 1, 6.40-6.42
+    // against 6.41-6.45 at 32, with column tiles after row tiles and chunks last; docs/PERFORMANCE.md).
+    uint c = id % chunks;
+    uint m0 = ((id / chunks) % m_groups) * BM;
+    uint n0 = (id / (chunks * m_groups)) * BN + gl_SubgroupID * TN * 16;  // this subgroup's first output
     uint tid = gl_LocalInvocationID.x;
     uint K8 = pc.K / 8, KB = pc.K / 16, xrow = pc.K / 4;  // uvec4 per hi (or lo) row, k blocks, uvec4 per split row
     bool live = n0 < pc.N;
