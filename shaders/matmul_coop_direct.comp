@@ -63,75 +63,79 @@ void main() {
     uint M = meta.num_tokens;
 #endif
     uint m_groups = (M + BM - 1) / BM, n_groups = (pc.N + BN - 1) / BN, chunks = pc.K / pc.kchunk;
-    uint id = linear_group();
-    if (id >= m_groups * n_groups * chunks) return;
-    // K chunks fastest, then row tiles: neighbouring workgroups read neighbouring K ranges of the
-    // same weight rows (4b on the H100, median step 5.36-5.38 against 5.41 ms at batch 1, 6.40-6.42
-    // against 6.41-6.45 at 32, with column tiles after row tiles and chunks last; docs/PERFORMANCE.md).
-    uint c = id % chunks;
-    uint m0 = ((id / chunks) % m_groups) * BM;
-    uint n0 = (id / (chunks * m_groups)) * BN + gl_SubgroupID * TN * 16;  // this subgroup's first output
-    uint tid = gl_LocalInvocationID.x;
-    uint K8 = pc.K / 8, KB = pc.K / 16, xrow = pc.K / 4;  // uvec4 per hi (or lo) row, k blocks, uvec4 per split row
-    bool live = n0 < pc.N;
+    // A workgroup per (chunk, row tile, column tile), or fewer looping over them (the LM head's
+    // grid is capped at a few workgroups per SM, grids.py: no last partial wave).
+    uint total = m_groups * n_groups * chunks, stride = gl_NumWorkGroups.x * gl_NumWorkGroups.y;
+    for (uint id = linear_group(); id < total; id += stride) {
+        // K chunks fastest, then row tiles: neighbouring workgroups read neighbouring K ranges of the
+        // same weight rows (4b on the H100, median step 5.36-5.38 against 5.41 ms at batch 1, 6.40-6.42
+        // against 6.41-6.45 at 32, with column tiles after row tiles and chunks last; docs/PERFORMANCE.md).
+        uint c = id % chunks;
+        uint m0 = ((id / chunks) % m_groups) * BM;
+        uint n0 = (id / (chunks * m_groups)) * BN + gl_SubgroupID * TN * 16;  // this subgroup's first output
+        uint tid = gl_LocalInvocationID.x;
+        uint K8 = pc.K / 8, KB = pc.K / 16, xrow = pc.K / 4;  // uvec4 per hi (or lo) row, k blocks, uvec4 per split row
+        bool live = n0 < pc.N;
 #ifdef GATED
-    bool up = n0 >= pc.N / 2;
-    uint tile0 = ((up ? n0 - pc.N / 2 : n0) / 16) * KB;  // tile index of (first output, k = 0)
+        bool up = n0 >= pc.N / 2;
+        uint tile0 = ((up ? n0 - pc.N / 2 : n0) / 16) * KB;  // tile index of (first output, k = 0)
 #else
-    bool up = false;
-    uint tile0 = (n0 / 16) * KB;
+        bool up = false;
+        uint tile0 = (n0 / 16) * KB;
 #endif
-    uint live_tm = min(TM, (M - min(M, m0) + 15) / 16), live_rows = 16 * live_tm;
+        uint live_tm = min(TM, (M - min(M, m0) + 15) / 16), live_rows = 16 * live_tm;
 
-    ACC acc[TN * TM];  // tile (tn, tm) at tn * TM + tm
-    [[unroll]] for (uint i = 0; i < TN * TM; i++) acc[i] = ACC(0.0);
-    MAT_A a[KS * TN];  // the stage's W tiles (k block u, output tile tn) at u * TN + tn
+        ACC acc[TN * TM];  // tile (tn, tm) at tn * TM + tm
+        [[unroll]] for (uint i = 0; i < TN * TM; i++) acc[i] = ACC(0.0);
+        MAT_A a[KS * TN];  // the stage's W tiles (k block u, output tile tn) at u * TN + tn
 #define LOAD_W(kb) [[unroll]] for (uint u = 0; u < KS; u++) [[unroll]] for (uint tn = 0; tn < TN; tn++) { \
-        uint at_ = (tile0 + tn * KB + (kb) + u) * 32; \
-        if (up) coopMatLoad(a[u * TN + tn], u4, at_, 2, gl_CooperativeMatrixLayoutRowMajor); \
-        else coopMatLoad(a[u * TN + tn], w4, at_, 2, gl_CooperativeMatrixLayoutRowMajor); }
-    uint kb0 = c * (pc.kchunk / 16), kb1 = kb0 + pc.kchunk / 16;
-    uvec4 xr[X_LOADS];
+            uint at_ = (tile0 + tn * KB + (kb) + u) * 32; \
+            if (up) coopMatLoad(a[u * TN + tn], u4, at_, 2, gl_CooperativeMatrixLayoutRowMajor); \
+            else coopMatLoad(a[u * TN + tn], w4, at_, 2, gl_CooperativeMatrixLayoutRowMajor); }
+        uint kb0 = c * (pc.kchunk / 16), kb1 = kb0 + pc.kchunk / 16;
+        uvec4 xr[X_LOADS];
 #define LOAD_X(kb) [[unroll]] for (uint i = 0; i < X_LOADS; i++) { \
-        uint e = tid + WG * i, row = e / (2 * XV), half_ = (e / XV) % 2; \
-        if (row < live_rows && (X_LO || half_ == 0u)) xr[i] = xs4[min(m0 + row, M - 1) * xrow + half_ * K8 + 2 * (kb) + e % XV]; }
-    if (live) LOAD_W(kb0);
-    LOAD_X(kb0);
-    for (uint kb = kb0; kb < kb1; kb += KS) {
-        barrier();  // the last stage's multiplies are done with shared memory
-        [[unroll]] for (uint i = 0; i < X_LOADS; i++) {
-            uint e = tid + WG * i, row = e / (2 * XV), half_ = (e / XV) % 2;
-            if (row < live_rows && (X_LO || half_ == 0u)) xsh[(half_ * BM + row) * PAD + e % XV] = xr[i];
-        }
-        barrier();
-        if (kb + KS < kb1) LOAD_X(kb + KS);  // the next stage's x in flight during the multiplies
-        if (live) {  // (no early exit: every subgroup takes part in the next stage's barriers)
-            MAT_A cur[KS * TN];
-            [[unroll]] for (uint i = 0; i < KS * TN; i++) cur[i] = a[i];
-            if (kb + KS < kb1) LOAD_W(kb + KS);  // in flight during the multiplies
-            [[unroll]] for (uint u = 0; u < KS; u++) {
-                [[unroll]] for (uint tm = 0; tm < TM; tm++) {
-                    if (tm >= live_tm) break;
-                    MAT_B hi;
-                    coopMatLoad(hi, xsh, (tm * 16) * PAD + 2 * u, PAD, gl_CooperativeMatrixLayoutColumnMajor);
-                    [[unroll]] for (uint tn = 0; tn < TN; tn++) acc[tn * TM + tm] = coopMatMulAdd(cur[u * TN + tn], hi, acc[tn * TM + tm]);
-                    if (X_LO) {
-                        MAT_B lo;
-                        coopMatLoad(lo, xsh, (BM + tm * 16) * PAD + 2 * u, PAD, gl_CooperativeMatrixLayoutColumnMajor);
-                        [[unroll]] for (uint tn = 0; tn < TN; tn++) acc[tn * TM + tm] = coopMatMulAdd(cur[u * TN + tn], lo, acc[tn * TM + tm]);
+            uint e = tid + WG * i, row = e / (2 * XV), half_ = (e / XV) % 2; \
+            if (row < live_rows && (X_LO || half_ == 0u)) xr[i] = xs4[min(m0 + row, M - 1) * xrow + half_ * K8 + 2 * (kb) + e % XV]; }
+        if (live) LOAD_W(kb0);
+        LOAD_X(kb0);
+        for (uint kb = kb0; kb < kb1; kb += KS) {
+            barrier();  // the last stage's multiplies are done with shared memory
+            [[unroll]] for (uint i = 0; i < X_LOADS; i++) {
+                uint e = tid + WG * i, row = e / (2 * XV), half_ = (e / XV) % 2;
+                if (row < live_rows && (X_LO || half_ == 0u)) xsh[(half_ * BM + row) * PAD + e % XV] = xr[i];
+            }
+            barrier();
+            if (kb + KS < kb1) LOAD_X(kb + KS);  // the next stage's x in flight during the multiplies
+            if (live) {  // (no early exit: every subgroup takes part in the next stage's barriers)
+                MAT_A cur[KS * TN];
+                [[unroll]] for (uint i = 0; i < KS * TN; i++) cur[i] = a[i];
+                if (kb + KS < kb1) LOAD_W(kb + KS);  // in flight during the multiplies
+                [[unroll]] for (uint u = 0; u < KS; u++) {
+                    [[unroll]] for (uint tm = 0; tm < TM; tm++) {
+                        if (tm >= live_tm) break;
+                        MAT_B hi;
+                        coopMatLoad(hi, xsh, (tm * 16) * PAD + 2 * u, PAD, gl_CooperativeMatrixLayoutColumnMajor);
+                        [[unroll]] for (uint tn = 0; tn < TN; tn++) acc[tn * TM + tm] = coopMatMulAdd(cur[u * TN + tn], hi, acc[tn * TM + tm]);
+                        if (X_LO) {
+                            MAT_B lo;
+                            coopMatLoad(lo, xsh, (BM + tm * 16) * PAD + 2 * u, PAD, gl_CooperativeMatrixLayoutColumnMajor);
+                            [[unroll]] for (uint tn = 0; tn < TN; tn++) acc[tn * TM + tm] = coopMatMulAdd(cur[u * TN + tn], lo, acc[tn * TM + tm]);
+                        }
                     }
                 }
             }
         }
-    }
-    if (!live) return;
-    uint base = c * m_groups * BM * pc.N;
-    [[unroll]] for (uint tn = 0; tn < TN; tn++) {
-        [[unroll]] for (uint tm = 0; tm < TM; tm++) {
-            if (tm >= live_tm) break;
-            // the tile is y^T (n, m): column-major with stride N puts (n, m) at m * N + n
-            coopMatStore(acc[tn * TM + tm], part, base + (m0 + tm * 16) * pc.N + n0 + tn * 16, pc.N,
-                         gl_CooperativeMatrixLayoutColumnMajor);
+        if (live) {
+            uint base = c * m_groups * BM * pc.N;
+            [[unroll]] for (uint tn = 0; tn < TN; tn++) {
+                [[unroll]] for (uint tm = 0; tm < TM; tm++) {
+                    if (tm >= live_tm) break;
+                    // the tile is y^T (n, m): column-major with stride N puts (n, m) at m * N + n
+                    coopMatStore(acc[tn * TM + tm], part, base + (m0 + tm * 16) * pc.N + n0 + tn * 16, pc.N,
+                                 gl_CooperativeMatrixLayoutColumnMajor);
+                }
+            }
         }
-    }
+    }  // the next tile's first barrier waits for this one's multiplies
 }

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from gemma_batch.backends.vulkan.attention import MAX_CHUNKS, chunk_counts
+from gemma_batch.backends.vulkan.grids import ROWS_GROUPS_PER_SM, DispatchGrids
 from gemma_batch.backends.vulkan.kernels import GATED_PIECE_ROWS, PUSH, PUSH_BYTES, VARIANTS
+from gemma_batch.bench.shapes import shape_config
 
 SHADERS = Path(__file__).resolve().parent.parent / "shaders"
 _GLSL_TYPES = {"uint": np.dtype(np.uint32), "int": np.dtype(np.int32), "float": np.dtype(np.float32)}
@@ -74,3 +76,17 @@ def test_the_gated_reduce_pieces_rule_is_mirrored_on_the_host():
     value leaves the extra workgroups idle, a larger one computes only some pieces' rows)."""
     source = (SHADERS / "reduce.comp").read_text()
     assert int(re.search(r"#define PIECE_ROWS (\d+)", source).group(1)) == GATED_PIECE_ROWS
+
+
+def test_only_the_looping_lm_head_grid_is_capped_by_the_sm_count():
+    """grids.py caps a "coop_rows C loop" grid (matmul_coop_direct.comp, whose workgroups loop over
+    the tiles) at ROWS_GROUPS_PER_SM workgroups an SM where the SM count is known, and nothing else:
+    matmul_coop.comp's decode tile (int8 / int4 LM heads) needs a workgroup a tile."""
+    cfg, tiles = shape_config("4b"), 2049
+    for sm_count, expected in ((132, ROWS_GROUPS_PER_SM * 132), (0, tiles), (1000, tiles)):
+        grids = DispatchGrids(cfg, 64, sm_count)
+        looped, plain, tokens = grids.offset("coop_rows 1 loop", tiles), grids.offset("coop_rows 1", tiles), grids.offset("coop_tokens 2", 160)
+        counts = grids.counts(1, 1, np.array([127]))
+        assert counts[looped // 12].tolist() == [expected, 1, 1]
+        assert counts[plain // 12].tolist() == [tiles, 1, 1]
+        assert counts[tokens // 12].tolist() == [320, 1, 1]

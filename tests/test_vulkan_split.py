@@ -121,6 +121,28 @@ def test_prefill_tiles_sum_as_the_decode_tile_does(inputs):
             assert np.array_equal(d.download(outs[name]).view(np.float32)[: M * N].reshape(M, N), expected), name
 
 
+@needs_coopmat
+def test_the_decode_tile_loops_over_its_tiles_with_fewer_workgroups():
+    """matmul_coop_direct.comp given fewer workgroups than (chunk, row tile, column tile)s loops
+    over them (the LM head's capped grid, grids.py): the same sums, bit for bit, as a workgroup a
+    tile; 2 x 5 x 2 = 20 tiles over 3 workgroups, the last column tile half past N."""
+    rng = np.random.default_rng(5)
+    M, N, K, chunks = 40, 576, 1024, 2
+    bits = ((rng.standard_normal((N, K)) * 0.05).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    push = {"N": N, "K": K, "kchunk": K // chunks, "group": 0}
+    tiles = -(-M // 32) * -(-N // 128) * chunks
+    with Dispatches(tokens=M) as d:
+        split, scale, w = d.alloc(4 * M * K, "split"), d.alloc(4 * M, "scale"), d.upload(fp16_tiles(Tensor("BF16", bits)), "w")
+        d.dispatch("split_plain", {1: d.upload(rng.standard_normal((M, K)).astype(np.float32), "x"), 2: split, 4: scale},
+                   {"K": K, "eps": 1e-6}, M)
+        outs = [d.alloc(4 * chunks * 64 * N, f"partial {groups}") for groups in (tiles, 3)]
+        for out, groups in zip(outs, (tiles, 3)):
+            d.dispatch("coop_rows_t16", {0: w, 1: split, 2: out}, push, groups)
+        d.run()
+        full, looped = (d.download(out).view(np.float32).reshape(chunks, 64, N)[:, :M] for out in outs)
+        assert np.isfinite(full).all() and np.array_equal(full, looped)
+
+
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x**3)))
 

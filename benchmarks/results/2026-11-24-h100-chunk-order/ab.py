@@ -1,10 +1,9 @@
 """K chunks fastest in the decode matmul's grid: 4b logits of 7 decode steps (must equal the shipped
 build's), then the median decode step, shipped against the variant, alternating, three rounds."""
 import sys
-import time
 from pathlib import Path
 sys.path.insert(0, "benchmarks/results/2026-11-24-h100-attention/experiments")
-from common import logits_hashes, median_step, use_build  # noqa: E402
+from common import alternate, logits_hashes, use_build  # noqa: E402
 from gemma_batch.backends.vulkan import VulkanBackend  # noqa: E402
 from gemma_batch.bench.random_weights import random_tensors  # noqa: E402
 from gemma_batch.bench.shapes import shape_config  # noqa: E402
@@ -18,11 +17,4 @@ for label, swaps in builds:
     use_build(backend, builds, swaps, HERE)
     for batch in (1, 32):
         print(f"{label} 4b b{batch}: logits {logits_hashes(backend, batch)[:3]}", flush=True)
-for rep in range(3):
-    for label, swaps in builds:
-        use_build(backend, builds, swaps, HERE)
-        for batch in (1, 32):
-            t = time.time()
-            while time.time() - t < 1.0:
-                median_step(backend, batch, 12)
-            print(f"{label} 4b b{batch}: {median_step(backend, batch, 64) * 1e3:.3f} ms/step", flush=True)
+alternate(backend, builds, HERE)

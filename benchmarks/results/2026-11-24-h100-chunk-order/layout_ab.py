@@ -1,9 +1,9 @@
 """Timing only (wrong results): the decode matmul reading its weight tiles as if each workgroup's
 8 column tiles were stored stage by stage contiguously. Median 4b step, alternating, three rounds."""
-import sys, time
+import sys
 from pathlib import Path
 sys.path.insert(0, "benchmarks/results/2026-11-24-h100-attention/experiments")
-from common import median_step, use_build  # noqa: E402
+from common import alternate  # noqa: E402
 from gemma_batch.backends.vulkan import VulkanBackend  # noqa: E402
 from gemma_batch.bench.random_weights import random_tensors  # noqa: E402
 from gemma_batch.bench.shapes import shape_config  # noqa: E402
@@ -13,11 +13,4 @@ builds = [("shipped", []), ("wg-contiguous", [["coop_t16", "coop_t16.spv"], ["co
 cfg = shape_config("4b")
 backend = VulkanBackend(cfg)
 backend.load_weights(random_tensors(cfg, 0))
-for rep in range(3):
-    for label, swaps in builds:
-        use_build(backend, builds, swaps, HERE)
-        for batch in (1, 32):
-            t = time.time()
-            while time.time() - t < 1.0:
-                median_step(backend, batch, 12)
-            print(f"{label} 4b b{batch}: {median_step(backend, batch, 64) * 1e3:.3f} ms/step", flush=True)
+alternate(backend, builds, HERE)

@@ -64,6 +64,7 @@ class DeviceInfo:
     coopmat_fp16: bool = False  # runs shaders/matmul_coop.comp (coopmat.supported)
     extensions: frozenset[str] = field(repr=False, default=frozenset())
     vendor_id: int = 0  # PCI vendor (0x10DE NVIDIA, 0x1002 AMD, ...)
+    sm_count: int = 0  # streaming multiprocessors, where the driver says (VK_NV_shader_sm_builtins); 0: unknown
 
     @property
     def device_local_bytes(self) -> int:
@@ -116,7 +117,9 @@ def create_instance(vk):
 def describe_device(vk, instance, index: int, pd) -> DeviceInfo:
     props = vk.vkGetPhysicalDeviceProperties(pd)
     exts = frozenset(e.extensionName for e in vk.vkEnumerateDeviceExtensionProperties(pd, None))
-    sub = vk.VkPhysicalDeviceSubgroupProperties(sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES)
+    sms = vk.VkPhysicalDeviceShaderSMBuiltinsPropertiesNV(sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV)
+    sub = vk.VkPhysicalDeviceSubgroupProperties(sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
+                                                pNext=sms if "VK_NV_shader_sm_builtins" in exts else vk.ffi.NULL)
     driver = vk.VkPhysicalDeviceDriverProperties(sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES, pNext=sub)
     vk.vkGetPhysicalDeviceProperties2(pd, vk.VkPhysicalDeviceProperties2(sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, pNext=driver))
     f16 = vk.VkPhysicalDeviceShaderFloat16Int8Features(sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES)
@@ -155,6 +158,7 @@ def describe_device(vk, instance, index: int, pd) -> DeviceInfo:
                           and sub.supportedOperations & vk.VK_SUBGROUP_FEATURE_SHUFFLE_BIT),
         extensions=exts,
         vendor_id=int(props.vendorID),
+        sm_count=int(sms.shaderSMCount) if "VK_NV_shader_sm_builtins" in exts else 0,
     )
 
 

@@ -55,7 +55,7 @@ import numpy as np
 
 from ...model.config import Gemma3Config
 from .coop_plan import CoopPlan
-from .coop_tiles import COOP_FOLD_ROWS, coop_chunks, coop_cols, coop_fold, coop_variant
+from .coop_tiles import COOP_DIRECT_DTYPES, COOP_FOLD_ROWS, coop_chunks, coop_cols, coop_fold, coop_variant
 from .grids import DispatchGrids
 from .kernels import (COOP_KINDS, COOP_REDUCE_WG, GATED_SPLIT_PIECE, META_BINDING, Kernels, matmul_cols,
                       matmul_variant)
@@ -103,7 +103,7 @@ class StepGraph:
         self.block_size = block_size
         self.coop_min_chunk = coop_min_chunk
         self.plan = CoopPlan(cfg, weights, coop_min_chunk)
-        self.grid_slots = DispatchGrids(cfg, attention_chunk)
+        self.grid_slots = DispatchGrids(cfg, attention_chunk, kernels.dev.info.sm_count)
         self.profile = profile
         self.stamps = Timestamps(kernels.dev, 16 * cfg.num_layers + 16)
         # The cooperative path records the step three times: for steps of up to COOP_FOLD_ROWS
@@ -198,7 +198,8 @@ class StepGraph:
         folds = ((False, prefill_tile) if rows else (prefill_tile,)) if self.mode == "prefill" else (False,)
         for fold in folds:
             tiles = -(-cols // coop_cols(dtype, fold))
-            grid = (f"coopfold_{count}", tiles) if fold else (f"coop_{count} {chunks}", tiles)
+            loop = " loop" if rows and not fold and dtype in COOP_DIRECT_DTYPES else ""  # (grids.py)
+            grid = (f"coopfold_{count}", tiles) if fold else (f"coop_{count} {chunks}{loop}", tiles)
             self._dispatch(coop_variant(gemm, dtype, fold), {**weights, 1: b.split, 2: b.partial},
                            {"N": cols, "K": K, "kchunk": K // chunks, "group": self.w.group}, grid)
         if not reduce_chunks:

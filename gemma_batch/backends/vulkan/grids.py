@@ -7,7 +7,10 @@ on T, R or the positions. Kinds:
     "tokens" / "rows"                T * n / R * n workgroups
     "matmul_tokens" / "matmul_rows"  row tiles of M (T or R) times n column tiles (matmul.comp)
     "coop_tokens C" / "coop_rows C"  the cooperative decode tiles times their C chunks of K; none
-                                     above COOP_FOLD_ROWS rows
+                                     above COOP_FOLD_ROWS rows; with a last word "loop" (the LM
+                                     head on matmul_coop_direct.comp, whose workgroups loop over
+                                     the tiles) at most ROWS_GROUPS_PER_SM workgroups an SM where
+                                     the device says how many SMs it has
     "coopfold_tokens" / "coopfold_rows"  the prefill tiles; none up to COOP_FOLD_ROWS rows
     "pieces"                         T * n up to GATED_PIECE_ROWS tokens, T above (reduce_gated_split)
     "attention <group>"              T * n times the step's most chunks of a token in that KV group
@@ -23,17 +26,23 @@ from .coop_tiles import COOP_FOLD_ROWS, COOP_FOLD_TILE_ROWS, COOP_ROWS
 from .kernels import GATED_PIECE_ROWS, MATMUL_ROWS
 
 GRID_SLOTS = 64  # distinct indirect grids (3 uint32 each)
+# The LM head's decode matmul (2,049 tiles at 4b) as 4 workgroups an SM looping over the tiles,
+# not a workgroup a tile with a last partial wave: 4b on the H100 (132 SMs), median decode step
+# 5.29-5.30 against 5.36-5.37 ms at batch 1, 6.33-6.35 against 6.36-6.38 at 32 (docs/PERFORMANCE.md).
+ROWS_GROUPS_PER_SM = 4
 MAX_GROUPS_X = 32768  # larger counts spread over y (common.glsl linear_group)
 
 
 class DispatchGrids:
-    def __init__(self, cfg: Gemma3Config, attention_chunk: int) -> None:
-        """`attention_chunk`: the smallest span of key positions of an attention workgroup (attention.py)."""
+    def __init__(self, cfg: Gemma3Config, attention_chunk: int, sm_count: int = 0) -> None:
+        """`attention_chunk`: the smallest span of key positions of an attention workgroup (attention.py);
+        `sm_count`: the device's streaming multiprocessors (0: unknown, no cap on the LM head's grid)."""
         self.attention_chunk = attention_chunk
+        self.rows_cap = ROWS_GROUPS_PER_SM * sm_count or None
         self._windows = {g.name: g.window for g in cfg.kv_groups()}
         self._specs: list[tuple[str, int]] = []  # (kind, n) of each slot
-        # ... parsed once: (counts rows?, kind's first word, n, K chunks, attention window or False)
-        self._parsed: list[tuple[bool, str, int, int, int | None | bool]] = []
+        # ... parsed once: (counts rows?, kind's first word, n, K chunks, attention window or False, capped?)
+        self._parsed: list[tuple[bool, str, int, int, int | None | bool, bool]] = []
 
     def offset(self, kind: str, n: int) -> int:
         """Byte offset of the slot for grid (`kind`, `n`) in the grids buffer."""
@@ -45,14 +54,15 @@ class DispatchGrids:
             words = kind.split()
             window = self._windows[words[1]] if words[0] == "attention" else False
             chunks = int(words[1]) if words[0].startswith("coop_") else 1
-            self._parsed.append((words[0].endswith("rows"), words[0], n, chunks, window))
+            capped = words[-1] == "loop" and self.rows_cap is not None
+            self._parsed.append((words[0].endswith("rows"), words[0], n, chunks, window, capped))
         return 12 * self._specs.index(spec)
 
     def counts(self, num_tokens: int, num_rows: int, positions: np.ndarray) -> np.ndarray:
         """[GRID_SLOTS, 3] uint32 workgroup counts for a step of T tokens at `positions` [T] and R
         logits rows."""
         out = np.zeros((GRID_SLOTS, 3), np.uint32)
-        for i, (rows, kind, n, chunks, window) in enumerate(self._parsed):
+        for i, (rows, kind, n, chunks, window, capped) in enumerate(self._parsed):
             m = num_rows if rows else num_tokens
             if kind.startswith("matmul"):
                 count = -(-m // MATMUL_ROWS) * n
@@ -60,6 +70,8 @@ class DispatchGrids:
                 count = -(-m // COOP_FOLD_TILE_ROWS) * n if m > COOP_FOLD_ROWS else 0
             elif kind.startswith("coop"):  # the decode tile: none above the fold
                 count = -(-m // COOP_ROWS) * n * chunks if m <= COOP_FOLD_ROWS else 0
+                if capped:
+                    count = min(count, self.rows_cap)
             elif kind == "pieces":  # reduce_gated_split: n pieces a row in small steps
                 count = m * (n if m <= GATED_PIECE_ROWS else 1)
             else:

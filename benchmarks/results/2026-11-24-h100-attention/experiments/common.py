@@ -78,6 +78,18 @@ def logits_hashes(backend, batch: int, gen: int = 7) -> list[str]:
     return out
 
 
+def alternate(backend, builds, here: Path, rounds: int = 3) -> None:
+    """Print the median 4b decode step (64 new tokens) of each build at batch 1 and 32, the builds
+    alternating, `rounds` times, after 1 s of warm-up before each measurement."""
+    for _ in range(rounds):
+        for label, swaps in builds:
+            use_build(backend, builds, swaps, here)
+            for batch in (1, 32):
+                start = time.time()
+                while time.time() - start < 1.0:
+                    median_step(backend, batch, 12)
+                print(f"{label} 4b b{batch}: {median_step(backend, batch, 64) * 1e3:.3f} ms/step", flush=True)
+
 def models():
     """The demo model and a 2-layer 4b-like random model (vocab cut): (name, config, tensors())."""
     d = Path("sample_data/demo-model")
