@@ -138,15 +138,14 @@ void main() {
     bool fold = M > FOLD_ROWS;
     uint id = linear_group();
     if (id >= m_groups * n_groups * (fold ? 1u : chunks)) return;
-    uint m0 = (id % m_groups) * BM;  // neighbouring workgroups share W rows: they stay in cache
-    uint n0 = ((id / m_groups) % n_groups) * BN;
-    if (fold) {  // row tiles in groups, a group over every column tile before the next (see the header)
-        uint most = max(1u, FOLD_GROUP_BYTES / (BM * pc.K * (X_LO ? 4u : 2u)));
-        uint first = (id / (most * n_groups)) * most, rest = id - first * n_groups, size = min(most, m_groups - first);
-        m0 = (first + rest % size) * BM;
-        n0 = (rest / size) * BN;
-    }
-    uint c_first = fold ? 0u : id / (m_groups * n_groups);
+    // Row tiles fastest (neighbouring workgroups share W rows: they stay in cache), in groups of at
+    // most `most` row tiles, a group over every column tile before the next (see the header; decode
+    // steps: one group).
+    uint tile = id % (m_groups * n_groups), c_first = fold ? 0u : id / (m_groups * n_groups);
+    uint most = fold ? max(1u, FOLD_GROUP_BYTES / (BM * pc.K * (X_LO ? 4u : 2u))) : m_groups;
+    uint first = (tile / (most * n_groups)) * most, rest = tile - first * n_groups, size = min(most, m_groups - first);
+    uint m0 = (first + rest % size) * BM;
+    uint n0 = (rest / size) * BN;
     uint k_begin = c_first * pc.kchunk, k_end = fold ? pc.K : k_begin + pc.kchunk;
     uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID;
     uint sg_n = sg % SG_N, sg_m = sg / SG_N;

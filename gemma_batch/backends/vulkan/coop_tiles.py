@@ -27,7 +27,7 @@ COOP_FOLD_TILE_ROWS = 128
 COOP_WIDE_DEFINES = ("SG_N=4", "SG_M=2", "TN=2", "TM=4")
 COOP_WIDE_SPLIT_DEFINES = ("SG_N=2", "SG_M=4", "TN=4", "TM=2", "KU=32")
 COOP_WIDE_COLS = 128
-COOP_KU = 64  # k per stage of matmul_coop.comp
+COOP_KU = 64  # k per stage of matmul_coop.comp's tiles (the _wide_split tile's 32 divides it)
 COOP_FOLD_ROWS = 64  # FOLD_ROWS of matmul_coop.comp and reduce.comp
 COOP_TARGET_GROUPS = 512  # K is cut into chunks until a decode matmul has this many workgroups
 COOP_MIN_CHUNK = 256  # ... or until a chunk would be shorter than this

@@ -117,9 +117,10 @@ def create_instance(vk):
 def describe_device(vk, instance, index: int, pd) -> DeviceInfo:
     props = vk.vkGetPhysicalDeviceProperties(pd)
     exts = frozenset(e.extensionName for e in vk.vkEnumerateDeviceExtensionProperties(pd, None))
-    sms = vk.VkPhysicalDeviceShaderSMBuiltinsPropertiesNV(sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV)
+    sms = (vk.VkPhysicalDeviceShaderSMBuiltinsPropertiesNV(sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV)
+           if "VK_NV_shader_sm_builtins" in exts else None)
     sub = vk.VkPhysicalDeviceSubgroupProperties(sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
-                                                pNext=sms if "VK_NV_shader_sm_builtins" in exts else vk.ffi.NULL)
+                                                pNext=sms if sms is not None else vk.ffi.NULL)
     driver = vk.VkPhysicalDeviceDriverProperties(sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES, pNext=sub)
     vk.vkGetPhysicalDeviceProperties2(pd, vk.VkPhysicalDeviceProperties2(sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, pNext=driver))
     f16 = vk.VkPhysicalDeviceShaderFloat16Int8Features(sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES)
@@ -158,7 +159,7 @@ def describe_device(vk, instance, index: int, pd) -> DeviceInfo:
                           and sub.supportedOperations & vk.VK_SUBGROUP_FEATURE_SHUFFLE_BIT),
         extensions=exts,
         vendor_id=int(props.vendorID),
-        sm_count=int(sms.shaderSMCount) if "VK_NV_shader_sm_builtins" in exts else 0,
+        sm_count=int(sms.shaderSMCount) if sms is not None else 0,
     )
 
 

@@ -101,8 +101,7 @@ class StepGraph:
         self.k_pages, self.v_pages, self.inv_freq = k_pages, v_pages, inv_freq
         self.kv_name = kv_dtype  # the suffix of the KV-page kernel variants
         self.block_size = block_size
-        self.coop_min_chunk = coop_min_chunk
-        self.plan = CoopPlan(cfg, weights, coop_min_chunk)
+        self.plan = CoopPlan(cfg, weights, coop_min_chunk)  # (holds coop_min_chunk)
         self.grid_slots = DispatchGrids(cfg, attention_chunk, kernels.dev.info.sm_count)
         self.profile = profile
         self.stamps = Timestamps(kernels.dev, 16 * cfg.num_layers + 16)
@@ -190,7 +189,7 @@ class StepGraph:
                       **({5: self.inp.rows} if rows else {})}
             self._dispatch(split, inputs, {"K": K, "eps": cfg.rms_norm_eps}, (count, 1))
         cols = 2 * N if gated else N
-        chunks = coop_chunks(cols, K, self.coop_min_chunk)
+        chunks = coop_chunks(cols, K, self.plan.coop_min_chunk)
         weights = {0: self.w.buffer(layer, key), **({4: self.w.buffer(layer, "up_proj")} if gated else {})}
         # The decode tile for steps of up to COOP_FOLD_ROWS tokens, the prefill tile for longer
         # ones; the LM head's rows may be few in a long step, so that recording has both for it.
@@ -265,7 +264,7 @@ class StepGraph:
                            {"num_heads": cfg.num_heads, "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
                             "window": group.window or 0, "block_size": self.block_size, "table_stride": width,
                             "chunk": self.attention_chunk, "scale": cfg.attn_scale,
-                            "qkv_chunks": coop_chunks(qkv_n, H, self.coop_min_chunk) if qk_in else 0,
+                            "qkv_chunks": coop_chunks(qkv_n, H, self.plan.coop_min_chunk) if qk_in else 0,
                             "eps": cfg.rms_norm_eps},
                            (f"attention {group.name}", cfg.num_kv_heads))
             self._matmul("post_norm", layer, "o_proj", b.attn, b.y, H, cfg.q_width,

@@ -140,7 +140,8 @@ def _fill_params(params: np.ndarray, batch: StepBatch, rows: np.ndarray) -> None
 class StepBuffers:
     def __init__(self, cfg: Gemma3Config, memory: Memory, capacity: Capacity, block_size: int,
                  attention_chunk: int, coop_min_chunk: int | None, sets: int) -> None:
-        """`sets`: how many sets of inputs take turns (the backend's steps in flight). `coop_min_chunk`: with the cooperative-matrix path (coopmat.py), its shortest K chunk
+        """`sets`: how many sets of inputs take turns (the backend's steps in flight).
+        `coop_min_chunk`: with the cooperative-matrix path (coopmat.py), its shortest K chunk
         (coop_tiles.coop_chunks); None without it. Its buffers are sized for every matmul whose
         shape fits, whatever its weights' dtype."""
         self.cfg, self.mem, self.capacity = cfg, memory, capacity
