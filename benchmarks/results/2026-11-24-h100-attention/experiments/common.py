@@ -78,17 +78,41 @@ def logits_hashes(backend, batch: int, gen: int = 7) -> list[str]:
     return out
 
 
-def alternate(backend, builds, here: Path, rounds: int = 3) -> None:
+def alternate(backend, builds, here: Path, rounds: int = 3, before=None) -> None:
     """Print the median 4b decode step (64 new tokens) of each build at batch 1 and 32, the builds
-    alternating, `rounds` times, after 1 s of warm-up before each measurement."""
+    alternating, `rounds` times, after 1 s of warm-up before each measurement. `before(swaps)`,
+    if given, runs before each build is put in place (a setting of the build beside its SPIR-V)."""
     for _ in range(rounds):
         for label, swaps in builds:
+            if before is not None:
+                before(swaps)
             use_build(backend, builds, swaps, here)
             for batch in (1, 32):
                 start = time.time()
                 while time.time() - start < 1.0:
                     median_step(backend, batch, 12)
                 print(f"{label} 4b b{batch}: {median_step(backend, batch, 64) * 1e3:.3f} ms/step", flush=True)
+
+
+def backend_4b():
+    """A Vulkan backend with random 4b weights (seed 0)."""
+    from gemma_batch.backends.vulkan import VulkanBackend
+    cfg = shape_config("4b")
+    backend = VulkanBackend(cfg)
+    backend.load_weights(random_tensors(cfg, 0))
+    return backend
+
+
+def compare_builds(backend, builds, here: Path, before=None) -> None:
+    """Each build's 4b logits of 7 decode steps at batch 1 and 32 (hashes: builds that sum alike
+    must agree), then `alternate` (`before` as there)."""
+    for label, swaps in builds:
+        if before is not None:
+            before(swaps)
+        use_build(backend, builds, swaps, here)
+        for batch in (1, 32):
+            print(f"{label} 4b b{batch}: logits {logits_hashes(backend, batch)[:3]}", flush=True)
+    alternate(backend, builds, here, before=before)
 
 def models():
     """The demo model and a 2-layer 4b-like random model (vocab cut): (name, config, tensors())."""
