@@ -26,10 +26,14 @@ shared bool last_of_segment;
 layout(std430, binding = 10) buffer XRb { vec4 x_res4[]; };
 layout(std430, binding = 9) readonly buffer Eb4 { vec4 g_epi4[]; };  // the includer's g_epi, 16 bytes at a time
 
-// vec4 of a row per invocation: rows of up to EPI_VEC * 4 * WG values. Specialization constant 2,
-// set by kernels.Kernels from the model's hidden size (at most kernels.EPILOGUE_VEC4), so that
-// the registers held are the row's (matmul.comp, which runs this, holds them too).
-layout(constant_id = 2) const uint EPI_VEC = 12;
+// vec4 of a row per invocation: rows of up to EPI_VEC * 4 * WG values. Specialization constant 2
+// (reduce.comp's post-norm: 4, with its own workgroup size), set by kernels.Kernels from the
+// model's hidden size, so that the registers held are the row's (matmul.comp, which runs this,
+// holds them too; at most kernels.EPILOGUE_VEC4 there).
+#ifndef EPI_VEC_ID
+#define EPI_VEC_ID 2
+#endif
+layout(constant_id = EPI_VEC_ID) const uint EPI_VEC = 12;
 
 // x_res[t] += v / rms(v) * (1 + g_epi) for row t, given as this invocation's vec4 v[i] of
 // elements 4 (i WG + tid) ... (zero past N). v becomes the new x_res row (zero past N). The loads

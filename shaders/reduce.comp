@@ -6,13 +6,12 @@
 // Variants (the epilogues of matmul.comp, on rows of y):
 //   (none) / ROWS  y to binding 2, a workgroup per WG outputs of a row (ROWS: M = meta.num_rows)
 //   GATED          partial holds [gate | up] (2 N columns): act[m, n] = gelu_tanh(gate) * up
-//   EPI_NORM_ADD   x_res[m] += rms_norm(y[m]) * (1 + g_epi): y by slices of rows, then the row's last
-//                  workgroup to finish runs the norm (post_norm_row)
+//   EPI_NORM_ADD   x_res[m] += rms_norm(y[m]) * (1 + g_epi): a workgroup per row, y in registers
 //   EPI_QK_ROPE    a workgroup per (row, head): y, then QK-norm, RoPE, q out and the KV pages
 // and with SPLIT_NEXT, the next matmul's input written as split.comp would (split.glsl), which
 // saves that dispatch: after EPI_NORM_ADD, the new x_res row RMS-normalised with (1 + g_next);
-// with GATED (a workgroup per row, or at small batches pieces of a row in parallel, the last to
-// finish splitting it), act itself.
+// with GATED, act itself: pieces of a row in parallel, the last to finish splitting it, or with
+// WHOLE_ROWS a workgroup per row (the same bits either way).
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_EXT_control_flow_attributes : require
@@ -20,17 +19,26 @@
 #include "split.glsl"
 #include "workgroup.glsl"
 
-#if defined(GATED) && defined(SPLIT_NEXT)
-#define WG 512                // a workgroup per row (or piece of one): many loads in flight at batch 1
-#define ACT_VEC 12            // GATED rows of up to 12 * 4 * 512 = kernels.GATED_SPLIT_MAX_ROW values
-#define PIECE_ROWS 16         // kernels.GATED_PIECE_ROWS
+#if defined(GATED) && defined(SPLIT_NEXT) && defined(WHOLE_ROWS)
+#define WG 1024               // a workgroup per row, every load of a 4b row in flight at once
+#define ACT_VEC 6             // rows of up to 6 * 4 * 1024 = kernels.GATED_SPLIT_MAX_ROW values
+#elif defined(GATED) && defined(SPLIT_NEXT)
+#define WG 512                // a piece of kernels.GATED_SPLIT_PIECE = 4 WG columns a workgroup
+#elif defined(EPI_NORM_ADD)
+// A workgroup per row of EPI_VEC vec4 an invocation, both set by kernels.Kernels from the hidden
+// size (specialization constants 3 and 4: kernels.post_norm_row_shape).
+layout(local_size_x_id = 3, local_size_x = 128) in;
+#define WG gl_WorkGroupSize.x
+#define EPI_VEC_ID 4
 #else
-#define WG 128                // (EPI_NORM_ADD: kernels.POST_NORM_WG, whose EPI_VEC Kernels sets)
+#define WG 128
 #endif
 #define MT 1                  // rows per workgroup, for matmul_epilogue.glsl
 #define FOLD_ROWS 64          // matmul_coop.comp's
 #define BM 32                 // matmul_coop.comp's row padding of partial (coop_tiles.COOP_ROWS)
+#ifndef EPI_NORM_ADD
 layout(local_size_x = WG) in;
+#endif
 
 layout(std430, binding = 0) readonly buffer Partb { float part[]; };
 layout(std430, binding = 0) readonly buffer Part4b { vec4 part4[]; };  // the same, 16 bytes at a time
@@ -44,15 +52,14 @@ layout(std430, binding = 4) readonly buffer Scaleb { float scale[]; };
 #if defined(EPI_NORM_ADD) || defined(EPI_QK_ROPE)
 #define EPILOGUE
 layout(std430, binding = 2) coherent buffer Yb { float y[]; };
-layout(std430, binding = 2) coherent buffer Y4b { vec4 sums4[]; };  // EPI_NORM_ADD: y, read back by the row's last workgroup
 layout(std430, binding = 9) readonly buffer Eb { float g_epi[]; };
 #elif defined(GATED) && defined(SPLIT_NEXT)
 layout(std430, binding = 2) coherent buffer Yb { vec4 act4[]; };      // act, read back by the row's last workgroup
 #else
 layout(std430, binding = 2) writeonly buffer Yb { float y[]; };
 #endif
-#if defined(EPI_NORM_ADD) || (defined(GATED) && defined(SPLIT_NEXT))
-layout(std430, binding = 6) coherent buffer Rb { uint row_sync[]; };  // [2 M]: (GATED) max |act| bits, then workgroups done
+#if defined(GATED) && defined(SPLIT_NEXT) && !defined(WHOLE_ROWS)
+layout(std430, binding = 6) coherent buffer Rb { uint row_sync[]; };  // [2 M]: max |act| bits, then pieces done
 shared bool last_of_row;
 #endif
 layout(push_constant) uniform Push {
@@ -138,6 +145,7 @@ vec4 act4_of(uint M, uint m, uint n4) {
     return vec4(gelu_tanh(g.x), gelu_tanh(g.y), gelu_tanh(g.z), gelu_tanh(g.w)) * u;
 }
 
+#ifdef WHOLE_ROWS
 #define ACT_ROUND 3  // vec4 of act per invocation whose loads are all issued before any is used
 
 // This invocation's act of row m, act4_of(M, m, 4 (i WG + tid)) in v[i] (zero past N). With up to
@@ -172,61 +180,46 @@ void act_row(uint M, uint m, out vec4 v[ACT_VEC]) {
     }
 }
 #endif
+#endif
 
-#ifdef EPI_NORM_ADD
-// Row m of sums4 (y) through post_norm_add (matmul_epilogue.glsl), then (SPLIT_NEXT) written as
-// the next matmul's input.
-void post_norm_row(uint m) {
-    uint tid = gl_LocalInvocationID.x;
+void main() {
+    uint M = M_rows(), id = linear_group(), tid = gl_LocalInvocationID.x;
+#if defined(EPI_NORM_ADD)
+    // A workgroup per row: the chunks' sums times the row's scale (every chunk's loads in flight
+    // at once), then post_norm_add and the next split. Before: a workgroup per 512 columns, the
+    // row's last to finish normalising it; 4b on the H100, median decode step about 0.2 ms shorter
+    // at batch 1 and 0.17 ms at 32 (docs/PERFORMANCE.md).
+    uint m = id;
+    if (m >= M) return;
     vec4 v[EPI_VEC];
-    [[unroll]] for (uint i = 0; i < EPI_VEC; i++) {
-        uint n4 = i * WG + tid;
-        v[i] = 4 * n4 < pc.N ? sums4[m * pc.N / 4 + n4] : vec4(0.0);
+    [[unroll]] for (uint j = 0; j < EPI_VEC; j++) {
+        uint n4 = j * WG + tid;
+        vec4 sum = vec4(0.0);  // (not v[j]: CHUNK_SUM has a loop over i)
+        if (4 * n4 < pc.N) CHUNK_SUM(vec4, part4, M, pc.N / 4, m * pc.N / 4 + n4, sum);
+        v[j] = sum * scale[m];
     }
     post_norm_add(m, v);
 #ifdef SPLIT_NEXT
 #define NORM_NEXT true
     SPLIT_ROW(EPI_VEC, m, v);
 #endif
-}
-#endif
-
-void main() {
-    uint M = M_rows(), id = linear_group(), tid = gl_LocalInvocationID.x;
-#if defined(EPI_NORM_ADD)
-    // A workgroup per (row, slice of 4 WG columns): the chunks' sums times the row's scale to y;
-    // the row's last workgroup to finish runs post_norm_row and resets its counter (zeroed by
-    // the host at the start of the step). Which workgroup is last changes no bit.
-    uint slices = (pc.N + 4 * WG - 1) / (4 * WG);  // graph.py: its groups per row
-    uint m = id / slices, n4 = (id % slices) * WG + tid;
+#elif defined(GATED) && defined(SPLIT_NEXT) && defined(WHOLE_ROWS)
+    // A workgroup per row, act in registers (act_row), then split.
+    uint m = id;
     if (m >= M) return;
-    uint at = m * pc.N / 4 + n4;
-    if (4 * n4 < pc.N) {
-        vec4 s = vec4(0.0);
-        CHUNK_SUM(vec4, part4, M, pc.N / 4, at, s);
-        sums4[at] = s * scale[m];
-    }
-    RETURN_UNLESS_LAST(last_of_row, row_sync[M + m], slices);  // of the row's slices
-    post_norm_row(m);
-    if (tid == 0) row_sync[M + m] = 0u;
+    vec4 v[ACT_VEC];
+    act_row(M, m, v);
+#define NORM_NEXT false
+    SPLIT_ROW(ACT_VEC, m, v);
 #elif defined(GATED) && defined(SPLIT_NEXT)
-    // Steps of up to PIECE_ROWS rows (decode at small batches, where a workgroup per row leaves
-    // most of the device idle): a row in pieces of 4 WG columns, a workgroup each; act of the
-    // piece (chunks in order, as gather()) to act4, its max |act| into row_sync; the row's last
-    // workgroup to finish then splits the whole row (act read back, still in cache) and resets
-    // row_sync (zeroed by the host at the start of the step). Longer steps: a workgroup per row,
-    // act in registers. Neither the pieces nor which workgroup is last change a bit: the max is
-    // exact and the split reads the same values.
-    uint pieces = M <= PIECE_ROWS ? (pc.N + 4 * WG - 1) / (4 * WG) : 1u;  // grids.py "pieces" (kernels.GATED_SPLIT_PIECE)
+    // A row in pieces of 4 WG columns, a workgroup each: act of the piece (chunks in order, as
+    // gather()) to act4, its max |act| into row_sync; the row's last workgroup to finish then
+    // splits the whole row (act read back, still in cache) and resets row_sync (zeroed by the
+    // host at the start of the step). Neither the pieces nor which workgroup is last change a bit
+    // against WHOLE_ROWS: the max is exact and the split reads the same values.
+    uint pieces = (pc.N + 4 * WG - 1) / (4 * WG);  // graph.py: kernels.GATED_SPLIT_PIECE columns each
     uint m = id / pieces, n4 = (id % pieces) * WG + tid;
     if (m >= M) return;
-    if (pieces == 1u) {
-        vec4 v[ACT_VEC];
-        act_row(M, m, v);
-#define NORM_NEXT false
-        SPLIT_ROW(ACT_VEC, m, v);
-        return;
-    }
     uint row_n4 = pc.N / 4;
     float mx = 0.0;
     if (n4 < row_n4) {

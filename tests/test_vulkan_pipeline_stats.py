@@ -14,7 +14,6 @@ from gemma_batch.backends.vulkan.kernels import COOP_REDUCE_WG, GATED_SPLIT_PIEC
 # The workgroup sizes the host's grid and row arithmetic assumes, each written there once.
 HOST_SIZES = {
     "sample": NEEDS_WORKGROUP,
-    "reduce_post_norm_split": POST_NORM_WG,
     "matmul_post_norm_bf16": POST_NORM_WG,
     "reduce_rows": COOP_REDUCE_WG,
     "reduce_qk_rope_float16": COOP_REDUCE_WG,

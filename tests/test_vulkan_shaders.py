@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gemma_batch.backends.vulkan import pipeline_stats
 from gemma_batch.backends.vulkan.attention import MAX_CHUNKS, chunk_counts
 from gemma_batch.backends.vulkan.grids import ROWS_GROUPS_PER_SM, DispatchGrids
-from gemma_batch.backends.vulkan.kernels import GATED_PIECE_ROWS, PUSH, PUSH_BYTES, VARIANTS
+from gemma_batch.backends.vulkan.kernels import GATED_SPLIT_MAX_ROW, PUSH, PUSH_BYTES, VARIANTS
 from gemma_batch.bench.shapes import shape_config
 
 SHADERS = Path(__file__).resolve().parent.parent / "shaders"
@@ -70,12 +71,14 @@ def test_the_attention_chunk_rule_is_mirrored_on_the_host():
     assert chunk_counts(positions, 512, 64).tolist() == [8, 9, 9, 8, 9]
 
 
-def test_the_gated_reduce_pieces_rule_is_mirrored_on_the_host():
-    """grids.py gives reduce_gated_split pieces of rows up to kernels.GATED_PIECE_ROWS rows, and
-    the shader cuts rows into pieces up to its PIECE_ROWS: the two must agree (a smaller shader
-    value leaves the extra workgroups idle, a larger one computes only some pieces' rows)."""
+def test_the_gated_reduce_row_limit_is_mirrored_on_the_host():
+    """coop_plan.py fuses gate/up's split into its reduce for rows of up to
+    kernels.GATED_SPLIT_MAX_ROW values, which reduce_gated_split_rows holds in registers: ACT_VEC
+    vec4 for each of its invocations."""
     source = (SHADERS / "reduce.comp").read_text()
-    assert int(re.search(r"#define PIECE_ROWS (\d+)", source).group(1)) == GATED_PIECE_ROWS
+    act_vec = int(re.search(r"#define ACT_VEC (\d+)", source).group(1))
+    invocations = pipeline_stats.workgroup_size(VARIANTS["reduce_gated_split_rows"].spv.read_bytes())
+    assert act_vec * 4 * invocations == GATED_SPLIT_MAX_ROW
 
 
 def test_only_the_looping_lm_head_grid_is_capped_by_the_sm_count():

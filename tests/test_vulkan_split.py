@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from gemma_batch.backends.vulkan.graph import StepGraph
-from gemma_batch.backends.vulkan.kernels import COOP_REDUCE_WG, GATED_PIECE_ROWS, GATED_SPLIT_PIECE
+from gemma_batch.backends.vulkan.kernels import GATED_SPLIT_PIECE
 from gemma_batch.backends.vulkan.weights import fp16_tiles
 from gemma_batch.model.checkpoint import Tensor
 from tests.test_cpu_vs_transformers import checkpoints, run_batched  # noqa: F401
@@ -150,17 +150,17 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
 def run_fused_reduce(variant: str, part: np.ndarray, scale: np.ndarray, N: int, eps: float,
                      buffers: dict[int, np.ndarray]) -> dict[str, np.ndarray]:
     """One dispatch of reduce.comp's SPLIT_NEXT `variant` (a workgroup per row, or per
-    GATED_SPLIT_PIECE columns of a row for the gated one) over partial sums `part` [chunks, Mpad,
-    width] and the input scales; returns the split (hi + lo as fp32 [M, N]), the new scales, the
-    buffers at bindings 10 (x_res) and 6 (row_sync, zeroed before) after the dispatch."""
+    GATED_SPLIT_PIECE columns of a row for reduce_gated_split) over partial sums `part` [chunks,
+    Mpad, width] and the input scales, with kernels built for a hidden size of N; returns the
+    split (hi + lo as fp32 [M, N]), the new scales, the buffers at bindings 10 (x_res) and 6
+    (row_sync, zeroed before) after the dispatch."""
     chunks, M = part.shape[0], len(scale)
-    with Dispatches(tokens=M) as d:
+    with Dispatches(tokens=M, hidden=N) as d:
         arrays = {0: part, 4: scale, 6: np.zeros(2 * M, np.uint32), **buffers}
         bufs = {b: d.upload(a, f"binding {b}") for b, a in arrays.items()}
         bufs.update({2: d.alloc(4 * M * N, "y"), 5: d.alloc(4 * M * N, "split")})
         d.dispatch(variant, bufs, {"N": N, "chunks": chunks, "eps": eps, "num_heads": 0, "num_kv_heads": 0, "head_dim": 0},
-                   M * (-(-N // GATED_SPLIT_PIECE) if variant == "reduce_gated_split" and M <= GATED_PIECE_ROWS
-                        else -(-N // (4 * COOP_REDUCE_WG)) if variant == "reduce_post_norm_split" else 1))
+                   M * (-(-N // GATED_SPLIT_PIECE) if variant == "reduce_gated_split" else 1))
         d.run()
         halves = d.download(bufs[5]).view(np.float16).reshape(M, 2, N).astype(np.float32)
         out = {"split": halves[:, 0] + halves[:, 1], "scale": d.download(bufs[4]).view(np.float32),
@@ -170,18 +170,19 @@ def run_fused_reduce(variant: str, part: np.ndarray, scale: np.ndarray, N: int, 
         return out
 
 
-@pytest.mark.parametrize("variant,M,chunks", [("reduce_post_norm_split", 5, 3), ("reduce_gated_split", 5, 3),
-                                              ("reduce_gated_split", 20, 3), ("reduce_gated_split", 20, 2),
-                                              ("reduce_gated_split", 20, 1)])
+@pytest.mark.parametrize("variant,M,chunks", [("reduce_post_norm_split", 5, 3), ("reduce_post_norm_split", 5, 1),
+                                              ("reduce_gated_split", 5, 3), ("reduce_gated_split_rows", 20, 3),
+                                              ("reduce_gated_split_rows", 20, 1)])
 def test_reduces_that_write_the_next_split_match_float64(variant, M, chunks):
     """The fused reduces (graph.py: o, gate/up and down write the next matmul's split; gate/up's
-    at 5 rows a row in 3 pieces, the last to finish splitting it, at 20 a workgroup per row, whose
-    loads go out a round at a time with up to 2 chunks) against float64 of the same fp32 inputs:
-    the new residual to 1e-6 of its row's largest value (fp32 sums), and the split to 2^-20 of the
+    in 3 pieces a row, the last to finish splitting it, or a workgroup per row, whose loads go out
+    a round at a time with up to 2 chunks (2: bit for bit as the pieces, the test below); the
+    post-norm a workgroup per row of 4,160 values, 2 vec4 an invocation, or with one chunk of 640,
+    1) against float64 of the same fp32 inputs: the new residual to 1e-6 of its row's largest value (fp32 sums), and the split to 2^-20 of the
     row's largest value (split.comp's 2^-21, doubled for the fp32 arithmetic before it)."""
     rng = np.random.default_rng(3)
-    gated = variant == "reduce_gated_split"
-    N, eps = 2 * GATED_SPLIT_PIECE + 64 if gated else 640, 1e-6  # gated: 3 pieces a row
+    gated = variant.startswith("reduce_gated")
+    N, eps = 2 * GATED_SPLIT_PIECE + 64 if gated or chunks > 1 else 640, 1e-6  # gated: 3 pieces a row
     width = 2 * N if gated else N
     part = rng.standard_normal((chunks, 32, width)).astype(np.float32) * 50
     scale = np.float32(2.0) ** rng.integers(-12, -2, M).astype(np.float32)
@@ -202,7 +203,7 @@ def test_reduces_that_write_the_next_split_match_float64(variant, M, chunks):
     assert np.all(np.log2(s) == np.round(np.log2(s))) and np.all((peak / s >= 2.0**14 * (1 - 1e-6)) & (peak / s < 2.0**15))
     err = np.abs(out["split"] * s[:, None] - v).max(axis=1) / peak
     assert np.all(err <= 2.0**-20), err
-    assert not out["row_sync"].any()  # the last piece of each row reset them for the next layer
+    assert not out["row_sync"].any()  # the last piece of each row reset them for the next layer (or never used)
     if not gated:
         res_err = np.abs(out["x_res"] - new_res).max(axis=1) / np.abs(new_res).max(axis=1)
         assert np.all(res_err <= 1e-6), res_err
@@ -211,15 +212,15 @@ def test_reduces_that_write_the_next_split_match_float64(variant, M, chunks):
 @pytest.mark.parametrize("chunks", [1, 2, 3])
 def test_gated_split_in_pieces_and_by_whole_rows_agree_bit_for_bit(chunks):
     """Batch invariance of gate/up's reduce: a row's act and split are the same bits whether its
-    step has at most GATED_PIECE_ROWS rows (pieces, act4_of) or more (a workgroup per row, act_row).
-    The first 5 rows of a 20-row step against the same rows as a 5-row step."""
+    step's recording runs it in pieces (reduce_gated_split, act4_of) or a workgroup per row
+    (reduce_gated_split_rows, act_row). The first 5 rows of a 20-row step against the same rows
+    as a 5-row step."""
     rng = np.random.default_rng(4)
     N = 2 * GATED_SPLIT_PIECE + 64
     part = rng.standard_normal((chunks, 32, 2 * N)).astype(np.float32) * 50
     scale = np.float32(2.0) ** rng.integers(-12, -2, 20).astype(np.float32)
-    whole = run_fused_reduce("reduce_gated_split", part, scale, N, 1e-6, {})
+    whole = run_fused_reduce("reduce_gated_split_rows", part, scale, N, 1e-6, {})
     pieces = run_fused_reduce("reduce_gated_split", part, scale[:5], N, 1e-6, {})
-    assert 5 <= GATED_PIECE_ROWS < 20
     assert np.array_equal(whole["split"][:5].view(np.uint32), pieces["split"].view(np.uint32))
     assert np.array_equal(whole["scale"][:5].view(np.uint32), pieces["scale"].view(np.uint32))
 

@@ -70,6 +70,13 @@ from .weights import DeviceWeights
 # 6.30-6.39; docs/PERFORMANCE.md). Either way the same bits (tests/test_vulkan_attention.py),
 # so the choice may follow the batch.
 QK_IN_MAX_TOKENS = 8
+# The recordings whose gate/up reduce splits a row in pieces (reduce_gated_split); the others run
+# a workgroup of 1,024 invocations per row (reduce_gated_split_rows). The same bits either way. 4b
+# on the H100, median decode step, pieces in decode steps against rows everywhere: batch 1
+# 5.08-5.10 against 5.22-5.23 ms, 8 5.21-5.23 against 5.28-5.30; and rows against pieces in
+# every step (the post-norm reduce of the build before): 16 5.52-5.55 against 5.67, 32 6.11-6.14
+# against 6.35-6.39 (docs/PERFORMANCE.md).
+GATED_PIECES_MODES = ("decode",)
 
 
 class StepGraph:
@@ -204,17 +211,14 @@ class StepGraph:
         if not reduce_chunks:
             return
         epilogue = {} if gated or rows else (extra or {})  # the post-norm's or QK-norm/RoPE/KV buffers
-        # post-norm: a workgroup per 4 COOP_REDUCE_WG columns of a row; the row's last normalises it
-        slices = -(-N // (4 * COOP_REDUCE_WG))
-        if kind == "post_norm" or split_next is not None:  # their per-row counters (gated's: and maxima)
-            epilogue = {**epilogue, 6: b.row_sync}
-        if split_next is not None:  # also writes the next input's split (gated: a workgroup per row,
-            # in small steps per GATED_SPLIT_PIECE columns of a row, the last splitting it)
+        groups = {"reduce_post_norm": 1, "reduce_gated": -(-N // COOP_REDUCE_WG),  # (post-norm: a workgroup a row)
+                  "reduce_rows": -(-N // COOP_REDUCE_WG)}.get(reduce, cfg.num_heads + 2 * cfg.num_kv_heads)
+        if split_next is not None:  # also writes the next input's split
             reduce, epilogue = f"{reduce}_split", {**epilogue, 5: b.split, **split_next}
-            count, groups = ("pieces", -(-N // GATED_SPLIT_PIECE)) if gated else (count, slices)
-        else:
-            groups = {"reduce_post_norm": slices, "reduce_gated": -(-N // COOP_REDUCE_WG),
-                      "reduce_rows": -(-N // COOP_REDUCE_WG)}.get(reduce, cfg.num_heads + 2 * cfg.num_kv_heads)
+            if gated and self.mode in GATED_PIECES_MODES:  # pieces of a row, the last splitting it
+                epilogue, groups = {**epilogue, 6: b.row_sync}, -(-N // GATED_SPLIT_PIECE)
+            elif gated:  # a workgroup per row
+                reduce, groups = f"{reduce}_rows", 1
         self._dispatch(reduce, {0: b.partial, 2: y, 4: b.split_scale, **epilogue},
                        {"N": N, "chunks": chunks, "eps": cfg.rms_norm_eps, "num_heads": cfg.num_heads,
                         "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim}, (count, groups))

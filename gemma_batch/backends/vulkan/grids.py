@@ -12,7 +12,6 @@ on T, R or the positions. Kinds:
                                      the tiles) at most ROWS_GROUPS_PER_SM workgroups an SM where
                                      the device says how many SMs it has
     "coopfold_tokens" / "coopfold_rows"  the prefill tiles; none up to COOP_FOLD_ROWS rows
-    "pieces"                         T * n up to GATED_PIECE_ROWS tokens, T above (reduce_gated_split)
     "attention <group>"              T * n times the step's most chunks of a token in that KV group
 """
 
@@ -23,7 +22,7 @@ import numpy as np
 from ...model.config import Gemma3Config
 from .attention import most_chunks
 from .coop_tiles import COOP_FOLD_ROWS, COOP_FOLD_TILE_ROWS, COOP_ROWS
-from .kernels import GATED_PIECE_ROWS, MATMUL_ROWS
+from .kernels import MATMUL_ROWS
 
 GRID_SLOTS = 64  # distinct indirect grids (3 uint32 each)
 # The LM head's decode matmul (2,049 tiles at 4b) as 4 workgroups an SM looping over the tiles,
@@ -72,8 +71,6 @@ class DispatchGrids:
                 count = -(-m // COOP_ROWS) * n * chunks if m <= COOP_FOLD_ROWS else 0
                 if capped:
                     count = min(count, self.rows_cap)
-            elif kind == "pieces":  # reduce_gated_split: n pieces a row in small steps
-                count = m * (n if m <= GATED_PIECE_ROWS else 1)
             else:
                 count = m * n
             if window is not False:

@@ -78,13 +78,20 @@ COOP_KINDS = {
     "norm_rows": ("split_norm_rows", ("ROWS",), "reduce_rows"),
     **{f"norm_qk_rope_{kv}": ("split_norm", (), f"reduce_qk_rope_{kv}") for kv in KV_DEFINES},
 }
-COOP_REDUCE_WG = 128  # WG of reduce.comp's variants but the gated split (post-norm: POST_NORM_WG)
-GATED_SPLIT_MAX_ROW = 12 * 4 * 512  # ACT_VEC * 4 * WG of reduce.comp: the longest row reduce_gated_split holds
-# ... in steps of more than GATED_PIECE_ROWS rows; up to that, rows go in pieces of
-# GATED_SPLIT_PIECE columns, a workgroup each (4 WG of reduce.comp; PIECE_ROWS there). 4b on the
-# H100, median step with pieces up to 8 / 16 / 32 rows: 12 rows 5.80-5.81 / 5.67-5.68 / 5.70 ms,
-# 16 rows 5.88-5.90 / 5.79-5.80 / 5.80, 32 rows 6.33-6.39 / 6.31 / 6.46-6.54 (docs/PERFORMANCE.md).
-GATED_PIECE_ROWS, GATED_SPLIT_PIECE = 16, 4 * 512
+COOP_REDUCE_WG = 128  # WG of reduce.comp's variants but the gated split and the post-norm
+# gate/up's reduce writes down's split in pieces of GATED_SPLIT_PIECE columns of a row, a workgroup
+# each (reduce_gated_split: 4 WG of reduce.comp), or a workgroup per row of up to
+# GATED_SPLIT_MAX_ROW values (reduce_gated_split_rows: ACT_VEC * 4 * WG); graph.py picks.
+GATED_SPLIT_PIECE, GATED_SPLIT_MAX_ROW = 4 * 512, 6 * 4 * 1024
+POST_NORM_ROW_MAX_WG = 1024  # reduce.comp's post-norm: invocations of its workgroup per row, at most
+
+
+def post_norm_row_shape(hidden: int) -> tuple[int, int]:
+    """reduce.comp's post-norm (a workgroup per row of `hidden` values): (invocations, vec4 each),
+    as few vec4 an invocation as POST_NORM_ROW_MAX_WG invocations allow, invocations a multiple of
+    32 (4b: 640, 1; 27b: 672, 2)."""
+    vec = -(-hidden // (4 * POST_NORM_ROW_MAX_WG))
+    return -(-hidden // (4 * vec * 32)) * 32, vec
 
 
 def matmul_cols(kind: str) -> int:
@@ -136,6 +143,7 @@ def _variants() -> dict[str, Variant]:
             Variant("reduce_post_norm", "reduce", ("EPI_NORM_ADD",)), Variant("reduce_gated", "reduce", ("GATED",)),
             Variant("reduce_post_norm_split", "reduce", ("EPI_NORM_ADD", "SPLIT_NEXT")),
             Variant("reduce_gated_split", "reduce", ("GATED", "SPLIT_NEXT")),
+            Variant("reduce_gated_split_rows", "reduce", ("GATED", "SPLIT_NEXT", "WHOLE_ROWS")),
             Variant("reduce_rows", "reduce", ("ROWS",)),
             *(Variant(f"reduce_qk_rope_{kv}", "reduce", ("EPI_QK_ROPE", d)) for kv, d in KV_DEFINES.items())]
     return {v.name: v for v in out}
@@ -155,13 +163,15 @@ class Kernels:
     0, `x_lo`: the cooperative matmuls' X_LO, multiply x as fp16 hi + lo (True) or hi alone
     (coopmat.py); 1, `kv_group`: attention.comp's GMAX, the query heads per KV head it serves
     (the model's, or at most ATTENTION_MAX_GROUP); 2, matmul_epilogue.glsl's EPI_VEC, the vec4 of a
-    row of `hidden` values each of POST_NORM_WG invocations holds (at most EPILOGUE_VEC4)."""
+    row of `hidden` values each of POST_NORM_WG invocations holds (at most EPILOGUE_VEC4); 3 and 4,
+    reduce.comp's post-norm workgroup: its invocations and their vec4 each (post_norm_row_shape)."""
 
     def __init__(self, device: Device, x_lo: bool = True, kv_group: int = ATTENTION_MAX_GROUP,
                  hidden: int = POST_NORM_MAX_ROW) -> None:
         self.dev = device
         self.x_lo, self.kv_group = x_lo, kv_group
         self.epi_vec = -(-hidden // (4 * POST_NORM_WG))
+        self.post_norm_row = post_norm_row_shape(hidden)
         vk = self.vk = device.vk
         bindings = [
             vk.VkDescriptorSetLayoutBinding(binding=i, descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
@@ -197,9 +207,11 @@ class Kernels:
             module = vk.vkCreateShaderModule(self.dev.device, vk.VkShaderModuleCreateInfo(
                 sType=vk.VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, codeSize=len(code), pCode=code), None)
             self._modules.append(module)
-            constants = np.array([int(self.x_lo), self.kv_group, self.epi_vec], np.uint32).tobytes()  # VkBool32, uint, uint
+            values = [int(self.x_lo), self.kv_group, self.epi_vec, *self.post_norm_row]  # VkBool32, then uint
+            constants = np.array(values, np.uint32).tobytes()
             special = vk.VkSpecializationInfo(
-                mapEntryCount=3, pMapEntries=[vk.VkSpecializationMapEntry(constantID=i, offset=4 * i, size=4) for i in range(3)],
+                mapEntryCount=len(values),
+                pMapEntries=[vk.VkSpecializationMapEntry(constantID=i, offset=4 * i, size=4) for i in range(len(values))],
                 dataSize=len(constants), pData=vk.ffi.from_buffer(constants))
             stage = vk.VkPipelineShaderStageCreateInfo(
                 sType=vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, stage=vk.VK_SHADER_STAGE_COMPUTE_BIT,
