@@ -74,21 +74,27 @@ void epilogue(uint m0, uint M, uint segment) {
 #ifdef EPI_QK_ROPE
 #include "qk_rope.glsl"
 
-// Head `h` of the tile's rows (qk_rope.glsl): q heads to q_out [T, nh, hd], k and v heads into
-// the pages at slots[t].
-void epilogue(uint m0, uint M, uint h) {
+// Head `h` of row t, its values in vals[0, hd) (qk_rope.glsl): a q head to q_out [T, nh, hd], a k
+// or v head into the pages at slots[t].
+void head_out(uint t, uint h) {
     uint tid = gl_LocalInvocationID.x, hd = pc.head_dim;
     bool is_q = h < pc.num_heads, is_v = h >= pc.num_heads + pc.num_kv_heads;
+    if (!is_v) norm_rope(hd, is_q ? 0u : hd, pc.eps, positions[t]);
+    if (is_q) {
+        for (uint d = tid; d < hd; d += WG) q_out[(t * pc.num_heads + h) * hd + d] = vals[d];
+    } else {
+        uint kv = is_v ? h - pc.num_heads - pc.num_kv_heads : h - pc.num_heads;
+        store_page_row(uint(slots[t]) * pc.num_kv_heads + kv, hd, is_v, 0u);
+    }
+}
+
+// Head `h` of the tile's rows of y.
+void epilogue(uint m0, uint M, uint h) {
+    uint tid = gl_LocalInvocationID.x, hd = pc.head_dim;
     for (uint t = m0; t < min(m0 + MT, M); t++) {
         for (uint d = tid; d < hd; d += WG) vals[d] = y[t * pc.N + h * hd + d];
         barrier();
-        if (!is_v) norm_rope(hd, is_q ? 0u : hd, pc.eps, positions[t]);
-        if (is_q) {
-            for (uint d = tid; d < hd; d += WG) q_out[(t * pc.num_heads + h) * hd + d] = vals[d];
-        } else {
-            uint kv = is_v ? h - pc.num_heads - pc.num_kv_heads : h - pc.num_heads;
-            store_page_row(uint(slots[t]) * pc.num_kv_heads + kv, hd, is_v, 0u);
-        }
+        head_out(t, h);
         barrier();  // vals is reused by the next row
     }
 }
