@@ -52,11 +52,7 @@ def main() -> None:
         if name.startswith("coop") and not dev.coopmat:
             continue  # the device cannot build the cooperative-matrix kernels
         stats = pipeline_stats.statistics(kernels, name)
-        variant = VARIANTS[name]
-        if variant.source == "reduce" and "EPI_NORM_ADD" in variant.defines:  # sized by specialization
-            invocations = kernels.post_norm_row[0]
-        else:
-            invocations = pipeline_stats.workgroup_size(variant.spv.read_bytes())
+        invocations = pipeline_stats.workgroup_size(VARIANTS[name].spv.read_bytes(), kernels.constants)
         regs, shared = stats.get("Register Count"), stats.get("Shared Memory Size")
         line = f"{name:36s} {invocations:11d} {regs!s:>9s} {shared!s:>9s} {stats.get('Binary Size')!s:>9s}"
         if nvidia and regs is not None and shared is not None:

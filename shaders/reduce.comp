@@ -43,6 +43,7 @@ layout(local_size_x = WG) in;
 
 layout(std430, binding = 0) readonly buffer Partb { float part[]; };
 layout(std430, binding = 0) readonly buffer Part4b { vec4 part4[]; };  // the same, 16 bytes at a time
+layout(std430, binding = 0) readonly buffer Part2b { vec2 part2[]; };  // ... and 8
 #ifdef SPLIT_NEXT
 layout(std430, binding = 4) buffer Scaleb { float scale[]; };  // read for this matmul, then written for the next
 layout(std430, binding = 3) readonly buffer Gnb { vec4 g_next4[]; };
@@ -255,29 +256,18 @@ void main() {
 #elif defined(EPI_QK_ROPE)
     uint heads = pc.num_heads + 2 * pc.num_kv_heads, m = id / heads, h = id % heads;
     if (m >= M) return;
-    // The head's chunk sums (gather's, in chunk order) straight into vals, both of an invocation's
-    // values' loads in flight at once (head_dim <= 2 WG); then its epilogue. Before: each value
-    // through gather() into y, then read back: 4b batch 32 on the H100, median decode step
-    // 5.927-5.939 against 5.939-5.974 ms (docs/PERFORMANCE.md).
-    uint hd = pc.head_dim, chunks = M > FOLD_ROWS ? 1u : pc.chunks, slot = (M + BM - 1) / BM * BM * pc.N;
-    uint n0 = m * pc.N + h * hd + tid, n1 = n0 + WG;
-    bool on0 = tid < hd, on1 = tid + WG < hd;
-    float p0[SUM_LOADS], p1[SUM_LOADS], s0 = 0.0, s1 = 0.0;
-    for (uint c0 = 0; c0 < chunks; c0 += SUM_LOADS) {
-        [[unroll]] for (uint i = 0; i < SUM_LOADS; i++) {
-            bool c = c0 + i < chunks;
-            p0[i] = c && on0 ? part[(c0 + i) * slot + n0] : 0.0;
-            p1[i] = c && on1 ? part[(c0 + i) * slot + n1] : 0.0;
-        }
-        [[unroll]] for (uint i = 0; i < SUM_LOADS; i++) {
-            if (c0 + i < chunks) {
-                s0 = c0 + i == 0u ? p0[i] : s0 + p0[i];
-                s1 = c0 + i == 0u ? p1[i] : s1 + p1[i];
-            }
-        }
+    // The head's chunk sums (gather's, in chunk order) straight into vals, two neighbouring values
+    // an invocation, every chunk's load in flight at once (head_dim <= 2 WG); then its epilogue.
+    // Before: each value through gather() into y, then read back: 4b batch 32 on the H100, median
+    // decode step 5.927-5.939 against 5.939-5.974 ms (docs/PERFORMANCE.md).
+    uint hd = pc.head_dim;
+    if (2 * tid < hd) {
+        vec2 s = vec2(0.0);
+        CHUNK_SUM(vec2, part2, M, pc.N / 2, (m * pc.N + h * hd) / 2 + tid, s);
+        s *= scale[m];
+        vals[2 * tid] = s.x;
+        vals[2 * tid + 1] = s.y;
     }
-    if (on0) vals[tid] = s0 * scale[m];
-    if (on1) vals[tid + WG] = s1 * scale[m];
     barrier();
     head_out(m, h);
 #else

@@ -8,7 +8,8 @@ import pytest
 
 from gemma_batch.backends.vulkan import pipeline_stats
 from gemma_batch.backends.vulkan.device import NEEDS_WORKGROUP
-from gemma_batch.backends.vulkan.kernels import COOP_REDUCE_WG, GATED_SPLIT_PIECE, POST_NORM_WG, VARIANTS
+from gemma_batch.backends.vulkan.kernels import (COOP_REDUCE_WG, GATED_SPLIT_PIECE, POST_NORM_WG, VARIANTS,
+                                                 post_norm_row_shape)
 
 
 # The workgroup sizes the host's grid and row arithmetic assumes, each written there once.
@@ -24,6 +25,16 @@ HOST_SIZES = {
 @pytest.mark.parametrize("name", sorted(HOST_SIZES))
 def test_the_spirv_workgroup_sizes_are_the_ones_the_host_assumes(name):
     assert pipeline_stats.workgroup_size(VARIANTS[name].spv.read_bytes()) == HOST_SIZES[name]
+
+
+def test_a_workgroup_size_set_by_specialization_is_read_with_the_constants():
+    """reduce.comp's post-norm takes its workgroup size from specialization constant 3
+    (kernels.post_norm_row_shape): the pipeline's constants give it, the SPIR-V's default without."""
+    spv = VARIANTS["reduce_post_norm_split"].spv.read_bytes()
+    for hidden, invocations in ((2560, 640), (5376, 672), (1152, 288)):
+        assert post_norm_row_shape(hidden)[0] == invocations
+        assert pipeline_stats.workgroup_size(spv, (1, 2, 5, *post_norm_row_shape(hidden))) == invocations
+    assert pipeline_stats.workgroup_size(spv) == POST_NORM_WG  # the shader's default, 128
 
 
 def test_statistics_where_the_driver_has_them():

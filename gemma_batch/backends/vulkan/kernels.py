@@ -169,9 +169,9 @@ class Kernels:
     def __init__(self, device: Device, x_lo: bool = True, kv_group: int = ATTENTION_MAX_GROUP,
                  hidden: int = POST_NORM_MAX_ROW) -> None:
         self.dev = device
-        self.x_lo, self.kv_group = x_lo, kv_group
-        self.epi_vec = -(-hidden // (4 * POST_NORM_WG))
-        self.post_norm_row = post_norm_row_shape(hidden)
+        self.x_lo = x_lo
+        # the specialization constants by id (VkBool32, then uint)
+        self.constants = (int(x_lo), kv_group, -(-hidden // (4 * POST_NORM_WG)), *post_norm_row_shape(hidden))
         vk = self.vk = device.vk
         bindings = [
             vk.VkDescriptorSetLayoutBinding(binding=i, descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
@@ -207,11 +207,10 @@ class Kernels:
             module = vk.vkCreateShaderModule(self.dev.device, vk.VkShaderModuleCreateInfo(
                 sType=vk.VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, codeSize=len(code), pCode=code), None)
             self._modules.append(module)
-            values = [int(self.x_lo), self.kv_group, self.epi_vec, *self.post_norm_row]  # VkBool32, then uint
-            constants = np.array(values, np.uint32).tobytes()
+            constants = np.array(self.constants, np.uint32).tobytes()
             special = vk.VkSpecializationInfo(
-                mapEntryCount=len(values),
-                pMapEntries=[vk.VkSpecializationMapEntry(constantID=i, offset=4 * i, size=4) for i in range(len(values))],
+                mapEntryCount=len(self.constants),
+                pMapEntries=[vk.VkSpecializationMapEntry(constantID=i, offset=4 * i, size=4) for i in range(len(self.constants))],
                 dataSize=len(constants), pData=vk.ffi.from_buffer(constants))
             stage = vk.VkPipelineShaderStageCreateInfo(
                 sType=vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, stage=vk.VK_SHADER_STAGE_COMPUTE_BIT,

@@ -12,6 +12,7 @@ backend never asks for them.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
 EXTENSION = "VK_KHR_pipeline_executable_properties"
 
@@ -47,13 +48,33 @@ def statistics(kernels, name: str) -> dict[str, int | float | bool]:
     return out
 
 
-def workgroup_size(spv: bytes) -> int:
-    """Invocations per workgroup of a compute shader's SPIR-V (its LocalSize execution mode)."""
+def workgroup_size(spv: bytes, constants: Sequence[int] = ()) -> int:
+    """Invocations per workgroup of a compute shader's SPIR-V: its LocalSize execution mode, or,
+    where specialization constants size it (GLSL local_size_x_id: the WorkgroupSize built-in),
+    their values in `constants` (by constant id, as kernels.Kernels.constants; the shader's
+    defaults for ids past its end)."""
     words = struct.unpack(f"<{len(spv) // 4}I", spv)
+    local, spec_ids, values, composites, builtin = None, {}, {}, {}, None
     i = 5  # past the header
     while i < len(words):
         count, opcode = words[i] >> 16, words[i] & 0xFFFF
         if opcode == 16 and words[i + 2] == 17:  # OpExecutionMode %entry LocalSize x y z
-            return words[i + 3] * words[i + 4] * words[i + 5]
+            local = words[i + 3] * words[i + 4] * words[i + 5]
+        elif opcode == 71 and words[i + 2] == 1:  # OpDecorate %c SpecId n
+            spec_ids[words[i + 1]] = words[i + 3]
+        elif opcode == 71 and words[i + 2] == 11 and words[i + 3] == 25:  # OpDecorate %v BuiltIn WorkgroupSize
+            builtin = words[i + 1]
+        elif opcode in (43, 50):  # OpConstant / OpSpecConstant %type %c value (32-bit)
+            values[words[i + 2]] = words[i + 3]
+        elif opcode == 51:  # OpSpecConstantComposite %type %v x y z
+            composites[words[i + 2]] = words[i + 3:i + count]
         i += max(count, 1)
-    raise ValueError("no LocalSize execution mode in the SPIR-V")
+    if builtin in composites:
+        size = 1
+        for c in composites[builtin]:
+            sid = spec_ids.get(c)
+            size *= constants[sid] if sid is not None and sid < len(constants) else values[c]
+        return size
+    if local is None:
+        raise ValueError("no LocalSize execution mode in the SPIR-V")
+    return local

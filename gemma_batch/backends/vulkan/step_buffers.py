@@ -12,10 +12,10 @@ Device-local scratch, shared by the sets (one step runs at a time): the residual
 `counters` of the matmul epilogues (one per row tile and head) and `row_sync` (per row, the
 pieces of reduce.comp's gated split done and their max), both zeroed at the start of each step;
 on the cooperative path the `split` inputs, their `split_scale` and the `partial` sums; and
-attention's partial results per (chunk, token, kv head), `part_acc` [records, G * hd] and `part_ml` [records, 2, G]
-(running max and sum), with `attn_counters` [T, nkv + 1] (the chunks merged per (token, kv
-head), then the kv heads done per token; zeroed at the start of each step). Records
-are T * nkv times the most chunks of any position the capacity's block tables can hold
+attention's partial results per (chunk, token, kv head), `part_acc` [records, G * hd] and
+`part_ml` [records, 2, G] (running max and sum), with `attn_counters` [T, nkv + 1] (the chunks
+merged per (token, kv head), then the kv heads done per token; zeroed at the start of each
+step). Records are T * nkv times the most chunks of any position the capacity's block tables can hold
 (`attention.py`: at most MAX_CHUNKS; none when every context fits in one chunk).
 
 When a step needs more than the capacity, everything here is reallocated (doubling), and the
