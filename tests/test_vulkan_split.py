@@ -178,8 +178,9 @@ def test_reduces_that_write_the_next_split_match_float64(variant, M, chunks):
     in 3 pieces a row, the last to finish splitting it, or a workgroup per row, whose loads go out
     a round at a time with up to 2 chunks (2: bit for bit as the pieces, the test below); the
     post-norm a workgroup per row of 4,160 values, 2 vec4 an invocation, or with one chunk of 640,
-    1) against float64 of the same fp32 inputs: the new residual to 1e-6 of its row's largest value (fp32 sums), and the split to 2^-20 of the
-    row's largest value (split.comp's 2^-21, doubled for the fp32 arithmetic before it)."""
+    1) against float64 of the same fp32 inputs: the new residual to 1e-6 of its row's largest
+    value (fp32 sums), and the split to 2^-20 of the row's largest value (split.comp's 2^-21,
+    doubled for the fp32 arithmetic before it)."""
     rng = np.random.default_rng(3)
     gated = variant.startswith("reduce_gated")
     N, eps = 2 * GATED_SPLIT_PIECE + 64 if gated or chunks > 1 else 640, 1e-6  # gated: 3 pieces a row

@@ -169,7 +169,6 @@ class Kernels:
     def __init__(self, device: Device, x_lo: bool = True, kv_group: int = ATTENTION_MAX_GROUP,
                  hidden: int = POST_NORM_MAX_ROW) -> None:
         self.dev = device
-        self.x_lo = x_lo
         # the specialization constants by id (VkBool32, then uint)
         self.constants = (int(x_lo), kv_group, -(-hidden // (4 * POST_NORM_WG)), *post_norm_row_shape(hidden))
         vk = self.vk = device.vk
@@ -188,6 +187,11 @@ class Kernels:
         self._modules: list = []
         self._pools: list = []
         self._pool_left = 0
+
+    @property
+    def x_lo(self) -> bool:
+        """Whether the cooperative matmuls multiply x as fp16 hi + lo (specialization constant 0)."""
+        return bool(self.constants[0])
 
     @classmethod
     def for_model(cls, device: Device, cfg: Gemma3Config) -> Kernels:
