@@ -127,6 +127,23 @@ layout(push_constant) uniform Push {
     uint qkv_chunks;    // QK_IN: the K chunks of qkv's partial sums
     float eps;          // QK_IN: the QK-norm's
 } pc;
+// Sizes a pipeline may have specialised in (kernels.SPECIALIZED: graph.py does for the decode
+// variant _split_qk), each 0 where it is not, read from the push constants then. Specialised, the
+// compiler folds their divisions, bounds and loop counts, and the binary shrinks: a workgroup runs
+// its code about once, and a dependent dispatch pays for fetching it (4b on the H100: _split_qk
+// 58 KiB against 76, batch-1 decode step about 0.17 ms shorter; docs/PERFORMANCE.md).
+layout(constant_id = 5) const uint SPEC_HEAD_DIM = 0u;
+layout(constant_id = 6) const uint SPEC_NUM_HEADS = 0u;
+layout(constant_id = 7) const uint SPEC_NUM_KV_HEADS = 0u;
+layout(constant_id = 8) const uint SPEC_BLOCK_SIZE = 0u;
+layout(constant_id = 9) const uint SPEC_CHUNK = 0u;
+layout(constant_id = 10) const uint SPEC_QKV_CHUNKS = 0u;
+#define HEAD_DIM (SPEC_HEAD_DIM != 0u ? SPEC_HEAD_DIM : pc.head_dim)
+#define NUM_HEADS (SPEC_NUM_HEADS != 0u ? SPEC_NUM_HEADS : pc.num_heads)
+#define NUM_KV_HEADS (SPEC_NUM_KV_HEADS != 0u ? SPEC_NUM_KV_HEADS : pc.num_kv_heads)
+#define BLOCK_SIZE (SPEC_BLOCK_SIZE != 0u ? SPEC_BLOCK_SIZE : pc.block_size)
+#define CHUNK (SPEC_CHUNK != 0u ? SPEC_CHUNK : pc.chunk)
+#define QKV_CHUNKS (SPEC_QKV_CHUNKS != 0u ? SPEC_QKV_CHUNKS : pc.qkv_chunks)
 
 shared vec4 qs[Q4];                 // the group's queries, scaled: [G, hd]
 shared float sc[GMAX * KB];         // this pass's scores, then probabilities: [G, KB]
@@ -156,20 +173,20 @@ vec4 cluster_sum4(vec4 v, uint width) {
 
 void main() {
     uint tid = gl_LocalInvocationID.x;
-    uint nkv = pc.num_kv_heads, tokens_heads = meta.num_tokens * nkv;
+    uint nkv = NUM_KV_HEADS, tokens_heads = meta.num_tokens * nkv;
     uint id = linear_group();
     uint tj = id % tokens_heads, ci = id / tokens_heads;
     uint t = tj / nkv, j = tj % nkv;
-    uint hd = pc.head_dim, hd8 = hd / 8u, G = pc.num_heads / nkv;
+    uint hd = HEAD_DIM, hd8 = hd / 8u, G = NUM_HEADS / nkv;
     uint p = uint(positions[t]);
     uint lo = pc.window == 0u ? 0u : uint(max(0, int(p) - int(pc.window) + 1));
-    uint cs = pc.chunk;
+    uint cs = CHUNK;
     while (p / cs - lo / cs + 1u > MAX_CHUNKS) cs *= 2u;
     uint first = lo / cs, nchunks = p / cs - first + 1u;
     if (ci >= nchunks) return;
     uint k0 = max(lo, (first + ci) * cs), k1 = min(p + 1u, (first + ci + 1u) * cs);
     uint table = uint(token_seq[t]) * pc.table_stride;
-    uint qbase = (t * pc.num_heads + j * G) * hd / 4u;  // vec4 index of the group's queries and outputs
+    uint qbase = (t * NUM_HEADS + j * G) * hd / 4u;  // vec4 index of the group's queries and outputs
 
 #ifdef QK_IN
     heads_in(t, j, p, ci == nchunks - 1u);
@@ -194,7 +211,7 @@ void main() {
         // Scores of the pass's keys (a team's lanes share their key, so the butterfly's lanes are active).
         for (uint k = team; k < n; k += WG / KL) {
             uint key = base + k;
-            uint row = (uint(block_table[table + key / pc.block_size]) * pc.block_size + key % pc.block_size) * nkv + j;
+            uint row = (uint(block_table[table + key / BLOCK_SIZE]) * BLOCK_SIZE + key % BLOCK_SIZE) * nkv + j;
             vec4 klo[KP], khi[KP];  // the lane's pieces of the key's row, all loads issued first
             [[unroll]] for (uint i = 0u; i < KP; i++) LOAD8(k4, row, min(lane + i * KL, hd8 - 1u), klo[i], khi[i]);
             float s[GMAX];

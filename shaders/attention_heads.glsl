@@ -33,7 +33,7 @@ layout(std430, binding = 8) coherent buffer VWb { uint vpage[]; };
 // load is issued first, the sin and cos are the position's (once), and only the sums of
 // squares wait for one another.
 void heads_in(uint t, uint j, uint p, bool own_kv) {
-    uint tid = gl_LocalInvocationID.x, hd = pc.head_dim, half_hd = hd / 2u, nh = pc.num_heads, nkv = pc.num_kv_heads;
+    uint tid = gl_LocalInvocationID.x, hd = HEAD_DIM, half_hd = hd / 2u, nh = NUM_HEADS, nkv = NUM_KV_HEADS;
     uint G = nh / nkv, N = (nh + 2u * nkv) * hd, slot = (meta.num_tokens + 31u) / 32u * 32u * N;  // rows padded to 32 (COOP_ROWS)
     uint heads = G + (own_kv ? 2u : 0u);  // q heads j G .., then k head j, v head j
     float row_scale = split_scale_out[t];  // read before the token's split_when_last writes o's
@@ -42,16 +42,16 @@ void heads_in(uint t, uint j, uint p, bool own_kv) {
     float freq = pair ? inv_freq[tid] : 0.0;
     float y[GMAX + 2u][2];  // the heads' values d = tid, tid + WG (hd <= 2 WG)
     float p_[GMAX + 2u][2][SUM_LOADS];
-    for (uint c0 = 0u; c0 < pc.qkv_chunks; c0 += SUM_LOADS) {
+    for (uint c0 = 0u; c0 < QKV_CHUNKS; c0 += SUM_LOADS) {
         [[unroll]] for (uint h = 0u; h < GMAX + 2u; h++) [[unroll]] for (uint i = 0u; i < 2u; i++) {
             uint head = h < G ? j * G + h : h == G ? nh + j : nh + nkv + j, d = tid + i * WG;
             bool on = h < heads && d < hd;
             [[unroll]] for (uint c = 0u; c < SUM_LOADS; c++)
-                p_[h][i][c] = on && c0 + c < pc.qkv_chunks ? part[(c0 + c) * slot + t * N + head * hd + d] : 0.0;
+                p_[h][i][c] = on && c0 + c < QKV_CHUNKS ? part[(c0 + c) * slot + t * N + head * hd + d] : 0.0;
         }
         [[unroll]] for (uint h = 0u; h < GMAX + 2u; h++) [[unroll]] for (uint i = 0u; i < 2u; i++)
             [[unroll]] for (uint c = 0u; c < SUM_LOADS; c++)
-                if (c0 + c < pc.qkv_chunks) y[h][i] = c0 + c == 0u ? p_[h][i][c] : y[h][i] + p_[h][i][c];
+                if (c0 + c < QKV_CHUNKS) y[h][i] = c0 + c == 0u ? p_[h][i][c] : y[h][i] + p_[h][i][c];
     }
     vec2 sc = pair ? sincos_reduced(float(int(p)) * freq) : vec2(0.0);
     float total[GMAX + 1u];  // the q heads' and k's sums of squares

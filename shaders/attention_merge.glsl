@@ -34,8 +34,8 @@ void merge_chunks(uint tj, uint tokens_heads, uint nchunks, uint G, uint hd, uin
 // token's kv heads to finish writes the whole row as the o projection's input, exactly as
 // split.comp does (an exact max, then elementwise), and resets the token's counter.
 void split_when_last(uint t, uint tokens_heads) {
-    uint tid = gl_LocalInvocationID.x, K4 = pc.num_heads * pc.head_dim / 4u;
-    RETURN_UNLESS_LAST(last_of_token, counters[tokens_heads + t], pc.num_kv_heads);  // of the token's kv heads
+    uint tid = gl_LocalInvocationID.x, K4 = NUM_HEADS * HEAD_DIM / 4u;
+    RETURN_UNLESS_LAST(last_of_token, counters[tokens_heads + t], NUM_KV_HEADS);  // of the token's kv heads
     float mx = 0.0;
     for (uint i = tid; i < K4; i += WG) {
         vec4 a = abs(o4[t * K4 + i]);

@@ -35,9 +35,10 @@ def page_bytes(kv: str, rows: int, hd: int, rng) -> np.ndarray:
 
 
 def run(fused: bool, kv: str, nh: int, nkv: int, hd: int, window: int, chunks: int, seed: int,
-        gmax: int | None = None) -> dict[str, np.ndarray]:
+        gmax: int | None = None, specialize: bool = False) -> dict[str, np.ndarray]:
     """One decode step of T = 3 tokens (3 sequences) at positions 5, 40 and 77: reduce_qk_rope and
-    attention_<kv>_split, or attention_<kv>_split_qk alone; its outputs and the pages after it.
+    attention_<kv>_split, or attention_<kv>_split_qk alone (`specialize`: its sizes built into the
+    pipeline, as the graph records it); its outputs and the pages after it.
     `gmax`: attention's GMAX (Kernels' kv_group), the model's query heads per kv head unless given."""
     rng = np.random.default_rng(seed)
     T, N, G = 3, (nh + 2 * nkv) * hd, nh // nkv
@@ -74,8 +75,9 @@ def run(fused: bool, kv: str, nh: int, nkv: int, hd: int, window: int, chunks: i
             6: bufs["k"], 8: bufs["v"], 9: bufs["part_ml"], 10: bufs["counters"], 11: bufs["split"],
             12: bufs["scale"]},
             {**heads, "window": window, "block_size": BLOCK, "table_stride": width, "chunk": CHUNK,
-             "scale": hd ** -0.5, "qkv_chunks": chunks if fused else 0, "eps": EPS}, most * T * nkv)
+             "scale": hd ** -0.5, "qkv_chunks": chunks if fused else 0, "eps": EPS}, most * T * nkv, specialize)
         d.run()
+        assert any("@" in key for key in d.kernels.pipelines) == specialize  # (a pipeline of its own)
         out = {name: d.download(bufs[name]) for name in ("attn", "split", "scale", "k", "v", "counters")}
         out["k before"], out["v before"] = arrays["k"], arrays["v"]
         return out
@@ -87,9 +89,10 @@ def run(fused: bool, kv: str, nh: int, nkv: int, hd: int, window: int, chunks: i
     ("float32", 2, 1, 128, 0, 11, None),  # more chunks than one round of loads (SUM_LOADS = 8)
     ("bfloat16", 2, 2, 32, 40, 1, 4),    # a pipeline built for more query heads than the model has
 ])
-def test_attention_makes_its_heads_as_the_reduce_would(kv, nh, nkv, hd, window, chunks, gmax):
+@pytest.mark.parametrize("specialize", [False, True])
+def test_attention_makes_its_heads_as_the_reduce_would(kv, nh, nkv, hd, window, chunks, gmax, specialize):
     ref = run(False, kv, nh, nkv, hd, window, chunks, seed=hd + chunks, gmax=gmax)
-    got = run(True, kv, nh, nkv, hd, window, chunks, seed=hd + chunks, gmax=gmax)
+    got = run(True, kv, nh, nkv, hd, window, chunks, seed=hd + chunks, gmax=gmax, specialize=specialize)
     differ = [name for name in ("attn", "split", "scale", "k", "v") if not np.array_equal(got[name], ref[name])]
     assert not differ, f"{differ} differ"
     assert not got["counters"].any()  # the merges and the split reset them for the next layer

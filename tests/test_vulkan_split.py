@@ -250,10 +250,10 @@ def test_attention_writes_the_o_projections_split_as_split_comp_would(checkpoint
     scale = backend.mem.alloc(4 * most_tokens, "test split scale")
     record = StepGraph._dispatch
 
-    def dispatch(self, name, buffers, push, grid):
+    def dispatch(self, name, buffers, push, grid, specialize=False):
         if name.startswith("attention_"):
             name, buffers = f"{name}_split", {**buffers, 11: split, 12: scale}
-        record(self, name, buffers, push, grid)
+        record(self, name, buffers, push, grid, specialize)
 
     monkeypatch.setattr(StepGraph, "_dispatch", dispatch)
     checked = []

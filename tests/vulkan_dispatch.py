@@ -46,15 +46,16 @@ class Dispatches:
         self.mem.upload(buf, np.ascontiguousarray(array))
         return buf
 
-    def dispatch(self, name: str, buffers: dict[int, Buffer], push: dict[str, float | int], groups: int) -> None:
+    def dispatch(self, name: str, buffers: dict[int, Buffer], push: dict[str, float | int], groups: int,
+                 specialize: bool = False) -> None:
         """Record kernel `name` over `groups` workgroups with `buffers` by binding (the step header
-        at binding 7, unused bindings get it too)."""
+        at binding 7, unused bindings get it too); `specialize` as Kernels.record."""
         vk = self.device.vk
         if self._cb is None:
             self._cb = self.device.command_buffer()
             vk.vkBeginCommandBuffer(self._cb, vk.VkCommandBufferBeginInfo(sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO))
         dset = self.kernels.descriptor_set({**buffers, META_BINDING: self.meta}, self.meta)
-        self.kernels.record_direct(self._cb, name, dset, push, groups)
+        self.kernels.record_direct(self._cb, name, dset, push, groups, specialize)
 
     def run(self) -> None:
         """Submit what was recorded and wait for it."""

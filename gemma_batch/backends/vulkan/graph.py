@@ -143,9 +143,10 @@ class StepGraph:
         """The indirect grids of a step of T tokens at `positions` and R logits rows (grids.py)."""
         return self.grid_slots.counts(num_tokens, num_rows, positions)
 
-    def _dispatch(self, name: str, buffers: dict[int, Buffer], push: dict, grid: tuple[str, int]) -> None:
+    def _dispatch(self, name: str, buffers: dict[int, Buffer], push: dict, grid: tuple[str, int],
+                  specialize: bool = False) -> None:
         dset = self.kernels.descriptor_set({META_BINDING: self.inp.meta, **buffers}, self.b.dummy)
-        self.kernels.record(self.cb, name, dset, push, self.inp.grids, self.grid_slots.offset(*grid))
+        self.kernels.record(self.cb, name, dset, push, self.inp.grids, self.grid_slots.offset(*grid), specialize)
         if self.profile:
             self._stamp(name)
 
@@ -252,7 +253,8 @@ class StepGraph:
         for layer in range(cfg.num_layers):
             lw, group = w.layers[layer], groups[layer]
             fuse = self.plan.layer(layer)
-            # decode steps: attention sums qkv's chunks and runs the QK-norm, RoPE and KV store itself
+            # decode steps: attention sums qkv's chunks and runs the QK-norm, RoPE and KV store itself,
+            # its sizes specialised in (kernels.SPECIALIZED; docs/PERFORMANCE.md, "Code size")
             qk_in = self.mode == "decode" and fuse.heads_in_attention
             self._matmul(f"norm_qk_rope_{self.kv_name}", layer, "qkv", b.x, b.qkv, qkv_n, H,
                          lw["input_layernorm"], {9: lw["qk_norm"], 10: b.q, 11: inp.positions, 12: self.inv_freq[group.name],
@@ -270,7 +272,7 @@ class StepGraph:
                             "chunk": self.attention_chunk, "scale": cfg.attn_scale,
                             "qkv_chunks": coop_chunks(qkv_n, H, self.plan.coop_min_chunk) if qk_in else 0,
                             "eps": cfg.rms_norm_eps},
-                           (f"attention {group.name}", cfg.num_kv_heads))
+                           (f"attention {group.name}", cfg.num_kv_heads), specialize=qk_in)
             self._matmul("post_norm", layer, "o_proj", b.attn, b.y, H, cfg.q_width,
                          extra={9: lw["post_attention_layernorm"], 10: b.x}, presplit=fuse.split_o,
                          split_next={3: lw["pre_feedforward_layernorm"]} if fuse.split_gate else None)

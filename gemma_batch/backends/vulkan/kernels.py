@@ -3,8 +3,8 @@
 `VARIANTS` is the one list of compiled shaders: `shaders/build.py` compiles each entry of it to
 `spv/<name>.spv` (committed, so users need no shader compiler), and the backend loads them from
 there. Each push-constant layout is written once per side: as the GLSL `Push` block in the
-shader and as a numpy dtype here; `tests/test_vulkan_shaders.py` checks that the two agree, and
-`Kernels.record` checks the bytes it pushes against the dtype.
+shader and as a numpy dtype in push_constants.py; `tests/test_vulkan_shaders.py` checks that the
+two agree, and `Kernels.record` checks the bytes it pushes against the dtype.
 
 All kernels share one descriptor-set layout (storage buffers at bindings 0-15, binding 7 being
 the step header) and one pipeline layout; a kernel binds the buffers it uses.
@@ -22,6 +22,7 @@ from .coop_tiles import (COOP_DIRECT_DTYPES, COOP_DTYPES, COOP_FOLD_DEFINES, COO
                          COOP_WIDE_SPLIT_DEFINES, coop_variant)
 from . import coopmat
 from .device import Device
+from .push_constants import PUSH, PUSH_BYTES, SPECIALIZED
 
 if TYPE_CHECKING:
     from ...model.config import Gemma3Config
@@ -29,25 +30,6 @@ if TYPE_CHECKING:
 SPV_DIR = Path(__file__).resolve().parent / "spv"
 NUM_BINDINGS = 16  # the backend checks maxPerStageDescriptorStorageBuffers
 META_BINDING = 7
-PUSH_BYTES = 40  # the pipeline layout's push-constant range (Vulkan guarantees 128)
-
-_u, _f = np.uint32, np.float32
-_COOP_PUSH = np.dtype([("N", _u), ("K", _u), ("kchunk", _u), ("group", _u)])
-PUSH = {
-    "embed": np.dtype([("H", _u), ("scale", _f), ("V", _u)]),
-    "matmul": np.dtype([("N", _u), ("K", _u), ("eps", _f), ("num_heads", _u), ("num_kv_heads", _u), ("head_dim", _u),
-                        ("group", _u)]),
-    "attention": np.dtype([
-        ("num_heads", _u), ("num_kv_heads", _u), ("head_dim", _u), ("window", _u),
-        ("block_size", _u), ("table_stride", _u), ("chunk", _u), ("scale", _f), ("qkv_chunks", _u), ("eps", _f),
-    ]),
-    "sample": np.dtype([("row_stride", _u)]),
-    "read_bandwidth": np.dtype([("n", _u), ("iterations", _u)]),
-    "matmul_coop": _COOP_PUSH,
-    "matmul_coop_direct": _COOP_PUSH,  # the same layout: the graph dispatches either with one push
-    "split": np.dtype([("K", _u), ("eps", _f)]),
-    "reduce": np.dtype([("N", _u), ("chunks", _u), ("eps", _f), ("num_heads", _u), ("num_kv_heads", _u), ("head_dim", _u)]),
-}
 
 # Weight storage types (weights.py): as stored, quantized (int8 / int4, model/quant.py), or fp16
 # in 16 x 16 tiles (T16: bf16 / fp16 matrices of the cooperative-matrix path).
@@ -164,7 +146,8 @@ class Kernels:
     (coopmat.py); 1, `kv_group`: attention.comp's GMAX, the query heads per KV head it serves
     (the model's, or at most ATTENTION_MAX_GROUP); 2, matmul_epilogue.glsl's EPI_VEC, the vec4 of a
     row of `hidden` values each of POST_NORM_WG invocations holds (at most EPILOGUE_VEC4); 3 and 4,
-    reduce.comp's post-norm workgroup: its invocations and their vec4 each (post_norm_row_shape)."""
+    reduce.comp's post-norm workgroup: its invocations and their vec4 each (post_norm_row_shape);
+    5, ...: a pipeline recorded with `specialize`, its push constants named in SPECIALIZED."""
 
     def __init__(self, device: Device, x_lo: bool = True, kv_group: int = ATTENTION_MAX_GROUP,
                  hidden: int = POST_NORM_MAX_ROW) -> None:
@@ -200,8 +183,10 @@ class Kernels:
         return cls(device, x_lo=coopmat.split_inputs(), kv_group=cfg.num_heads // cfg.num_kv_heads,
                    hidden=cfg.hidden_size)
 
-    def pipeline(self, name: str):
-        if name not in self.pipelines:
+    def pipeline(self, name: str, special: tuple[int, ...] = ()):
+        """Kernel `name`'s pipeline, with `special` (its SPECIALIZED values) as constants 5, ..."""
+        key = f"{name}@{','.join(map(str, special))}" if special else name
+        if key not in self.pipelines:
             vk = self.vk
             path = VARIANTS[name].spv
             try:
@@ -211,18 +196,19 @@ class Kernels:
             module = vk.vkCreateShaderModule(self.dev.device, vk.VkShaderModuleCreateInfo(
                 sType=vk.VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, codeSize=len(code), pCode=code), None)
             self._modules.append(module)
-            constants = np.array(self.constants, np.uint32).tobytes()
-            special = vk.VkSpecializationInfo(
-                mapEntryCount=len(self.constants),
-                pMapEntries=[vk.VkSpecializationMapEntry(constantID=i, offset=4 * i, size=4) for i in range(len(self.constants))],
+            values = (*self.constants, *special)
+            constants = np.array(values, np.uint32).tobytes()
+            info = vk.VkSpecializationInfo(
+                mapEntryCount=len(values),
+                pMapEntries=[vk.VkSpecializationMapEntry(constantID=i, offset=4 * i, size=4) for i in range(len(values))],
                 dataSize=len(constants), pData=vk.ffi.from_buffer(constants))
             stage = vk.VkPipelineShaderStageCreateInfo(
                 sType=vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, stage=vk.VK_SHADER_STAGE_COMPUTE_BIT,
-                module=module, pName="main", pSpecializationInfo=special)
+                module=module, pName="main", pSpecializationInfo=info)
             flags = vk.VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR if self.dev.statistics else 0  # (pipeline_stats.py)
-            self.pipelines[name] = vk.vkCreateComputePipelines(self.dev.device, None, 1, [vk.VkComputePipelineCreateInfo(
+            self.pipelines[key] = vk.vkCreateComputePipelines(self.dev.device, None, 1, [vk.VkComputePipelineCreateInfo(
                 sType=vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, flags=flags, stage=stage, layout=self.layout)], None)[0]
-        return self.pipelines[name]
+        return self.pipelines[key]
 
     def descriptor_set(self, buffers: dict[int, object], dummy) -> object:
         """A descriptor set binding `buffers` (binding -> Buffer); unused bindings get `dummy`."""
@@ -247,21 +233,25 @@ class Kernels:
         vk.vkUpdateDescriptorSets(self.dev.device, len(writes), writes, 0, None)
         return dset
 
-    def record(self, cb, name: str, dset, push: dict[str, float | int], indirect, indirect_offset: int) -> None:
-        """Record one dispatch of kernel `name` whose grid is read from `indirect` at the offset."""
-        self._bind(cb, name, dset, push)
+    def record(self, cb, name: str, dset, push: dict[str, float | int], indirect, indirect_offset: int,
+               specialize: bool = False) -> None:
+        """Record one dispatch of kernel `name` whose grid is read from `indirect` at the offset;
+        `specialize`: with its SPECIALIZED push constants' values built into the pipeline too."""
+        self._bind(cb, name, dset, push, specialize)
         self.vk.vkCmdDispatchIndirect(cb, indirect.handle, indirect_offset)
         self._barrier(cb)
 
-    def record_direct(self, cb, name: str, dset, push: dict[str, float | int], groups: int) -> None:
-        """Record one dispatch of kernel `name` over a fixed number of workgroups."""
-        self._bind(cb, name, dset, push)
+    def record_direct(self, cb, name: str, dset, push: dict[str, float | int], groups: int,
+                      specialize: bool = False) -> None:
+        """Record one dispatch of kernel `name` over a fixed number of workgroups (`specialize` as `record`)."""
+        self._bind(cb, name, dset, push, specialize)
         self.vk.vkCmdDispatch(cb, groups, 1, 1)
         self._barrier(cb)
 
-    def _bind(self, cb, name: str, dset, push: dict[str, float | int]) -> None:
+    def _bind(self, cb, name: str, dset, push: dict[str, float | int], specialize: bool) -> None:
         vk = self.vk
-        dtype = PUSH[VARIANTS[name].source]
+        source = VARIANTS[name].source
+        dtype, special = PUSH[source], tuple(int(push[k]) for k in SPECIALIZED[source]) if specialize else ()
         values = np.zeros((), dtype)
         if set(push) != set(dtype.names):
             raise ValueError(f"kernel {name}: push constants {sorted(push)} do not match its layout {dtype.names}")
@@ -270,7 +260,7 @@ class Kernels:
         raw = values.tobytes()
         if len(raw) > PUSH_BYTES:
             raise ValueError(f"kernel {name}: {len(raw)} bytes of push constants exceed {PUSH_BYTES}")
-        vk.vkCmdBindPipeline(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, self.pipeline(name))
+        vk.vkCmdBindPipeline(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, self.pipeline(name, special))
         vk.vkCmdBindDescriptorSets(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, self.layout, 0, 1, [dset], 0, None)
         vk.vkCmdPushConstants(cb, self.layout, vk.VK_SHADER_STAGE_COMPUTE_BIT, 0, len(raw), vk.ffi.from_buffer(raw))
 
