@@ -3,7 +3,7 @@
 A matmul runs there when the device has the path (`coop_min_chunk` given), its weights are
 int8, int4 or fp16 tiles (coop_tiles.COOP_DTYPES) and its shape fits (coop_tiles.coop_fits).
 Neighbouring matmuls both on the path share work (graph.py records it): a reduce writes the next
-matmul's split input itself, and in small decode steps attention makes its heads from qkv's K-chunk
+matmul's split input itself, and in decode steps attention makes its heads from qkv's K-chunk
 sums (attention.comp QK_IN) and writes o's split (SPLIT_OUT).
 """
 

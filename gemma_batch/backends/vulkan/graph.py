@@ -6,8 +6,8 @@ GPU timestamps bracket the step; with `profile` one more follows each dispatch
 Nothing in the recording depends on the step's size: kernels read T, S and R from the step
 header and every dispatch takes its grid from the indirect buffer, which the host fills per step
 (`grids`, grids.py). The command buffer is recorded again only when the step buffers grow. (The
-cooperative path records three: for steps of up to COOP_FOLD_ROWS tokens, for longer ones, whose
-matmuls use another tile, and for small decode steps; `command_buffer(T, S)` picks.) The backend
+cooperative path records four: for steps of up to COOP_FOLD_ROWS tokens, for longer ones, whose
+matmuls use another tile, and two for decode steps; `command_buffer(T, S)` picks.) The backend
 keeps a graph per input set (step_buffers.StepInputs), so that a step can be submitted while the one before it runs;
 a barrier at the start of each recording orders it after that step.
 
@@ -64,19 +64,20 @@ from .step_buffers import StepBuffers
 from .timestamps import Timestamps
 from .weights import DeviceWeights
 
-# Decode steps of up to this many tokens make their heads in attention (the "decode" recording):
-# 4b on the H100, median step 5.33-5.35 against 5.42-5.44 ms at batch 1, 5.51-5.52 against
-# 5.59-5.61 at 8; no faster at 16 (5.89-5.93 against 5.89-5.90) or 32 (6.34-6.42 against
-# 6.30-6.39; docs/PERFORMANCE.md). Either way the same bits (tests/test_vulkan_attention.py),
-# so the choice may follow the batch.
-QK_IN_MAX_TOKENS = 8
-# The recordings whose gate/up reduce splits a row in pieces (reduce_gated_split); the others run
-# a workgroup of 1,024 invocations per row (reduce_gated_split_rows). The same bits either way. 4b
-# on the H100, median decode step, pieces in decode steps against rows everywhere: batch 1
-# 5.08-5.10 against 5.22-5.23 ms, 8 5.21-5.23 against 5.28-5.30; and rows against pieces in
-# every step (the post-norm reduce of the build before): 16 5.52-5.55 against 5.67, 32 6.11-6.14
-# against 6.35-6.39 (docs/PERFORMANCE.md).
-GATED_PIECES_MODES = ("decode",)
+# Decode steps (each token its sequence's only one) of up to this many tokens make their heads in
+# attention, its sizes specialised in (the "decode" and "decode_rows" recordings). 4b on the H100,
+# median step: 5.33-5.35 against 5.42-5.44 ms at batch 1 before the specialisation; with it,
+# 5.07-5.15 against 5.34-5.35 at 16 and 5.74-5.75 against 5.91-5.93 at 32 (docs/PERFORMANCE.md,
+# "Code size"). Either way the same bits (tests/test_vulkan_attention.py): the choice may follow
+# the batch.
+QK_IN_MAX_TOKENS = 32
+# The recordings whose gate/up reduce splits a row in pieces (reduce_gated_split): decode steps of
+# up to GATED_PIECES_MAX_TOKENS tokens; the others run a workgroup of 1,024 invocations per row
+# (reduce_gated_split_rows). The same bits either way. 4b on the H100, median decode step, pieces
+# in decode steps against rows everywhere: batch 1 5.08-5.10 against 5.22-5.23 ms, 8 5.21-5.23
+# against 5.28-5.30; rows against pieces: 16 5.52-5.55 against 5.67, 32 6.11-6.14 against
+# 6.35-6.39, and in decode steps with heads made in attention 5.74-5.75 against 6.14-6.16 at 32.
+GATED_PIECES_MODES, GATED_PIECES_MAX_TOKENS = ("decode",), 8
 
 
 class StepGraph:
@@ -115,12 +116,12 @@ class StepGraph:
         # The cooperative path records the step three times: for steps of up to COOP_FOLD_ROWS
         # tokens (decode tiles only), for longer ones (prefill tiles; both for the LM head, whose
         # rows may be fewer), so that neither replays dispatches of the other's tile without work;
-        # and for decode steps (each token its sequence's only one) of up to QK_IN_MAX_TOKENS, whose
-        # attention makes its heads from qkv's K-chunk sums itself: one dispatch a layer fewer.
+        # and for decode steps of up to QK_IN_MAX_TOKENS, whose attention makes its heads from qkv's
+        # K-chunk sums itself (one dispatch a layer fewer), up to GATED_PIECES_MAX_TOKENS and more.
         self._recorded: dict[str, tuple[object, list[str]]] = {}
         modes = ("small", "prefill") if coop_min_chunk is not None else ("small",)
         if any(self.plan.layer(layer).heads_in_attention for layer in range(cfg.num_layers)):
-            modes += ("decode",)
+            modes += ("decode", "decode_rows")
         for mode in modes:
             self.mode = mode  # which one `_record` is recording
             self.cb = kernels.dev.command_buffer()
@@ -135,7 +136,7 @@ class StepGraph:
         if num_tokens > COOP_FOLD_ROWS and "prefill" in self._recorded:
             mode = "prefill"
         elif num_tokens == num_seqs <= QK_IN_MAX_TOKENS and "decode" in self._recorded:
-            mode = "decode"
+            mode = "decode" if num_tokens <= GATED_PIECES_MAX_TOKENS else "decode_rows"
         self.cb, self.stamped = self._recorded[mode]
         return self.cb
 
@@ -255,7 +256,7 @@ class StepGraph:
             fuse = self.plan.layer(layer)
             # decode steps: attention sums qkv's chunks and runs the QK-norm, RoPE and KV store itself,
             # its sizes specialised in (kernels.SPECIALIZED; docs/PERFORMANCE.md, "Code size")
-            qk_in = self.mode == "decode" and fuse.heads_in_attention
+            qk_in = self.mode.startswith("decode") and fuse.heads_in_attention
             self._matmul(f"norm_qk_rope_{self.kv_name}", layer, "qkv", b.x, b.qkv, qkv_n, H,
                          lw["input_layernorm"], {9: lw["qk_norm"], 10: b.q, 11: inp.positions, 12: self.inv_freq[group.name],
                                                  13: inp.slots[group.name], 14: self.k_pages[layer], 15: self.v_pages[layer]},
