@@ -21,8 +21,12 @@
 #include "workgroup.glsl"
 
 #if defined(GATED) && defined(SPLIT_NEXT) && defined(WHOLE_ROWS)
-#define WG 1024               // a workgroup per row, every load of a 4b row in flight at once
-#define ACT_VEC 6             // rows of up to 6 * 4 * 1024 = kernels.GATED_SPLIT_MAX_ROW values
+#define WG 1024               // a workgroup per row (kernels.GATED_ROW_WG), every load of a row in flight at once
+// The vec4 of a row an invocation holds: rows of up to 6 * 4 * 1024 = kernels.GATED_SPLIT_MAX_ROW
+// values, set by kernels.Kernels for the model's (gated_row_vec, whole rounds of ACT_ROUND; 4b: 3).
+// Sized for the model the binary holds no code for vec4 past its rows: 4b on the H100, 40 KiB
+// against 78, median batch-32 decode step 5.64-5.65 against 5.70-5.71 ms (docs/PERFORMANCE.md).
+layout(constant_id = 5) const uint ACT_VEC = 6u;
 #elif defined(GATED) && defined(SPLIT_NEXT)
 #define WG 512                // a piece of kernels.GATED_SPLIT_PIECE = 4 WG columns a workgroup
 #elif defined(EPI_NORM_ADD)

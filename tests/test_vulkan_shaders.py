@@ -14,7 +14,8 @@ import pytest
 from gemma_batch.backends.vulkan import pipeline_stats
 from gemma_batch.backends.vulkan.attention import MAX_CHUNKS, chunk_counts
 from gemma_batch.backends.vulkan.grids import ROWS_GROUPS_PER_SM, DispatchGrids
-from gemma_batch.backends.vulkan.kernels import GATED_SPLIT_MAX_ROW, PUSH, PUSH_BYTES, VARIANTS
+from gemma_batch.backends.vulkan.kernels import (GATED_ACT_ROUND, GATED_ROW_WG, GATED_SPLIT_MAX_ROW, PUSH, PUSH_BYTES,
+                                                 VARIANTS, gated_row_vec)
 from gemma_batch.bench.shapes import shape_config
 
 SHADERS = Path(__file__).resolve().parent.parent / "shaders"
@@ -74,11 +75,16 @@ def test_the_attention_chunk_rule_is_mirrored_on_the_host():
 def test_the_gated_reduce_row_limit_is_mirrored_on_the_host():
     """coop_plan.py fuses gate/up's split into its reduce for rows of up to
     kernels.GATED_SPLIT_MAX_ROW values, which reduce_gated_split_rows holds in registers: ACT_VEC
-    vec4 for each of its invocations."""
+    vec4 for each of its invocations (at most its default), in rounds of ACT_ROUND that
+    kernels.gated_row_vec keeps whole."""
     source = (SHADERS / "reduce.comp").read_text()
-    act_vec = int(re.search(r"#define ACT_VEC (\d+)", source).group(1))
+    act_vec = int(re.search(r"const uint ACT_VEC = (\d+)u;", source).group(1))
+    assert int(re.search(r"#define ACT_ROUND (\d+)", source).group(1)) == GATED_ACT_ROUND
     invocations = pipeline_stats.workgroup_size(VARIANTS["reduce_gated_split_rows"].spv.read_bytes())
-    assert act_vec * 4 * invocations == GATED_SPLIT_MAX_ROW
+    assert invocations == GATED_ROW_WG and act_vec * 4 * invocations == GATED_SPLIT_MAX_ROW
+    for intermediate in (1, 6912, 10240, 12288, 15360, 21504, GATED_SPLIT_MAX_ROW):
+        vec = gated_row_vec(intermediate)
+        assert vec % GATED_ACT_ROUND == 0 and intermediate <= vec * 4 * invocations <= GATED_SPLIT_MAX_ROW
 
 
 def test_only_the_looping_lm_head_grid_is_capped_by_the_sm_count():

@@ -62,9 +62,9 @@ COOP_KINDS = {
 }
 COOP_REDUCE_WG = 128  # WG of reduce.comp's variants but the gated split and the post-norm
 # gate/up's reduce writes down's split in pieces of GATED_SPLIT_PIECE columns of a row, a workgroup
-# each (reduce_gated_split: 4 WG of reduce.comp), or a workgroup per row of up to
-# GATED_SPLIT_MAX_ROW values (reduce_gated_split_rows: ACT_VEC * 4 * WG); graph.py picks.
-GATED_SPLIT_PIECE, GATED_SPLIT_MAX_ROW = 4 * 512, 6 * 4 * 1024
+# each (reduce_gated_split: 4 WG of reduce.comp), or a workgroup of GATED_ROW_WG invocations per row
+# of up to GATED_SPLIT_MAX_ROW values (reduce_gated_split_rows: ACT_VEC * 4 * WG); graph.py picks.
+GATED_SPLIT_PIECE, GATED_SPLIT_MAX_ROW, GATED_ROW_WG, GATED_ACT_ROUND = 4 * 512, 6 * 4 * 1024, 1024, 3
 POST_NORM_ROW_MAX_WG = 1024  # reduce.comp's post-norm: invocations of its workgroup per row, at most
 
 
@@ -74,6 +74,14 @@ def post_norm_row_shape(hidden: int) -> tuple[int, int]:
     32 (4b: 640, 1; 27b: 672, 2)."""
     vec = -(-hidden // (4 * POST_NORM_ROW_MAX_WG))
     return -(-hidden // (4 * vec * 32)) * 32, vec
+
+
+def gated_row_vec(intermediate: int) -> int:
+    """reduce_gated_split_rows' ACT_VEC: the vec4 of a row of `intermediate` values an invocation
+    holds, in whole rounds of its ACT_ROUND (GATED_ACT_ROUND), at most what GATED_SPLIT_MAX_ROW
+    needs (4b: 3, 27b: 6)."""
+    rounds = -(-intermediate // (4 * GATED_ROW_WG * GATED_ACT_ROUND))
+    return min(rounds * GATED_ACT_ROUND, GATED_SPLIT_MAX_ROW // (4 * GATED_ROW_WG))
 
 
 def matmul_cols(kind: str) -> int:
@@ -147,13 +155,15 @@ class Kernels:
     (the model's, or at most ATTENTION_MAX_GROUP); 2, matmul_epilogue.glsl's EPI_VEC, the vec4 of a
     row of `hidden` values each of POST_NORM_WG invocations holds (at most EPILOGUE_VEC4); 3 and 4,
     reduce.comp's post-norm workgroup: its invocations and their vec4 each (post_norm_row_shape);
-    5, ...: a pipeline recorded with `specialize`, its push constants named in SPECIALIZED."""
+    5, reduce_gated_split_rows' ACT_VEC for rows of `intermediate` values (gated_row_vec); 6, ...:
+    a pipeline recorded with `specialize`, its push constants named in SPECIALIZED."""
 
     def __init__(self, device: Device, x_lo: bool = True, kv_group: int = ATTENTION_MAX_GROUP,
-                 hidden: int = POST_NORM_MAX_ROW) -> None:
+                 hidden: int = POST_NORM_MAX_ROW, intermediate: int = GATED_SPLIT_MAX_ROW) -> None:
         self.dev = device
         # the specialization constants by id (VkBool32, then uint)
-        self.constants = (int(x_lo), kv_group, -(-hidden // (4 * POST_NORM_WG)), *post_norm_row_shape(hidden))
+        self.constants = (int(x_lo), kv_group, -(-hidden // (4 * POST_NORM_WG)), *post_norm_row_shape(hidden),
+                          gated_row_vec(intermediate))
         vk = self.vk = device.vk
         bindings = [
             vk.VkDescriptorSetLayoutBinding(binding=i, descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
@@ -178,10 +188,10 @@ class Kernels:
 
     @classmethod
     def for_model(cls, device: Device, cfg: Gemma3Config) -> Kernels:
-        """The kernels as the backend builds them for `cfg`: its query heads per KV head and hidden
-        size, and the run's input mode (coopmat.split_inputs)."""
+        """The kernels as the backend builds them for `cfg`: its query heads per KV head, hidden and
+        intermediate sizes, and the run's input mode (coopmat.split_inputs)."""
         return cls(device, x_lo=coopmat.split_inputs(), kv_group=cfg.num_heads // cfg.num_kv_heads,
-                   hidden=cfg.hidden_size)
+                   hidden=cfg.hidden_size, intermediate=cfg.intermediate_size)
 
     def pipeline(self, name: str, special: tuple[int, ...] = ()):
         """Kernel `name`'s pipeline, with `special` (its SPECIALIZED values) as constants 5, ..."""

@@ -27,7 +27,8 @@ PUSH = {
     "reduce": np.dtype([("N", _u), ("chunks", _u), ("eps", _f), ("num_heads", _u), ("num_kv_heads", _u), ("head_dim", _u)]),
 }
 
-# Push constants that a pipeline may also take as specialization constants 5, 6, ... (in this order),
-# by source: `Kernels.record(..., specialize=True)` builds one pipeline per distinct set of their
-# values (attention.comp: the decode variant, graph.py), and the compiler folds them.
+# Push constants that a pipeline may also take as specialization constants, in this order after
+# Kernels.constants (6, 7, ...), by source: `Kernels.record(..., specialize=True)` builds one
+# pipeline per distinct set of their values (attention.comp: the decode variant, graph.py), and
+# the compiler folds them.
 SPECIALIZED = {"attention": ("head_dim", "num_heads", "num_kv_heads", "block_size", "chunk", "qkv_chunks")}
