@@ -127,11 +127,12 @@ layout(push_constant) uniform Push {
     uint qkv_chunks;    // QK_IN: the K chunks of qkv's partial sums
     float eps;          // QK_IN: the QK-norm's
 } pc;
-// Sizes a pipeline may have specialised in (kernels.SPECIALIZED: graph.py does for the decode
-// variant _split_qk), each 0 where it is not, read from the push constants then. Specialised, the
-// compiler folds their divisions, bounds and loop counts, and the binary shrinks: a workgroup runs
-// its code about once, and a dependent dispatch pays for fetching it (4b on the H100: _split_qk
-// 58 KiB against 76, batch-1 decode step about 0.17 ms shorter; docs/PERFORMANCE.md).
+// Sizes a pipeline may have specialised in (push_constants.SPECIALIZED: graph.py does for the
+// decode variant _split_qk), each 0 where it is not, read from the push constants then.
+// Specialised, the compiler folds their divisions, bounds and loop counts, and the binary shrinks:
+// a workgroup runs its code about once, and a dependent dispatch pays for fetching it (4b on the
+// H100: _split_qk 58 KiB against 79, batch-1 decode step 4.89-4.91 against 5.13-5.15 ms;
+// docs/PERFORMANCE.md, "Code size").
 layout(constant_id = 6) const uint SPEC_HEAD_DIM = 0u;
 layout(constant_id = 7) const uint SPEC_NUM_HEADS = 0u;
 layout(constant_id = 8) const uint SPEC_NUM_KV_HEADS = 0u;

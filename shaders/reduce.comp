@@ -25,7 +25,7 @@
 // The vec4 of a row an invocation holds: rows of up to 6 * 4 * 1024 = kernels.GATED_SPLIT_MAX_ROW
 // values, set by kernels.Kernels for the model's (gated_row_vec, whole rounds of ACT_ROUND; 4b: 3).
 // Sized for the model the binary holds no code for vec4 past its rows: 4b on the H100, 40 KiB
-// against 78, median batch-32 decode step 5.64-5.65 against 5.70-5.71 ms (docs/PERFORMANCE.md).
+// against 78, median batch-32 decode step 5.64-5.67 against 5.71-5.73 ms (docs/PERFORMANCE.md).
 layout(constant_id = 5) const uint ACT_VEC = 6u;
 #elif defined(GATED) && defined(SPLIT_NEXT)
 #define WG 512                // a piece of kernels.GATED_SPLIT_PIECE = 4 WG columns a workgroup

@@ -113,7 +113,7 @@ class StepGraph:
         self.grid_slots = DispatchGrids(cfg, attention_chunk, kernels.dev.info.sm_count)
         self.profile = profile
         self.stamps = Timestamps(kernels.dev, 16 * cfg.num_layers + 16)
-        # The cooperative path records the step three times: for steps of up to COOP_FOLD_ROWS
+        # The cooperative path records the step four times: for steps of up to COOP_FOLD_ROWS
         # tokens (decode tiles only), for longer ones (prefill tiles; both for the LM head, whose
         # rows may be fewer), so that neither replays dispatches of the other's tile without work;
         # and for decode steps of up to QK_IN_MAX_TOKENS, whose attention makes its heads from qkv's
@@ -255,7 +255,7 @@ class StepGraph:
             lw, group = w.layers[layer], groups[layer]
             fuse = self.plan.layer(layer)
             # decode steps: attention sums qkv's chunks and runs the QK-norm, RoPE and KV store itself,
-            # its sizes specialised in (kernels.SPECIALIZED; docs/PERFORMANCE.md, "Code size")
+            # its sizes specialised in (push_constants.SPECIALIZED; docs/PERFORMANCE.md, "Code size")
             qk_in = self.mode.startswith("decode") and fuse.heads_in_attention
             self._matmul(f"norm_qk_rope_{self.kv_name}", layer, "qkv", b.x, b.qkv, qkv_n, H,
                          lw["input_layernorm"], {9: lw["qk_norm"], 10: b.q, 11: inp.positions, 12: self.inv_freq[group.name],

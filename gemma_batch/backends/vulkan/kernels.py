@@ -194,7 +194,7 @@ class Kernels:
                    hidden=cfg.hidden_size, intermediate=cfg.intermediate_size)
 
     def pipeline(self, name: str, special: tuple[int, ...] = ()):
-        """Kernel `name`'s pipeline, with `special` (its SPECIALIZED values) as constants 5, ..."""
+        """Kernel `name`'s pipeline, `special` (its SPECIALIZED values) the constants after `constants`."""
         key = f"{name}@{','.join(map(str, special))}" if special else name
         if key not in self.pipelines:
             vk = self.vk
@@ -261,6 +261,8 @@ class Kernels:
     def _bind(self, cb, name: str, dset, push: dict[str, float | int], specialize: bool) -> None:
         vk = self.vk
         source = VARIANTS[name].source
+        if specialize and source not in SPECIALIZED:
+            raise ValueError(f"kernel {name}: {source}.comp takes no specialised push constants")
         dtype, special = PUSH[source], tuple(int(push[k]) for k in SPECIALIZED[source]) if specialize else ()
         values = np.zeros((), dtype)
         if set(push) != set(dtype.names):
