@@ -25,9 +25,10 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from gemma_batch.backends.vulkan import kernels as vk_kernels  # noqa: E402
+from gemma_batch.backends.vulkan import push_constants, variants  # noqa: E402
 from gemma_batch.backends.vulkan.device import Device  # noqa: E402
-from gemma_batch.backends.vulkan.kernels import Kernels, Variant  # noqa: E402
+from gemma_batch.backends.vulkan.kernels import Kernels  # noqa: E402
+from gemma_batch.backends.vulkan.variants import Variant  # noqa: E402
 from gemma_batch.backends.vulkan.memory import Memory  # noqa: E402
 from gemma_batch.backends.vulkan.timestamps import best_dispatch_seconds  # noqa: E402
 from gemma_batch.bench.shapes import shape_config  # noqa: E402
@@ -47,8 +48,8 @@ class BenchVariant(Variant):
 
 def register(spv: Path) -> None:
     """Make the GEMM built at `spv` a kernel `Kernels` can build and record (benchmark only)."""
-    vk_kernels.PUSH["gemm_coop"] = np.dtype([("M", np.uint32), ("N", np.uint32), ("K", np.uint32), ("pad", np.uint32)])
-    vk_kernels.VARIANTS["gemm_coop"] = BenchVariant("gemm_coop", "gemm_coop", (), "glslang", spv)
+    push_constants.PUSH["gemm_coop"] = np.dtype([("M", np.uint32), ("N", np.uint32), ("K", np.uint32), ("pad", np.uint32)])
+    variants.VARIANTS["gemm_coop"] = BenchVariant("gemm_coop", "gemm_coop", (), "glslang", spv)
 
 
 def run_gemm(kern: Kernels, mem: Memory, M: int, N: int, K: int, tile: tuple[int, int], a: np.ndarray | None = None,

@@ -17,7 +17,8 @@ import argparse
 
 from gemma_batch.backends.vulkan import pipeline_stats
 from gemma_batch.backends.vulkan.device import Device
-from gemma_batch.backends.vulkan.kernels import VARIANTS, Kernels
+from gemma_batch.backends.vulkan.kernels import Kernels
+from gemma_batch.backends.vulkan.variants import VARIANTS
 from gemma_batch.bench.shapes import shape_config
 
 NVIDIA = 0x10DE

@@ -7,7 +7,7 @@
     python shaders/build.py --all     # compile everything
     python shaders/build.py --check   # exit 1 if a .spv is missing or stale against its source
 
-The variant list is `gemma_batch.backends.vulkan.kernels.VARIANTS`. `spv/manifest.json` records,
+The variant list is `gemma_batch.backends.vulkan.variants.VARIANTS`. `spv/manifest.json` records,
 for each variant, the SHA-256 of its source text (the .comp and every header it includes, with
 its defines) and of the .spv built from it, so staleness is decided without a compiler.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from gemma_batch.backends.vulkan.kernels import SPV_DIR, VARIANTS, Variant  # noqa: E402
+from gemma_batch.backends.vulkan.variants import SPV_DIR, VARIANTS, Variant  # noqa: E402
 
 MANIFEST = SPV_DIR / "manifest.json"
 GLSLC_FLAGS = ["-fshader-stage=compute", "--target-env=vulkan1.1", "-O"]

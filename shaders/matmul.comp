@@ -27,7 +27,7 @@
 // Work split: a workgroup owns MT rows x NWG outputs. It is TEAMS teams of 32 invocations; KSPLIT
 // teams share NT outputs for the MT rows and split K between them: the KSPLIT * 32 lanes stride
 // over K in pieces of 8 (lane l takes pieces l, l + 32 KSPLIT, ...), so each lane streams
-// 16-byte loads of NT weight rows. NT and KSPLIT are set per variant (kernels.MATMUL_KINDS):
+// 16-byte loads of NT weight rows. NT and KSPLIT are set per variant (variants.MATMUL_KINDS):
 // KSPLIT > 1 keeps enough workgroups in flight when N is small (the o- and down-projections). Rows past the
 // step's M are skipped (a uniform branch), so a decode step of one row does one row's work.
 // Each output's sum has one order whatever M and wherever the row sits in the batch: per lane
@@ -50,8 +50,8 @@
 #ifndef KSPLIT
 #define KSPLIT 1           // teams splitting K for the same outputs
 #endif
-#define NWG (TEAMS / KSPLIT * NT)   // outputs per workgroup (kernels.matmul_cols)
-#define MT 8               // rows per workgroup (kernels.MATMUL_ROWS)
+#define NWG (TEAMS / KSPLIT * NT)   // outputs per workgroup (variants.matmul_cols)
+#define MT 8               // rows per workgroup (variants.MATMUL_ROWS)
 layout(local_size_x = WG) in;
 
 #if defined(W_I8)

@@ -29,7 +29,7 @@ layout(std430, binding = 9) readonly buffer Eb4 { vec4 g_epi4[]; };  // the incl
 // vec4 of a row per invocation: rows of up to EPI_VEC * 4 * WG values. Specialization constant 2
 // (reduce.comp's post-norm: 4, with its own workgroup size), set by kernels.Kernels from the
 // model's hidden size, so that the registers held are the row's (matmul.comp, which runs this,
-// holds them too; at most kernels.EPILOGUE_VEC4 there).
+// holds them too; at most variants.EPILOGUE_VEC4 there).
 #ifndef EPI_VEC_ID
 #define EPI_VEC_ID 2
 #endif

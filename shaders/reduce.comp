@@ -21,17 +21,17 @@
 #include "workgroup.glsl"
 
 #if defined(GATED) && defined(SPLIT_NEXT) && defined(WHOLE_ROWS)
-#define WG 1024               // a workgroup per row (kernels.GATED_ROW_WG), every load of a row in flight at once
-// The vec4 of a row an invocation holds: rows of up to 6 * 4 * 1024 = kernels.GATED_SPLIT_MAX_ROW
+#define WG 1024               // a workgroup per row (variants.GATED_ROW_WG), every load of a row in flight at once
+// The vec4 of a row an invocation holds: rows of up to 6 * 4 * 1024 = variants.GATED_SPLIT_MAX_ROW
 // values, set by kernels.Kernels for the model's (gated_row_vec, whole rounds of ACT_ROUND; 4b: 3).
 // Sized for the model the binary holds no code for vec4 past its rows: 4b on the H100, 40 KiB
 // against 78, median batch-32 decode step 5.64-5.67 against 5.71-5.73 ms (docs/PERFORMANCE.md).
 layout(constant_id = 5) const uint ACT_VEC = 6u;
 #elif defined(GATED) && defined(SPLIT_NEXT)
-#define WG 512                // a piece of kernels.GATED_SPLIT_PIECE = 4 WG columns a workgroup
+#define WG 512                // a piece of variants.GATED_SPLIT_PIECE = 4 WG columns a workgroup
 #elif defined(EPI_NORM_ADD)
 // A workgroup per row of EPI_VEC vec4 an invocation, both set by kernels.Kernels from the hidden
-// size (specialization constants 3 and 4: kernels.post_norm_row_shape).
+// size (specialization constants 3 and 4: variants.post_norm_row_shape).
 layout(local_size_x_id = 3, local_size_x = 128) in;
 #define WG gl_WorkGroupSize.x
 #define EPI_VEC_ID 4
@@ -223,7 +223,7 @@ void main() {
     // splits the whole row (act read back, still in cache) and resets row_sync (zeroed by the
     // host at the start of the step). Neither the pieces nor which workgroup is last change a bit
     // against WHOLE_ROWS: the max is exact and the split reads the same values.
-    uint pieces = (pc.N + 4 * WG - 1) / (4 * WG);  // graph.py: kernels.GATED_SPLIT_PIECE columns each
+    uint pieces = (pc.N + 4 * WG - 1) / (4 * WG);  // graph.py: variants.GATED_SPLIT_PIECE columns each
     uint m = id / pieces, n4 = (id % pieces) * WG + tid;
     if (m >= M) return;
     uint row_n4 = pc.N / 4;

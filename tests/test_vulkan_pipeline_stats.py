@@ -8,8 +8,8 @@ import pytest
 
 from gemma_batch.backends.vulkan import pipeline_stats
 from gemma_batch.backends.vulkan.device import NEEDS_WORKGROUP
-from gemma_batch.backends.vulkan.kernels import (COOP_REDUCE_WG, GATED_SPLIT_PIECE, POST_NORM_WG, VARIANTS,
-                                                 post_norm_row_shape)
+from gemma_batch.backends.vulkan.variants import (COOP_REDUCE_WG, GATED_SPLIT_PIECE, POST_NORM_WG, VARIANTS,
+                                                  post_norm_row_shape)
 
 
 # The workgroup sizes the host's grid and row arithmetic assumes, each written there once.
@@ -29,7 +29,7 @@ def test_the_spirv_workgroup_sizes_are_the_ones_the_host_assumes(name):
 
 def test_a_workgroup_size_set_by_specialization_is_read_with_the_constants():
     """reduce.comp's post-norm takes its workgroup size from specialization constant 3
-    (kernels.post_norm_row_shape): the pipeline's constants give it, the SPIR-V's default without."""
+    (variants.post_norm_row_shape): the pipeline's constants give it, the SPIR-V's default without."""
     spv = VARIANTS["reduce_post_norm_split"].spv.read_bytes()
     for hidden, invocations in ((2560, 640), (5376, 672), (1152, 288)):
         assert post_norm_row_shape(hidden)[0] == invocations

@@ -1,5 +1,5 @@
 """The shader sources and their committed SPIR-V: nothing stale, and every push-constant layout
-written the same on both sides (GLSL `Push` block, numpy dtype in kernels.PUSH)."""
+written the same on both sides (GLSL `Push` block, numpy dtype in push_constants.PUSH)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ import pytest
 from gemma_batch.backends.vulkan import pipeline_stats
 from gemma_batch.backends.vulkan.attention import MAX_CHUNKS, chunk_counts
 from gemma_batch.backends.vulkan.grids import ROWS_GROUPS_PER_SM, DispatchGrids
-from gemma_batch.backends.vulkan.kernels import (GATED_ACT_ROUND, GATED_ROW_WG, GATED_SPLIT_MAX_ROW, PUSH, PUSH_BYTES,
-                                                 VARIANTS, gated_row_vec)
+from gemma_batch.backends.vulkan.push_constants import PUSH, PUSH_BYTES
+from gemma_batch.backends.vulkan.variants import (GATED_ACT_ROUND, GATED_ROW_WG, GATED_SPLIT_MAX_ROW, VARIANTS,
+                                                  gated_row_vec)
 from gemma_batch.bench.shapes import shape_config
 
 SHADERS = Path(__file__).resolve().parent.parent / "shaders"
@@ -74,9 +75,9 @@ def test_the_attention_chunk_rule_is_mirrored_on_the_host():
 
 def test_the_gated_reduce_row_limit_is_mirrored_on_the_host():
     """coop_plan.py fuses gate/up's split into its reduce for rows of up to
-    kernels.GATED_SPLIT_MAX_ROW values, which reduce_gated_split_rows holds in registers: ACT_VEC
+    variants.GATED_SPLIT_MAX_ROW values, which reduce_gated_split_rows holds in registers: ACT_VEC
     vec4 for each of its invocations (at most its default), in rounds of ACT_ROUND that
-    kernels.gated_row_vec keeps whole."""
+    variants.gated_row_vec keeps whole."""
     source = (SHADERS / "reduce.comp").read_text()
     act_vec = int(re.search(r"const uint ACT_VEC = (\d+)u;", source).group(1))
     assert int(re.search(r"#define ACT_ROUND (\d+)", source).group(1)) == GATED_ACT_ROUND

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from gemma_batch.backends.vulkan.graph import StepGraph
-from gemma_batch.backends.vulkan.kernels import GATED_SPLIT_PIECE
+from gemma_batch.backends.vulkan.variants import GATED_SPLIT_PIECE
 from gemma_batch.backends.vulkan.weights import fp16_tiles
 from gemma_batch.model.checkpoint import Tensor
 from tests.test_cpu_vs_transformers import checkpoints, run_batched  # noqa: F401

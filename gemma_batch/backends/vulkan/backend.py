@@ -35,12 +35,13 @@ from .bandwidth import measure_read_bandwidth
 from .device import Device
 from .graph import StepGraph
 from .coop_tiles import COOP_MIN_CHUNK
-from .kernels import ATTENTION_MAX_GROUP, ATTENTION_MAX_QUERIES, POST_NORM_MAX_ROW, Kernels, matmul_cols
+from .kernels import Kernels
+from .variants import ATTENTION_MAX_GROUP, ATTENTION_MAX_QUERIES, POST_NORM_MAX_ROW, matmul_cols
 from .memory import Memory
 from .step_buffers import Capacity, StepBuffers
 from .weights import DeviceWeights
 
-# --kv-dtype -> suffix of the KV-page kernel variants (kernels.KV_DEFINES)
+# --kv-dtype -> suffix of the KV-page kernel variants (variants.KV_DEFINES)
 KV_VARIANTS = {"fp16": "float16", "fp32": "float32", "bf16": "bfloat16", "int8": "int8"}
 SCRATCH_RESERVE = 0.1  # share of free device memory left out of `available_memory` for step buffers
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ...model.config import Gemma3Config
 from .coop_tiles import COOP_DTYPES, coop_fits
-from .kernels import GATED_SPLIT_MAX_ROW
+from .variants import GATED_SPLIT_MAX_ROW
 from .weights import DeviceWeights
 
 

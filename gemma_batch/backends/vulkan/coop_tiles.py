@@ -4,7 +4,7 @@
 `shaders/matmul_coop.comp` (the decode tile of int8 / int4 weights and every prefill tile) take
 a workgroup per tile of outputs x rows, and at decode sizes per K chunk as well; the chunking is
 fixed per matrix (it sets the summation order, so batch invariance rests on it). The shaders'
-own constants are named beside each value here; `kernels.py` builds a variant per tile.
+own constants are named beside each value here; `variants.py` lists a variant per tile.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ _PREFERENCE = {2: 0, 1: 1, 3: 2, 4: 3, 0: 4}  # device type -> rank (lower is pr
 NEEDS_WORKGROUP = 1024        # sample.comp: 1024 invocations per row
 NEEDS_SHARED = 28 * 1024      # sample.comp: ~27.7 KiB of histograms and copied elements
 NEEDS_STORAGE_BUFFERS = 16    # kernels.NUM_BINDINGS
-NEEDS_PUSH_BYTES = 40         # kernels.PUSH_BYTES
+NEEDS_PUSH_BYTES = 40         # push_constants.PUSH_BYTES
 
 
 def load_vulkan():

@@ -57,8 +57,8 @@ from ...model.config import Gemma3Config
 from .coop_plan import CoopPlan
 from .coop_tiles import COOP_DIRECT_DTYPES, COOP_FOLD_ROWS, coop_chunks, coop_cols, coop_fold, coop_variant
 from .grids import DispatchGrids
-from .kernels import (COOP_KINDS, COOP_REDUCE_WG, GATED_SPLIT_PIECE, META_BINDING, Kernels, matmul_cols,
-                      matmul_variant)
+from .kernels import META_BINDING, Kernels
+from .variants import COOP_KINDS, COOP_REDUCE_WG, GATED_SPLIT_PIECE, matmul_cols, matmul_variant
 from .memory import Buffer
 from .step_buffers import StepBuffers
 from .timestamps import Timestamps
@@ -71,13 +71,14 @@ from .weights import DeviceWeights
 # "Code size"). Either way the same bits (tests/test_vulkan_attention.py): the choice may follow
 # the batch.
 QK_IN_MAX_TOKENS = 32
-# The recordings whose gate/up reduce splits a row in pieces (reduce_gated_split): decode steps of
-# up to GATED_PIECES_MAX_TOKENS tokens; the others run a workgroup of 1,024 invocations per row
-# (reduce_gated_split_rows). The same bits either way. 4b on the H100, median decode step, pieces
+# Decode steps of up to GATED_PIECES_MAX_TOKENS tokens (the "decode" recording) run gate/up's
+# reduce in pieces of a row (reduce_gated_split); the others a workgroup of 1,024 invocations per
+# row (reduce_gated_split_rows). The same bits either way. 4b on the H100, median decode step, pieces
 # in decode steps against rows everywhere: batch 1 5.08-5.10 against 5.22-5.23 ms, 8 5.21-5.23
 # against 5.28-5.30; rows against pieces: 16 5.52-5.55 against 5.67, 32 6.11-6.14 against
 # 6.35-6.39, and in decode steps with heads made in attention 5.74-5.75 against 6.14-6.16 at 32.
-GATED_PIECES_MODES, GATED_PIECES_MAX_TOKENS = ("decode",), 8
+GATED_PIECES_MAX_TOKENS = 8
+DECODE_MODES = ("decode", "decode_rows")  # up to GATED_PIECES_MAX_TOKENS tokens, and more
 
 
 class StepGraph:
@@ -121,7 +122,7 @@ class StepGraph:
         self._recorded: dict[str, tuple[object, list[str]]] = {}
         modes = ("small", "prefill") if coop_min_chunk is not None else ("small",)
         if any(self.plan.layer(layer).heads_in_attention for layer in range(cfg.num_layers)):
-            modes += ("decode", "decode_rows")
+            modes += DECODE_MODES
         for mode in modes:
             self.mode = mode  # which one `_record` is recording
             self.cb = kernels.dev.command_buffer()
@@ -166,7 +167,7 @@ class StepGraph:
     def _matmul(self, kind: str, layer: int, key: str, x: Buffer, y: Buffer, N: int, K: int,
                 norm: Buffer | None = None, extra: dict[int, Buffer] | None = None,
                 presplit: bool = False, split_next: dict[int, Buffer] | None = None, reduce_chunks: bool = True) -> None:
-        """y = x . W[layer][key]^T with the variant `kind` (kernels.MATMUL_KINDS); `norm` is the
+        """y = x . W[layer][key]^T with the variant `kind` (variants.MATMUL_KINDS); `norm` is the
         fused input RMSNorm weight, `extra` the variant's other buffers by binding. On the
         cooperative path only: `presplit`, the previous reduce wrote this input's split;
         `split_next`, this reduce writes the next matmul's (its norm weight at binding 3, if any);
@@ -217,7 +218,7 @@ class StepGraph:
                   "reduce_rows": -(-N // COOP_REDUCE_WG)}.get(reduce, cfg.num_heads + 2 * cfg.num_kv_heads)
         if split_next is not None:  # also writes the next input's split
             reduce, epilogue = f"{reduce}_split", {**epilogue, 5: b.split, **split_next}
-            if gated and self.mode in GATED_PIECES_MODES:  # pieces of a row, the last splitting it
+            if gated and self.mode == "decode":  # pieces of a row, the last splitting it
                 epilogue, groups = {**epilogue, 6: b.row_sync}, -(-N // GATED_SPLIT_PIECE)
             elif gated:  # a workgroup per row
                 reduce, groups = f"{reduce}_rows", 1
@@ -256,7 +257,7 @@ class StepGraph:
             fuse = self.plan.layer(layer)
             # decode steps: attention sums qkv's chunks and runs the QK-norm, RoPE and KV store itself,
             # its sizes specialised in (push_constants.SPECIALIZED; docs/PERFORMANCE.md, "Code size")
-            qk_in = self.mode.startswith("decode") and fuse.heads_in_attention
+            qk_in = self.mode in DECODE_MODES and fuse.heads_in_attention
             self._matmul(f"norm_qk_rope_{self.kv_name}", layer, "qkv", b.x, b.qkv, qkv_n, H,
                          lw["input_layernorm"], {9: lw["qk_norm"], 10: b.q, 11: inp.positions, 12: self.inv_freq[group.name],
                                                  13: inp.slots[group.name], 14: self.k_pages[layer], 15: self.v_pages[layer]},

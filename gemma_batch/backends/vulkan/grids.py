@@ -22,7 +22,7 @@ import numpy as np
 from ...model.config import Gemma3Config
 from .attention import most_chunks
 from .coop_tiles import COOP_FOLD_ROWS, COOP_FOLD_TILE_ROWS, COOP_ROWS
-from .kernels import MATMUL_ROWS
+from .variants import MATMUL_ROWS
 
 GRID_SLOTS = 64  # distinct indirect grids (3 uint32 each)
 # The LM head's decode matmul (2,049 tiles at 4b) as 4 workgroups an SM looping over the tiles,

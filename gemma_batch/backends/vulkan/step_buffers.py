@@ -33,7 +33,7 @@ from ..base import StepBatch
 from .attention import most_chunks
 from .grids import GRID_SLOTS
 from .coop_tiles import coop_chunks, coop_fits, coop_partial_floats
-from .kernels import MATMUL_ROWS
+from .variants import MATMUL_ROWS
 from .memory import Buffer, Memory
 
 PARAMS_DTYPE = np.dtype([  # mirrors RowParams in shaders/sample.comp

@@ -32,7 +32,7 @@ from ...model.quant import QuantizedTensor, to_fp16
 from ...model.weights import tensor_shapes
 from .coop_tiles import coop_fits
 from .coopmat import TILE
-from .kernels import EMBED_DTYPES
+from .variants import EMBED_DTYPES
 from .memory import Buffer, Memory
 
 _QKV = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight")

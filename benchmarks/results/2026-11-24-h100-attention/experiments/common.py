@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from gemma_batch.backends.vulkan import kernels as Kmod
+from gemma_batch.backends.vulkan.variants import Variant
 from gemma_batch.bench.random_weights import random_tensors
 from gemma_batch.bench.runner import prefilled_engine
 from gemma_batch.bench.shapes import shape_config
@@ -16,9 +17,9 @@ from gemma_batch.model.checkpoint import Checkpoint
 from gemma_batch.model.config import Gemma3Config
 
 
-def file_variant(name: str, source: str, path: Path) -> Kmod.Variant:
+def file_variant(name: str, source: str, path: Path) -> Variant:
     """Variant `name` of shaders/`source`.comp, its SPIR-V read from `path`."""
-    class FileVariant(Kmod.Variant):
+    class FileVariant(Variant):
         @property
         def spv(self) -> Path:
             return path

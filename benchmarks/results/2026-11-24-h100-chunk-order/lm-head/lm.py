@@ -7,10 +7,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from chain import Chains
 from gemma_batch.backends.vulkan import kernels as Kmod
+from gemma_batch.backends.vulkan.variants import Variant
 
 HERE = Path(__file__).resolve().parent
 for name, f in (("gs_rows", "gs_rows.spv"), ("gs_plain", "gs_plain.spv"), ("gs_gated", "gs_gated.spv")):
-    class V(Kmod.Variant):
+    class V(Variant):
         @property
         def spv(self, p=HERE / f):
             return p

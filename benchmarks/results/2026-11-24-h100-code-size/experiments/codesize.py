@@ -14,6 +14,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(ROOT))
 from gemma_batch.backends.vulkan import kernels as Kmod
+from gemma_batch.backends.vulkan.variants import Variant
 from gemma_batch.backends.vulkan import pipeline_stats
 from gemma_batch.backends.vulkan.bandwidth import GROUPS
 from gemma_batch.backends.vulkan.device import Device
@@ -29,7 +30,7 @@ ITERS = (8, 64, 256, 640)
 def variant(name: str) -> str:
     path = SPV / f"{name}.spv"
 
-    class V(Kmod.Variant):
+    class V(Variant):
         @property
         def spv(self) -> Path:
             return path

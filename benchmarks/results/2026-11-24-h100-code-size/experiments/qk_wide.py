@@ -3,7 +3,10 @@ makes its heads, now specialised, instead of reduce_qk_rope), with gate/up's red
 row (GATED_PIECES_MODES empty) or in pieces, against the shipped recordings: logits hashes (must
 agree), median 4b decode step at batch 16 and 32, alternating, three rounds.
 
-    python3 qk_wide.py"""
+    python3 qk_wide.py
+
+Run at `fdff182`: graph.GATED_PIECES_MODES, which it sets, went in the review after `d91c5f8`
+(the "decode" recording is the one with pieces)."""
 from builds import alternate_settings
 from gemma_batch.backends.vulkan import graph
 

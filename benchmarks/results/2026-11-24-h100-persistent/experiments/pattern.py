@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from read_floor import matrices, Reads, WARM_READS
 from gemma_batch.backends.vulkan import kernels as Kmod
+from gemma_batch.backends.vulkan.variants import Variant
 from gemma_batch.backends.vulkan.device import Device
 from gemma_batch.backends.vulkan.bandwidth import GROUPS
 
@@ -24,7 +25,7 @@ MATMUL_GRID = {"qkv": 256, "o": 160, "gate/up": 320, "down": 320}  # the shipped
 
 def use(name):
     path = SPV / f"{name}.spv"
-    class V(Kmod.Variant):
+    class V(Variant):
         @property
         def spv(self):
             return path

@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from read_floor import matrices, LAYER
 from gemma_batch.backends.vulkan import kernels as Kmod
+from gemma_batch.backends.vulkan.variants import Variant
 from gemma_batch.backends.vulkan.bandwidth import GROUPS, measure_read_bandwidth
 from gemma_batch.backends.vulkan.device import Device
 from gemma_batch.backends.vulkan.kernels import Kernels
@@ -31,7 +32,7 @@ DEPTH = int(sys.argv[2]) if len(sys.argv) > 2 else 4
 
 
 def variant(name, spv):
-    class V(Kmod.Variant):
+    class V(Variant):
         @property
         def spv(self):
             return SPV / spv

@@ -4,6 +4,7 @@ import hashlib, os, sys, time
 from pathlib import Path
 import numpy as np
 from gemma_batch.backends.vulkan import kernels as Kmod, pipeline_stats
+from gemma_batch.backends.vulkan.variants import Variant
 from gemma_batch.backends.vulkan.device import Device
 from gemma_batch.backends.vulkan.kernels import Kernels
 from gemma_batch.backends.vulkan.memory import Memory
@@ -49,7 +50,7 @@ W = {n: (filled(WB(N // 2 if g else N, K), n, 2 + i), filled(WB(N // 2, K), n + 
 for label in labels:
     for g in ("plain", "gated"):
         name = f"pf_{label}_{g}"
-        class V(Kmod.Variant):
+        class V(Variant):
             @property
             def spv(self, p=HERE / "spv" / f"{label}_{g}.spv"):
                 return p
