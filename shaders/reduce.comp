@@ -4,7 +4,8 @@
 // Chunks are pc.chunks for M <= FOLD_ROWS and 1 above (the matmul summed them itself).
 //
 // Variants (the epilogues of matmul.comp, on rows of y):
-//   (none) / ROWS  y to binding 2, a workgroup per WG outputs of a row (ROWS: M = meta.num_rows)
+//   (none) / ROWS  y to binding 2, a workgroup per WG outputs of a row (ROWS: M = meta.num_rows,
+//                  4 WG outputs)
 //   GATED          partial holds [gate | up] (2 N columns): act[m, n] = gelu_tanh(gate) * up
 //   EPI_NORM_ADD   x_res[m] += rms_norm(y[m]) * (1 + g_epi): a workgroup per row, y in registers
 //   EPI_QK_ROPE    a workgroup per (row, head): the head into shared memory, then QK-norm, RoPE,
@@ -63,6 +64,9 @@ layout(std430, binding = 9) readonly buffer Eb { float g_epi[]; };
 layout(std430, binding = 2) coherent buffer Yb { vec4 act4[]; };      // act, read back by the row's last workgroup
 #else
 layout(std430, binding = 2) writeonly buffer Yb { float y[]; };
+#ifdef ROWS
+layout(std430, binding = 2) writeonly buffer Y4b { vec4 y4[]; };  // the same, 16 bytes at a time
+#endif
 #endif
 #if defined(GATED) && defined(SPLIT_NEXT) && !defined(WHOLE_ROWS)
 layout(std430, binding = 6) coherent buffer Rb { uint row_sync[]; };  // [2 M]: max |act| bits, then pieces done
@@ -274,6 +278,15 @@ void main() {
     }
     barrier();
     head_out(m, h);
+#elif defined(ROWS)
+    // The LM head's logits, a vec4 of neighbouring outputs an invocation (variants.ROWS_REDUCE_COLS
+    // a workgroup; N is a multiple of coop_tiles.COOP_COLS), gather's sums and scale. One output an
+    // invocation took 2,048 workgroups a row of 262,144 (70 us a step at 4b batch 32 on the H100).
+    uint per_row = (pc.N + 4u * WG - 1u) / (4u * WG), m = id / per_row, n4 = (id % per_row) * WG + tid;
+    if (m >= M || 4u * n4 >= pc.N) return;
+    vec4 s = vec4(0.0);
+    CHUNK_SUM(vec4, part4, M, pc.N / 4u, m * pc.N / 4u + n4, s);
+    y4[m * pc.N / 4u + n4] = s * scale[m];
 #else
     uint per_row = (pc.N + WG - 1) / WG, m = id / per_row, n = (id % per_row) * WG + tid;
     if (m >= M || n >= pc.N) return;

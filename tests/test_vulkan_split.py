@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from gemma_batch.backends.vulkan.graph import StepGraph
-from gemma_batch.backends.vulkan.variants import GATED_SPLIT_PIECE
+from gemma_batch.backends.vulkan.variants import GATED_SPLIT_PIECE, ROWS_REDUCE_COLS
 from gemma_batch.backends.vulkan.weights import fp16_tiles
 from gemma_batch.model.checkpoint import Tensor
 from tests.test_cpu_vs_transformers import checkpoints, run_batched  # noqa: F401
@@ -44,7 +44,7 @@ def run_split(variant: str, x: np.ndarray, g: np.ndarray, eps: float, w: np.ndar
                        -(-M // 128) * N // 64 if fold else -(-M // 32) * -(-N // 128) * chunks)
             d.dispatch("reduce_rows", {0: part, 2: y, 4: scale},
                        {"N": N, "chunks": chunks, "eps": eps, "num_heads": 0, "num_kv_heads": 0, "head_dim": 0},
-                       M * -(-N // 128))
+                       M * -(-N // ROWS_REDUCE_COLS))
         d.run()
         halves = d.download(split).view(np.float16).reshape(M, 2, K).astype(np.float32)
         out = d.download(y).view(np.float32).reshape(M, N) if w is not None else None

@@ -58,7 +58,7 @@ from .coop_plan import CoopPlan
 from .coop_tiles import COOP_DIRECT_DTYPES, COOP_FOLD_ROWS, coop_chunks, coop_cols, coop_fold, coop_variant
 from .grids import DispatchGrids
 from .kernels import META_BINDING, Kernels
-from .variants import COOP_KINDS, COOP_REDUCE_WG, GATED_SPLIT_PIECE, matmul_cols, matmul_variant
+from .variants import COOP_KINDS, COOP_REDUCE_WG, GATED_SPLIT_PIECE, ROWS_REDUCE_COLS, matmul_cols, matmul_variant
 from .memory import Buffer
 from .step_buffers import StepBuffers
 from .timestamps import Timestamps
@@ -215,7 +215,7 @@ class StepGraph:
             return
         epilogue = {} if gated or rows else (extra or {})  # the post-norm's or QK-norm/RoPE/KV buffers
         groups = {"reduce_post_norm": 1, "reduce_gated": -(-N // COOP_REDUCE_WG),  # (post-norm: a workgroup a row)
-                  "reduce_rows": -(-N // COOP_REDUCE_WG)}.get(reduce, cfg.num_heads + 2 * cfg.num_kv_heads)
+                  "reduce_rows": -(-N // ROWS_REDUCE_COLS)}.get(reduce, cfg.num_heads + 2 * cfg.num_kv_heads)
         if split_next is not None:  # also writes the next input's split
             reduce, epilogue = f"{reduce}_split", {**epilogue, 5: b.split, **split_next}
             if gated and self.mode == "decode":  # pieces of a row, the last splitting it

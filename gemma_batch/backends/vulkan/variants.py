@@ -46,6 +46,7 @@ COOP_KINDS = {
     **{f"norm_qk_rope_{kv}": ("split_norm", (), f"reduce_qk_rope_{kv}") for kv in KV_DEFINES},
 }
 COOP_REDUCE_WG = 128  # WG of reduce.comp's variants but the gated split and the post-norm
+ROWS_REDUCE_COLS = 4 * COOP_REDUCE_WG  # outputs of a row per reduce_rows workgroup (the LM head's: 4 an invocation)
 # gate/up's reduce writes down's split in pieces of GATED_SPLIT_PIECE columns of a row, a workgroup
 # each (reduce_gated_split: 4 WG of reduce.comp), or a workgroup of GATED_ROW_WG invocations per row
 # of up to GATED_SPLIT_MAX_ROW values (reduce_gated_split_rows: ACT_VEC * 4 * WG); graph.py picks.
