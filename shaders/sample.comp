@@ -52,8 +52,8 @@
 // and a copy, and the draw after it reuses that histogram (its total is the cumulative weight
 // through top-p's boundary) and needs a copy at most; min-p: 1 weighted pass and a copy. Heavy
 // ties at a boundary cost more (key and id levels over the row). Measured on an H100 (NVIDIA's
-// Vulkan driver, 32 rows of 262,144 synthetic logits): greedy 30 us (22-25 us a 4b decode step at
-// batch 1 and 32 since the arg-max loads 8 vec4 at a time, 31-43 before); temperature alone 160-200;
+// Vulkan driver, 32 rows of 262,144 synthetic logits): greedy 30 us before its arg-max loaded 8 vec4
+// at a time (in a 4b decode step now 22-25 us at batch 1 and 32, against 31-43); temperature alone 160-200;
 // top-k 50 135; top-p 0.9 310-330; min-p 0.05 135-165; top-k 40 + top-p 0.95 + min-p 150.
 #extension GL_EXT_control_flow_attributes : require  // [[unroll]]: pass 0's loads stay in registers
 #include "common.glsl"
@@ -745,7 +745,7 @@ void main() {
     uint bi = NONE;
     if (!top_k_on) {
         // ARGMAX_LOADS vec4 in flight per invocation where the rows are 16-byte aligned (one float
-        // at a time left the pass waiting on each load: greedy took 30 us a step on the H100), then
+        // at a time left the pass waiting on its loads: greedy took 31-43 us a 4b step on the H100), then
         // the ids past the last whole vec4. An invocation's ids rise along both loops, so the first
         // maximum is kept.
         uint n4 = pc.row_stride % 4u == 0u ? g_L / 4u : 0u, b4 = g_base / 4u;

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "2026-11-24-h100-code-size/experiments"))
-from builds import HERE as _, Kmod, alternate_settings, print_stats, shape_config  # noqa: E402
+from builds import Kmod, alternate_settings, print_stats, shape_config  # noqa: E402
 from common import file_variant  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
