@@ -109,6 +109,13 @@ float gather(uint M, uint width, uint m, uint n) {
     return s * scale[m];
 }
 
+// The same for the vec4 at columns 4 n4 ... 4 n4 + 3 of a partial with `width4` vec4 a row.
+vec4 gather4(uint M, uint width4, uint m, uint n4) {
+    vec4 s = vec4(0.0);
+    CHUNK_SUM(vec4, part4, M, width4, m * width4 + n4, s);
+    return s * scale[m];
+}
+
 #ifdef SPLIT_NEXT
 // Write row m, this invocation's vec4 v[i] at 4 (i WG + tid) (zero past N, kept so), as the next
 // matmul's input (split.glsl); with NORM_NEXT RMS-normalised with (1 + g_next) first.
@@ -146,12 +153,7 @@ float gather(uint M, uint width, uint m, uint n) {
 // act of row m at columns 4 n4 ... 4 n4 + 3: gelu_tanh(gate) * up, each the chunks' sum (from
 // chunk 0, in order) times the row's scale; partial holds [gate | up] (2 N columns).
 vec4 act4_of(uint M, uint m, uint n4) {
-    uint at = m * pc.N / 2 + n4;  // rows of 2 N values, N / 2 vec4
-    vec4 g = vec4(0.0), u = vec4(0.0);
-    CHUNK_SUM(vec4, part4, M, pc.N / 2, at, g);
-    CHUNK_SUM(vec4, part4, M, pc.N / 2, at + pc.N / 4, u);
-    g *= scale[m];
-    u *= scale[m];
+    vec4 g = gather4(M, pc.N / 2, m, n4), u = gather4(M, pc.N / 2, m, pc.N / 4 + n4);  // rows of 2 N values
     return vec4(gelu_tanh(g.x), gelu_tanh(g.y), gelu_tanh(g.z), gelu_tanh(g.w)) * u;
 }
 
@@ -204,9 +206,7 @@ void main() {
     vec4 v[EPI_VEC];
     [[unroll]] for (uint j = 0; j < EPI_VEC; j++) {
         uint n4 = j * WG + tid;
-        vec4 sum = vec4(0.0);  // (not v[j]: CHUNK_SUM has a loop over i)
-        if (4 * n4 < pc.N) CHUNK_SUM(vec4, part4, M, pc.N / 4, m * pc.N / 4 + n4, sum);
-        v[j] = sum * scale[m];
+        v[j] = 4 * n4 < pc.N ? gather4(M, pc.N / 4, m, n4) : vec4(0.0);
     }
     post_norm_add(m, v);
 #ifdef SPLIT_NEXT
@@ -280,13 +280,11 @@ void main() {
     head_out(m, h);
 #elif defined(ROWS)
     // The LM head's logits, a vec4 of neighbouring outputs an invocation (variants.ROWS_REDUCE_COLS
-    // a workgroup; N is a multiple of coop_tiles.COOP_COLS), gather's sums and scale. One output an
+    // a workgroup; N is a multiple of coop_tiles.COOP_COLS), gather4's sums and scale. One output an
     // invocation took 2,048 workgroups a row of 262,144 (70 us a step at 4b batch 32 on the H100).
     uint per_row = (pc.N + 4u * WG - 1u) / (4u * WG), m = id / per_row, n4 = (id % per_row) * WG + tid;
     if (m >= M || 4u * n4 >= pc.N) return;
-    vec4 s = vec4(0.0);
-    CHUNK_SUM(vec4, part4, M, pc.N / 4u, m * pc.N / 4u + n4, s);
-    y4[m * pc.N / 4u + n4] = s * scale[m];
+    y4[m * pc.N / 4u + n4] = gather4(M, pc.N / 4u, m, n4);
 #else
     uint per_row = (pc.N + WG - 1) / WG, m = id / per_row, n = (id % per_row) * WG + tid;
     if (m >= M || n >= pc.N) return;

@@ -711,6 +711,15 @@ bool key_select(bool weighted, uint kind, uvec2 rem) {
     return ok;
 }
 
+// An invocation's running arg-max (bv at id bi, NONE before any) after value x at id i, the ids
+// coming in ascending order: NaN ignored, the first maximum kept.
+void keep_max(float x, uint i, inout float bv, inout uint bi) {
+    if (x > bv || (bi == NONE && !isnan(x))) {
+        bv = x;
+        bi = i;
+    }
+}
+
 void main() {
     uint r = linear_group();
     if (r >= meta.num_rows) return;
@@ -755,28 +764,15 @@ void main() {
             [[unroll]] for (uint k = 0u; k < ARGMAX_LOADS; k++) {
                 if (v + k * WG >= n4) break;
                 [[unroll]] for (uint c = 0u; c < 4u; c++) {
-                    float x = xs[k][c];
-                    if (x > bv || (bi == NONE && !isnan(x))) {
-                        bv = x;
-                        bi = 4u * (v + k * WG) + c;
-                    }
+                    keep_max(xs[k][c], 4u * (v + k * WG) + c, bv, bi);
                 }
             }
         }
-        for (uint i = 4u * n4 + tid; i < g_L; i += WG) {
-            float x = logits[g_base + i];
-            if (x > bv || (bi == NONE && !isnan(x))) {
-                bv = x;
-                bi = i;
-            }
-        }
+        for (uint i = 4u * n4 + tid; i < g_L; i += WG) keep_max(logits[g_base + i], i, bv, bi);
     } else {
         for (uint i = tid; i < g_L; i += WG) {
             float y = load_y(i);
-            if (y > bv || (bi == NONE && !isnan(y))) {
-                bv = y;
-                bi = i;
-            }
+            keep_max(y, i, bv, bi);
             if (count_keys && !isnan(y)) rl_add(key_of(y) >> 24, i, uvec2(0u));  // passes skip NaN
         }
         rl_flush();

@@ -1,0 +1,27 @@
+"""The review's mend (reduce.comp's gather4, sample.comp's keep_max: the same arithmetic) against
+`559f977`'s kernels (`head_*.spv`): the logits hashes (must agree), then the median 4b decode
+step at batch 1 and 32, alternating, three rounds.
+
+    python3 ab_head.py"""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "2026-11-24-h100-code-size/experiments"))
+from builds import Kmod, alternate_settings  # noqa: E402
+from common import file_variant  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+NAMES = ("reduce_gated_split", "reduce_gated_split_rows", "reduce_post_norm", "reduce_post_norm_split", "reduce_rows", "sample")
+TREE = {name: Kmod.VARIANTS[name] for name in NAMES}
+
+
+def use(head: bool):
+    def setup(backend) -> None:
+        for name, v in TREE.items():
+            Kmod.VARIANTS[name] = file_variant(name, v.source, HERE / f"spv/head_{name}.spv") if head else v
+        backend.kernels.pipelines.clear()
+    return setup
+
+
+if __name__ == "__main__":
+    alternate_settings([("tree", use(False)), ("559f977", use(True))])
