@@ -8,19 +8,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "2026-11-24-h100-code-size/experiments"))
-from builds import Kmod, alternate_settings, print_stats, shape_config  # noqa: E402
-from common import file_variant  # noqa: E402
+from builds import alternate_settings, from_files, print_stats, shape_config  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 NAME = sys.argv[2] if len(sys.argv) > 2 else "attention_float16_split_qk"
-SHIPPED = Kmod.VARIANTS[NAME]
-
-
-def use(label: str | None):
-    def setup(backend) -> None:
-        Kmod.VARIANTS[NAME] = file_variant(NAME, SHIPPED.source, HERE / f"spv/{label}_{NAME}.spv") if label else SHIPPED
-        backend.kernels.pipelines.clear()  # (the specialised pipeline's key is not the name)
-    return setup
 
 
 if __name__ == "__main__":
@@ -28,4 +19,4 @@ if __name__ == "__main__":
     cfg = shape_config("4b")
     special = (cfg.head_dim, cfg.num_heads, cfg.num_kv_heads, 16, 64, 8) if NAME.endswith("_qk") else ()
     print_stats([("tree", NAME, None, special)] + [(lb, NAME, HERE / f"spv/{lb}_{NAME}.spv", special) for lb in labels])
-    alternate_settings([("tree", use(None))] + [(lb, use(lb)) for lb in labels])
+    alternate_settings([("tree", from_files({}))] + [(lb, from_files({NAME: HERE / f"spv/{lb}_{NAME}.spv"})) for lb in labels])

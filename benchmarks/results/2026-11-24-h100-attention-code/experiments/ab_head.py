@@ -7,21 +7,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "2026-11-24-h100-code-size/experiments"))
-from builds import Kmod, alternate_settings  # noqa: E402
-from common import file_variant  # noqa: E402
+from builds import alternate_settings, from_files  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 NAMES = ("reduce_gated_split", "reduce_gated_split_rows", "reduce_post_norm", "reduce_post_norm_split", "reduce_rows", "sample")
-TREE = {name: Kmod.VARIANTS[name] for name in NAMES}
-
-
-def use(head: bool):
-    def setup(backend) -> None:
-        for name, v in TREE.items():
-            Kmod.VARIANTS[name] = file_variant(name, v.source, HERE / f"spv/head_{name}.spv") if head else v
-        backend.kernels.pipelines.clear()
-    return setup
 
 
 if __name__ == "__main__":
-    alternate_settings([("tree", use(False)), ("559f977", use(True))])
+    alternate_settings([("tree", from_files({})), ("559f977", from_files({n: HERE / f"spv/head_{n}.spv" for n in NAMES}))])

@@ -9,27 +9,25 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "2026-11-24-h100-code-size/experiments"))
-from builds import Kmod, alternate_settings, print_stats  # noqa: E402
-from common import file_variant  # noqa: E402
+from builds import alternate_settings, from_files, print_stats  # noqa: E402
 
 from gemma_batch.backends.vulkan import graph  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-TREE = {name: Kmod.VARIANTS[name] for name in ("reduce_rows", "sample")}
+NAMES = ("reduce_rows", "sample")
 TREE_COLS = graph.ROWS_REDUCE_COLS
 
 
 def use(before: tuple[str, ...]):
-    def setup(backend) -> None:
-        for name, shipped in TREE.items():
-            Kmod.VARIANTS[name] = file_variant(name, shipped.source, HERE / f"spv/before_{name}.spv") if name in before else shipped
-        graph.ROWS_REDUCE_COLS = 128 if "reduce_rows" in before else TREE_COLS  # (the recording reads it)
-        backend.kernels.pipelines.clear()
-    return setup
+    files = from_files({name: HERE / f"spv/before_{name}.spv" for name in before})
 
+    def setup(backend) -> None:
+        files(backend)
+        graph.ROWS_REDUCE_COLS = 128 if "reduce_rows" in before else TREE_COLS  # (the recording reads it)
+    return setup
 
 if __name__ == "__main__":
     print_stats([(label, name, HERE / f"spv/before_{name}.spv" if label == "before" else None, ())
-                 for name in TREE for label in ("tree", "before")])
+                 for name in NAMES for label in ("tree", "before")])
     alternate_settings([("tree", use(())), ("rows before", use(("reduce_rows",))),
                         ("both before", use(("reduce_rows", "sample")))])

@@ -14,19 +14,34 @@ from gemma_batch.backends.vulkan.device import Device  # noqa: E402
 from gemma_batch.bench.shapes import shape_config  # noqa: E402
 
 
+SHIPPED = dict(Kmod.VARIANTS)  # the kernels as shipped, before any build swaps one
+
+
+def from_files(files: dict) -> object:
+    """A setup(backend) for `alternate_settings`: each kernel named in `files` (name -> SPIR-V
+    path) built from its file, every other one as shipped; pipelines built again on next use (a
+    specialised pipeline's key is not the kernel's name)."""
+    def setup(backend) -> None:
+        Kmod.VARIANTS.update(SHIPPED)
+        for name, spv in files.items():
+            Kmod.VARIANTS[name] = file_variant(name, SHIPPED[name].source, spv)
+        backend.kernels.pipelines.clear()
+    return setup
+
+
 def print_stats(rows) -> None:
     """rows: (label, kernel name, SPIR-V path or None for the shipped one, specialization values or ()):
     each one's registers and binary size as the driver builds it with the 4b constants."""
     dev = Device(capture_statistics=True)
     kernels = Kmod.Kernels.for_model(dev, shape_config("4b"))
-    shipped, build = dict(Kmod.VARIANTS), kernels.pipeline
+    build = kernels.pipeline
     for label, name, spv, special in rows:
-        Kmod.VARIANTS[name] = file_variant(name, shipped[name].source, spv) if spv else shipped[name]
+        Kmod.VARIANTS[name] = file_variant(name, SHIPPED[name].source, spv) if spv else SHIPPED[name]
         kernels.pipelines.clear()
         kernels.pipeline = lambda n, _s=(), v=special: build(n, v)
         s = pipeline_stats.statistics(kernels, name)
         print(f"{label:26s} {name}: {s.get('Register Count')} registers, binary {s.get('Binary Size')} B", flush=True)
-    Kmod.VARIANTS.update(shipped)
+    Kmod.VARIANTS.update(SHIPPED)
     kernels.close()
     dev.close()
 

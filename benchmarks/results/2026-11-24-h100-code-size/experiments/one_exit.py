@@ -5,22 +5,14 @@ against the build before (`before_*.spv`, `219ce19`'s spv/): driver binary size,
 specialised as the graph records them.
 
     python3 one_exit.py"""
-from builds import HERE, Kmod, alternate_settings, print_stats, shape_config
-from common import file_variant
+from builds import HERE, alternate_settings, from_files, print_stats, shape_config
 
 NAME = "attention_float16_split_qk"
-SHIPPED = Kmod.VARIANTS[NAME]
-
-
-def use(label: str):
-    def setup(backend) -> None:
-        Kmod.VARIANTS[NAME] = file_variant(NAME, SHIPPED.source, HERE / f"spv/{label}_{NAME}.spv")
-        backend.kernels.pipelines.clear()  # (the specialised pipeline's key is not the name)
-    return setup
 
 
 if __name__ == "__main__":
     cfg = shape_config("4b")
     special = (cfg.head_dim, cfg.num_heads, cfg.num_kv_heads, 16, 64, 8)
     print_stats([(label, NAME, HERE / f"spv/{label}_{NAME}.spv", special) for label in ("before", "after")])
-    alternate_settings([("before", use("before")), ("one exit", use("after"))])
+    alternate_settings([(label, from_files({NAME: HERE / f"spv/{spv}_{NAME}.spv"}))
+                        for label, spv in (("before", "before"), ("one exit", "after"))])
