@@ -3,36 +3,26 @@ grids and per-subgroup tile counts; best GPU time of 5 submits.
 
     python3 mma_peak.py   (spv/mma_peak_TNxTM.spv built beside by build.sh)"""
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[4]))
+sys.path.insert(0, str(HERE.parents[2]))  # benchmarks/: gemm_coop's BenchVariant, a kernel built from a file
+from gemm_coop import BenchVariant  # noqa: E402
 from gemma_batch.backends.vulkan import push_constants, variants  # noqa: E402
 from gemma_batch.backends.vulkan.device import Device  # noqa: E402
 from gemma_batch.backends.vulkan.kernels import Kernels  # noqa: E402
 from gemma_batch.backends.vulkan.memory import Memory  # noqa: E402
 from gemma_batch.backends.vulkan.timestamps import best_dispatch_seconds  # noqa: E402
-from gemma_batch.backends.vulkan.variants import Variant  # noqa: E402
-
-
-@dataclass(frozen=True)
-class Spv(Variant):
-    path: Path = HERE
-
-    @property
-    def spv(self) -> Path:
-        return self.path
-
 
 TILES = [(2, 4), (2, 2), (4, 4)]
 if __name__ == "__main__":
     for tn, tm in TILES:
         name = f"mma_peak_{tn}x{tm}"
         push_constants.PUSH[name] = np.dtype([("M", np.uint32), ("N", np.uint32), ("K", np.uint32), ("pad", np.uint32)])
-        variants.VARIANTS[name] = Spv(name, name, (), "glslang", HERE / "spv" / f"{name}.spv")
+        variants.VARIANTS[name] = BenchVariant(name, name, (), "glslang", HERE / "spv" / f"{name}.spv")
     dev = Device(None)
     mem, kern = Memory(dev), Kernels(dev)
     sms = dev.info.sm_count
