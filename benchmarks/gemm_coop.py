@@ -46,10 +46,11 @@ class BenchVariant(Variant):
         return self.path
 
 
-def register(spv: Path) -> None:
-    """Make the GEMM built at `spv` a kernel `Kernels` can build and record (benchmark only)."""
-    push_constants.PUSH["gemm_coop"] = np.dtype([("M", np.uint32), ("N", np.uint32), ("K", np.uint32), ("pad", np.uint32)])
-    variants.VARIANTS["gemm_coop"] = BenchVariant("gemm_coop", "gemm_coop", (), "glslang", spv)
+def register(spv: Path, name: str = "gemm_coop") -> None:
+    """Make the kernel built at `spv` (push constants M, N, K, pad: the GEMM's) kernel `name`, one
+    `Kernels` can build and record (benchmark only)."""
+    push_constants.PUSH[name] = np.dtype([("M", np.uint32), ("N", np.uint32), ("K", np.uint32), ("pad", np.uint32)])
+    variants.VARIANTS[name] = BenchVariant(name, name, (), "glslang", spv)
 
 
 def run_gemm(kern: Kernels, mem: Memory, M: int, N: int, K: int, tile: tuple[int, int], a: np.ndarray | None = None,

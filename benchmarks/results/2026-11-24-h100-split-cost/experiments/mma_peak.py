@@ -9,9 +9,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[4]))
-sys.path.insert(0, str(HERE.parents[2]))  # benchmarks/: gemm_coop's BenchVariant, a kernel built from a file
-from gemm_coop import BenchVariant  # noqa: E402
-from gemma_batch.backends.vulkan import push_constants, variants  # noqa: E402
+sys.path.insert(0, str(HERE.parents[2]))  # benchmarks/: gemm_coop's register, a kernel built from a file
+from gemm_coop import register  # noqa: E402
 from gemma_batch.backends.vulkan.device import Device  # noqa: E402
 from gemma_batch.backends.vulkan.kernels import Kernels  # noqa: E402
 from gemma_batch.backends.vulkan.memory import Memory  # noqa: E402
@@ -21,8 +20,7 @@ TILES = [(2, 4), (2, 2), (4, 4)]
 if __name__ == "__main__":
     for tn, tm in TILES:
         name = f"mma_peak_{tn}x{tm}"
-        push_constants.PUSH[name] = np.dtype([("M", np.uint32), ("N", np.uint32), ("K", np.uint32), ("pad", np.uint32)])
-        variants.VARIANTS[name] = BenchVariant(name, name, (), "glslang", HERE / "spv" / f"{name}.spv")
+        register(HERE / "spv" / f"{name}.spv", name)  # (the GEMM's push layout: K is the iterations)
     dev = Device(None)
     mem, kern = Memory(dev), Kernels(dev)
     sms = dev.info.sm_count
