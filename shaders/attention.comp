@@ -133,12 +133,12 @@ layout(push_constant) uniform Push {
 // a workgroup runs its code about once, and a dependent dispatch pays for fetching it (4b on the
 // H100: _split_qk 58 KiB against 79, batch-1 decode step 4.89-4.91 against 5.13-5.15 ms;
 // docs/PERFORMANCE.md, "Code size").
-layout(constant_id = 6) const uint SPEC_HEAD_DIM = 0u;
-layout(constant_id = 7) const uint SPEC_NUM_HEADS = 0u;
-layout(constant_id = 8) const uint SPEC_NUM_KV_HEADS = 0u;
-layout(constant_id = 9) const uint SPEC_BLOCK_SIZE = 0u;
-layout(constant_id = 10) const uint SPEC_CHUNK = 0u;
-layout(constant_id = 11) const uint SPEC_QKV_CHUNKS = 0u;
+layout(constant_id = 7) const uint SPEC_HEAD_DIM = 0u;
+layout(constant_id = 8) const uint SPEC_NUM_HEADS = 0u;
+layout(constant_id = 9) const uint SPEC_NUM_KV_HEADS = 0u;
+layout(constant_id = 10) const uint SPEC_BLOCK_SIZE = 0u;
+layout(constant_id = 11) const uint SPEC_CHUNK = 0u;
+layout(constant_id = 12) const uint SPEC_QKV_CHUNKS = 0u;
 #define HEAD_DIM (SPEC_HEAD_DIM != 0u ? SPEC_HEAD_DIM : pc.head_dim)
 #define NUM_HEADS (SPEC_NUM_HEADS != 0u ? SPEC_NUM_HEADS : pc.num_heads)
 #define NUM_KV_HEADS (SPEC_NUM_KV_HEADS != 0u ? SPEC_NUM_KV_HEADS : pc.num_kv_heads)

@@ -7,6 +7,7 @@
 // input set's ids, step_buffers.py), for a step submitted while that one ran.
 #include "common.glsl"
 layout(local_size_x = 256) in;
+layout(constant_id = 6) const bool FRAGMENT_LOADS = false;  // W_T16 tiles in fragment order (coop_fragment.glsl)
 
 layout(std430, binding = 0) readonly buffer Eb { uint e[]; };
 layout(std430, binding = 1) readonly buffer Tb { int token_ids[]; };
@@ -20,8 +21,10 @@ layout(push_constant) uniform Push {
 } pc;
 
 float table(uint row, uint h) {
-#if defined(W_T16)  // tile (row / 16, h / 16) of 256 halves, its row row % 16
-    uint i = ((row / 16) * (pc.H / 16) + h / 16) * 256 + (row % 16) * 16 + h % 16;
+#if defined(W_T16)  // tile (row / 16, h / 16) of 256 halves, its row row % 16, or in fragment order
+    uint r = row % 16, c = h % 16;  // (lane, component) of (r, c): fragment_order.py
+    uint at = FRAGMENT_LOADS ? ((r % 8u) * 4u + (c % 8u) / 2u) * 8u + c % 2u + 2u * (c / 8u) + 4u * (r / 8u) : r * 16u + c;
+    uint i = ((row / 16) * (pc.H / 16) + h / 16) * 256 + at;
 #else
     uint i = row * pc.H + h;
 #endif

@@ -10,6 +10,7 @@
 // weight of a real checkpoint), or int8 / int4 codes (matmul.comp's W_I8 / W_I4 layout: codes,
 // then scales, in one buffer), dequantized while staged as fp16(code * scale): the weight the CPU
 // uses, rounded once more, to fp16 (a relative 2^-11, well inside the quantization's own error).
+// fp16 tiles may be stored in fragment order (coop_fragment.glsl); staging copies them as they are.
 // For fp16 tiles, steps of up to FOLD_ROWS rows run matmul_coop_direct.comp instead (same sums,
 // same order), so only this kernel's prefill tile is built for them.
 //
@@ -92,6 +93,7 @@ shared uvec4 xsh[(X_LO ? 2 : 1) * BM * PAD];  // x stage: hi rows, then lo rows 
 #define ACC coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
 #define MAT_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
 #define MAT_B coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
+#include "coop_fragment.glsl"
 #define W_LOADS (BN * XV / WG)       // pieces of 8 weights of W per invocation per stage
 #if defined(W_I8)
 #define W_BYTES_PER_8 8
@@ -214,8 +216,15 @@ void main() {
         if (k0 + KU < k_end) LOAD_STAGE(k0 + KU);  // in flight during the multiplies
         [[unroll]] for (uint j = 0; j < KU / 16; j++) {
             MAT_A a[TN];
-            [[unroll]] for (uint tn = 0; tn < TN; tn++)
+            [[unroll]] for (uint tn = 0; tn < TN; tn++) {
+#ifdef W_T16  // in fragment order, lane l's 16 bytes were staged where W_SH puts piece l of the tile
+                if (FRAGMENT_LOADS) {
+                    uint lane = gl_SubgroupInvocationID;
+                    a[tn] = fragment_of(wsh[((sg_n * TN + tn) * 16 + lane / 2) * PAD + 2 * j + lane % 2]);
+                } else
+#endif
                 coopMatLoad(a[tn], wsh, ((sg_n * TN + tn) * 16) * PAD + 2 * j, PAD, gl_CooperativeMatrixLayoutRowMajor);
+            }
             [[unroll]] for (uint tm = 0; tm < TM; tm++) {
                 if (tm >= live_tm) break;
                 uint r = (sg_m * TM + tm) * 16;

@@ -3,8 +3,10 @@
 // partial[c, m, n] = sum over chunk c of K of W[n, k] * x[m, k], for steps of up to FOLD_ROWS rows.
 //
 // W is fp16 in 16 x 16 tiles (weights.py: tile (nt, kt) is the 512 contiguous bytes at
-// (nt * K / 16 + kt) * 256 halves, rows of 16 halves), so each tile is one coalesced load into
-// the A operand, with no shared memory and no barrier between the load and the multiply; a
+// (nt * K / 16 + kt) * 256 halves, rows of 16 halves, or in fragment order: coop_fragment.glsl),
+// so each tile is one coalesced load into the A operand, with no shared memory and no barrier
+// between the load and the multiply (in fragment order one 16-byte load a lane; coopMatLoad of a
+// row-major tile is four 4-byte loads a lane on the H100's driver); a
 // subgroup holds the next stage's tiles in flight while it multiplies this one's. x (split.comp's
 // fp16 hi and lo rows) goes through shared memory one stage at a time, read from L2 into
 // registers a stage ahead as well (its load latency is then hidden behind the multiplies).
@@ -55,6 +57,7 @@ shared uvec4 xsh[2 * BM * PAD];  // x stage: hi rows, then lo rows
 #define ACC coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
 #define MAT_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
 #define MAT_B coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
+#include "coop_fragment.glsl"
 
 void main() {
 #ifdef ROWS
@@ -87,11 +90,16 @@ void main() {
 
         ACC acc[TN * TM];  // tile (tn, tm) at tn * TM + tm
         [[unroll]] for (uint i = 0; i < TN * TM; i++) acc[i] = ACC(0.0);
-        MAT_A a[KS * TN];  // the stage's W tiles (k block u, output tile tn) at u * TN + tn
-#define LOAD_W(kb) [[unroll]] for (uint u = 0; u < KS; u++) [[unroll]] for (uint tn = 0; tn < TN; tn++) { \
+        // The stage's W tiles (k block u, output tile tn) at u * TN + tn: a lane's 16 bytes of each
+        // (FRAGMENT_LOADS), or the fragments coopMatLoad read. One branch on `up` a stage, not a
+        // select a load: gate/up's kernel then fits 128 registers (139 with a select a load).
+        uvec4 wf[KS * TN];
+        MAT_A wm[KS * TN];
+#define LOAD_TILES(buf, kb) [[unroll]] for (uint u = 0; u < KS; u++) [[unroll]] for (uint tn = 0; tn < TN; tn++) { \
             uint at_ = (tile0 + tn * KB + (kb) + u) * 32; \
-            if (up) coopMatLoad(a[u * TN + tn], u4, at_, 2, gl_CooperativeMatrixLayoutRowMajor); \
-            else coopMatLoad(a[u * TN + tn], w4, at_, 2, gl_CooperativeMatrixLayoutRowMajor); }
+            if (FRAGMENT_LOADS) wf[u * TN + tn] = buf[at_ + gl_SubgroupInvocationID]; \
+            else coopMatLoad(wm[u * TN + tn], buf, at_, 2, gl_CooperativeMatrixLayoutRowMajor); }
+#define LOAD_W(kb) if (up) { LOAD_TILES(u4, kb) } else { LOAD_TILES(w4, kb) }
         uint kb0 = c * (pc.kchunk / 16), kb1 = kb0 + pc.kchunk / 16;
         uvec4 xr[X_LOADS];
 #define LOAD_X(kb) [[unroll]] for (uint i = 0; i < X_LOADS; i++) { \
@@ -109,7 +117,7 @@ void main() {
             if (kb + KS < kb1) LOAD_X(kb + KS);  // the next stage's x in flight during the multiplies
             if (live) {  // (no early exit: every subgroup takes part in the next stage's barriers)
                 MAT_A cur[KS * TN];
-                [[unroll]] for (uint i = 0; i < KS * TN; i++) cur[i] = a[i];
+                [[unroll]] for (uint i = 0; i < KS * TN; i++) cur[i] = FRAGMENT_LOADS ? fragment_of(wf[i]) : wm[i];
                 if (kb + KS < kb1) LOAD_W(kb + KS);  // in flight during the multiplies
                 [[unroll]] for (uint u = 0; u < KS; u++) {
                     [[unroll]] for (uint tm = 0; tm < TM; tm++) {

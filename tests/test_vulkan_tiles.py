@@ -7,8 +7,10 @@ checked on the GPU machine (test_vulkan_split.py, test_vulkan_coopmat.py)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from gemma_batch.backends.vulkan.device import Device
+from gemma_batch.backends.vulkan.fragment_order import ORDER
 from gemma_batch.backends.vulkan.memory import Memory
 from gemma_batch.backends.vulkan.weights import DeviceWeights, fp16_bits, fp16_tiles
 from gemma_batch.job.spec import DEMO_MODEL
@@ -95,14 +97,35 @@ def test_matrices_the_cooperative_path_cannot_take_stay_as_they_are(checkpoints)
         device.close()
 
 
-def test_the_embedding_lookup_reads_rows_out_of_tiles():
+def test_fragment_order_is_the_order_the_h100_driver_gives():
+    """fragment_order.ORDER against the components coop_fragment_probe.comp read on the H100
+    (driver 580.159.04; benchmarks/results/2026-11-24-h100-weight-loads/out/8-probe.txt): lane
+    4 g + t holds (g, 2t), (g, 2t + 1), (g, 2t + 8), (g, 2t + 9), then the same columns of row
+    g + 8. (PTX's m16n8k16 A fragment has these elements, but a2, a3 in row g + 8.)"""
+    expected = []
+    for lane in range(32):
+        g, t = divmod(lane, 4)
+        for row in (g, g + 8):
+            for col in (2 * t, 2 * t + 1, 2 * t + 8, 2 * t + 9):
+                expected.append(16 * row + col)
+    assert ORDER.tolist() == expected
+    assert sorted(expected) == list(range(256))  # every element of the tile once
+
+
+@pytest.mark.parametrize("fragment_order", [False, True])
+def test_the_embedding_lookup_reads_rows_out_of_tiles(fragment_order):
+    """Row-major tiles, and tiles in fragment order read through embed.comp's own formula
+    (specialization constant 6 on)."""
     rng = np.random.default_rng(3)
     V, H, scale = 64, 96, 9.797959
     table = (rng.standard_normal((V, H)) * 0.05).astype(np.float32)
     tokens = np.array([0, 17, 63, 40, 17], np.int32)
-    with Dispatches(tokens=len(tokens)) as d:
+    tiles = fp16_tiles(bf16(table), fragment_order)
+    assert np.array_equal(tiles.reshape(-1, 256)[:, ORDER.argsort()] if fragment_order else tiles.reshape(-1, 256),
+                          fp16_tiles(bf16(table)).reshape(-1, 256))
+    with Dispatches(tokens=len(tokens), fragment_loads=fragment_order) as d:
         x = d.alloc(len(tokens) * H * 4, "x")
-        d.dispatch("embed_t16", {0: d.upload(fp16_tiles(bf16(table)), "table"), 1: d.upload(tokens, "tokens"), 2: x},
+        d.dispatch("embed_t16", {0: d.upload(tiles, "table"), 1: d.upload(tokens, "tokens"), 2: x},
                    {"H": H, "scale": scale, "V": V}, len(tokens))
         d.run()
         x = d.download(x).view(np.float32).reshape(len(tokens), H)

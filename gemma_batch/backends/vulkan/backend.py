@@ -32,6 +32,7 @@ from ..cpu import rope_inv_freq
 from ..kv_formats import kv_slot_bytes, kv_token_bytes
 from .attention import DEFAULT_CHUNK
 from .bandwidth import measure_read_bandwidth
+from . import fragment_order
 from .device import Device
 from .graph import StepGraph
 from .coop_tiles import COOP_MIN_CHUNK
@@ -73,7 +74,10 @@ class VulkanBackend(Backend):
         self.device = Device(device)
         self.mem = Memory(self.device)
         self.kernels = Kernels.for_model(self.device, cfg)
-        self.weights = DeviceWeights(cfg, self.mem, tiles=self.device.coopmat)
+        if self.device.coopmat and fragment_order.wanted() and fragment_order.probe(self.kernels, self.mem):
+            self.kernels.close()  # only the probe's pipeline was built
+            self.kernels = Kernels.for_model(self.device, cfg, fragment_loads=True)
+        self.weights = DeviceWeights(cfg, self.mem, tiles=self.device.coopmat, fragment_order=self.kernels.fragment_loads)
         self.k_pages: dict = {}
         self.v_pages: dict = {}
         self.block_size = 0

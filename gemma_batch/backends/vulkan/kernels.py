@@ -37,15 +37,18 @@ class Kernels:
     (the model's, or at most ATTENTION_MAX_GROUP); 2, matmul_epilogue.glsl's EPI_VEC, the vec4 of a
     row of `hidden` values each of POST_NORM_WG invocations holds (at most EPILOGUE_VEC4); 3 and 4,
     reduce.comp's post-norm workgroup: its invocations and their vec4 each (post_norm_row_shape);
-    5, reduce_gated_split_rows' ACT_VEC for rows of `intermediate` values (gated_row_vec); 6, ...:
-    a pipeline recorded with `specialize`, its push constants named in SPECIALIZED."""
+    5, reduce_gated_split_rows' ACT_VEC for rows of `intermediate` values (gated_row_vec); 6,
+    `fragment_loads`: fp16 weight tiles stored and read in the matrix units' fragment order
+    (coop_fragment.glsl, fragment_order.py); 7, ...: a pipeline recorded with `specialize`, its
+    push constants named in SPECIALIZED."""
 
     def __init__(self, device: Device, x_lo: bool = True, kv_group: int = ATTENTION_MAX_GROUP,
-                 hidden: int = POST_NORM_MAX_ROW, intermediate: int = GATED_SPLIT_MAX_ROW) -> None:
+                 hidden: int = POST_NORM_MAX_ROW, intermediate: int = GATED_SPLIT_MAX_ROW,
+                 fragment_loads: bool = False) -> None:
         self.dev = device
-        # the specialization constants by id (VkBool32, then uint)
+        # the specialization constants by id (VkBool32 or uint)
         self.constants = (int(x_lo), kv_group, -(-hidden // (4 * POST_NORM_WG)), *post_norm_row_shape(hidden),
-                          gated_row_vec(intermediate))
+                          gated_row_vec(intermediate), int(fragment_loads))
         vk = self.vk = device.vk
         bindings = [
             vk.VkDescriptorSetLayoutBinding(binding=i, descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
@@ -68,12 +71,18 @@ class Kernels:
         """Whether the cooperative matmuls multiply x as fp16 hi + lo (specialization constant 0)."""
         return bool(self.constants[0])
 
+    @property
+    def fragment_loads(self) -> bool:
+        """Whether fp16 weight tiles are in fragment order (specialization constant 6)."""
+        return bool(self.constants[6])
+
     @classmethod
-    def for_model(cls, device: Device, cfg: Gemma3Config) -> Kernels:
+    def for_model(cls, device: Device, cfg: Gemma3Config, fragment_loads: bool = False) -> Kernels:
         """The kernels as the backend builds them for `cfg`: its query heads per KV head, hidden and
-        intermediate sizes, and the run's input mode (coopmat.split_inputs)."""
+        intermediate sizes, the run's input mode (coopmat.split_inputs), and whether the weight tiles
+        are in fragment order (fragment_order.py decides)."""
         return cls(device, x_lo=coopmat.split_inputs(), kv_group=cfg.num_heads // cfg.num_kv_heads,
-                   hidden=cfg.hidden_size, intermediate=cfg.intermediate_size)
+                   hidden=cfg.hidden_size, intermediate=cfg.intermediate_size, fragment_loads=fragment_loads)
 
     def pipeline(self, name: str, special: tuple[int, ...] = ()):
         """Kernel `name`'s pipeline, `special` (its SPECIALIZED values) the constants after `constants`."""

@@ -21,6 +21,7 @@ PUSH = {
     ]),
     "sample": np.dtype([("row_stride", _u)]),
     "read_bandwidth": np.dtype([("n", _u), ("iterations", _u)]),
+    "coop_fragment_probe": np.dtype([("words", _u)]),
     "matmul_coop": _COOP_PUSH,
     "matmul_coop_direct": _COOP_PUSH,  # the same layout: the graph dispatches either with one push
     "split": np.dtype([("K", _u), ("eps", _f)]),
@@ -28,7 +29,7 @@ PUSH = {
 }
 
 # Push constants that a pipeline may also take as specialization constants, in this order after
-# Kernels.constants (6, 7, ...), by source: `Kernels.record(..., specialize=True)` builds one
+# Kernels.constants (7, 8, ...), by source: `Kernels.record(..., specialize=True)` builds one
 # pipeline per distinct set of their values (attention.comp: the decode variant, graph.py), and
 # the compiler folds them.
 SPECIALIZED = {"attention": ("head_dim", "num_heads", "num_kv_heads", "block_size", "chunk", "qkv_chunks")}

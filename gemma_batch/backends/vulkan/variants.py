@@ -92,6 +92,7 @@ class Variant:
 
 def _variants() -> dict[str, Variant]:
     out = [Variant("sample", "sample"), Variant("read_bandwidth", "read_bandwidth")]
+    out.append(Variant("coop_fragment_probe", "coop_fragment_probe", compiler="glslang"))
     for dtype in EMBED_DTYPES:
         out.append(Variant(f"embed_{dtype.lower()}", "embed", (WEIGHT_DEFINES[dtype],)))
     for dtype in MATMUL_DTYPES:

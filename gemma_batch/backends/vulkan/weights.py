@@ -14,7 +14,9 @@ takes (coop_tiles.coop_fits) is stored as fp16 in 16 x 16 tiles ("T16"): tile (n
 256, so the 16 rows of a strip stay where their rows were (`fp16_tiles`). bf16 -> fp16 is exact
 in fp16's normal range; values beyond it are clamped, as the kernels did when they converted
 while staging. The matrix units load a tile in one piece; the embedding lookup reads rows out
-of the tiles when the table is also the LM head.
+of the tiles when the table is also the LM head. Where the device's matrix units hold a tile in
+the order fragment_order.py knows, each tile's 256 values are stored in that order instead
+(`fragment_order`), so that a lane loads its part of a tile in one 16-byte load.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ...model.config import Gemma3Config
 from ...model.quant import QuantizedTensor, to_fp16
 from ...model.weights import tensor_shapes
 from .coop_tiles import coop_fits
+from .fragment_order import to_fragment_order
 from .coopmat import TILE
 from .variants import EMBED_DTYPES
 from .memory import Buffer, Memory
@@ -70,12 +73,14 @@ def fp16_bits(tensor: Tensor) -> np.ndarray:
     return out
 
 
-def fp16_tiles(tensor: Tensor) -> np.ndarray:
+def fp16_tiles(tensor: Tensor, fragment_order: bool = False) -> np.ndarray:
     """A bf16 or fp16 matrix [R, K] (R and K multiples of 16) as fp16 16 x 16 tiles
-    [R / 16, K / 16, 16, 16] (see the module doc)."""
+    [R / 16, K / 16, 16, 16] (see the module doc), or with `fragment_order` each tile's 256 values
+    in the matrix units' fragment order (fragment_order.py): [R / 16, K / 16, 256]."""
     rows, cols = tensor.data.shape
     half = fp16_bits(tensor).view(np.float16)
-    return np.ascontiguousarray(half.reshape(rows // TILE, TILE, cols // TILE, TILE).transpose(0, 2, 1, 3))
+    tiles = half.reshape(rows // TILE, TILE, cols // TILE, TILE).transpose(0, 2, 1, 3)
+    return to_fragment_order(tiles) if fragment_order else np.ascontiguousarray(tiles)
 
 
 def _row_bytes(tensor: Matrix) -> tuple[int, int]:
@@ -90,12 +95,14 @@ class DeviceWeights:
     the four block norms (fp32); globally `embed`, `lm_head` (the embedding when tied), `norm`.
     `dtypes` gives each matrix's storage dtype ("BF16" | "F16" | "F32" | "I8" | "I4" | "T16"),
     `group` the int4 group size (0 when no matrix is int4). `tiles`: store the matrices of the
-    cooperative-matrix path as fp16 tiles (the module doc)."""
+    cooperative-matrix path as fp16 tiles (the module doc), with `fragment_order` each tile in the
+    matrix units' fragment order (fragment_order.py)."""
 
-    def __init__(self, cfg: Gemma3Config, memory: Memory, tiles: bool = False) -> None:
+    def __init__(self, cfg: Gemma3Config, memory: Memory, tiles: bool = False, fragment_order: bool = False) -> None:
         self.cfg = cfg
         self.mem = memory
         self.tiles = tiles
+        self.fragment_order = fragment_order
         self.layers: list[dict[str, Buffer]] = [{} for _ in range(cfg.num_layers)]
         self.globals: dict[str, Buffer] = {}
         self.dtypes: dict[tuple[int, str], str] = {}  # (layer or -1, key) -> dtype
@@ -190,7 +197,7 @@ class DeviceWeights:
         code_row, scale_row = _row_bytes(tensor)
         if tiled:  # a strip of 16 rows occupies the bytes its rows would: upload blocks of strips
             def convert(start: int) -> np.ndarray:
-                return fp16_tiles(Tensor(tensor.dtype, tensor.data[start:start + _TILE_BLOCK_ROWS]))
+                return fp16_tiles(Tensor(tensor.dtype, tensor.data[start:start + _TILE_BLOCK_ROWS]), self.fragment_order)
 
             pending: deque = deque()  # (first row, its future): converting while earlier blocks upload
             with ThreadPoolExecutor(_TILE_WORKERS) as pool:  # numpy converts outside the GIL

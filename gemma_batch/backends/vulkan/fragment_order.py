@@ -1,0 +1,77 @@
+"""fp16 weight tiles in the order of the matrix units' A fragments, where the device's order is known.
+
+`VK_KHR_cooperative_matrix` leaves to the driver which of a 16 x 16 tile's elements each lane of
+a subgroup holds, and in which component. On NVIDIA's driver `coopMatLoad` of a row-major tile
+became four 4-byte loads a lane (580.159.04 on an H100). Stored in fragment order instead, a
+lane's 8 components are 16 contiguous bytes: one 16-byte load, and the 4b decode step took
+0.1 ms less at batch 1 and 0.2 ms less at batch 32 (docs/PERFORMANCE.md). The values multiplied,
+and so every sum, are the same either way.
+
+The order the tiles are stored in is ORDER: lane l = 4 g + t holds rows g and g + 8, columns
+2t, 2t + 1, 2t + 8 and 2t + 9, as (row g: 2t, 2t + 1), (row g: 2t + 8, 2t + 9), (row g + 8: 2t,
+2t + 1), (row g + 8: 2t + 8, 2t + 9): the elements of PTX's m16n8k16 A fragment, in the order
+the H100's driver (580.159.04) gives its components (read with the probe; PTX's own a0..a7 put
+row g + 8 before column 2t + 8). `probe` reads the device's order with
+`shaders/coop_fragment_probe.comp` and the path is on only where the two agree; embed.comp's
+W_T16 lookup has the same formula. `GEMMA_BATCH_VK_FRAGMENT_LOADS=0` turns it off.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .kernels import Kernels
+from .memory import Memory
+
+ENV = "GEMMA_BATCH_VK_FRAGMENT_LOADS"
+TILE, LANES, COMPONENTS = 16, 32, 8
+
+
+def _order() -> np.ndarray:
+    """[256]: the row-major index (16 r + c) of the element at position 8 l + i of a stored tile."""
+    lane, comp = np.divmod(np.arange(LANES * COMPONENTS), COMPONENTS)
+    g, t = np.divmod(lane, 4)
+    row = g + 8 * (comp // 4)
+    col = 2 * t + comp % 2 + 8 * ((comp // 2) % 2)
+    return row * TILE + col
+
+
+ORDER = _order()
+
+
+def to_fragment_order(tiles: np.ndarray) -> np.ndarray:
+    """Tiles [..., 16, 16] (row-major) as [..., 256] in fragment order."""
+    flat = tiles.reshape(*tiles.shape[:-2], TILE * TILE)
+    return np.ascontiguousarray(flat[..., ORDER])
+
+
+def wanted() -> bool:
+    """The user's switch (GEMMA_BATCH_VK_FRAGMENT_LOADS=0 turns fragment-order tiles off)."""
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+def probe(kernels: Kernels, mem: Memory) -> bool:
+    """Whether the device's A fragments hold a tile's elements in ORDER (a device with cooperative
+    matrices; one dispatch of coop_fragment_probe.comp)."""
+    tile = np.arange(TILE * TILE, dtype=np.float16)
+    words = 1 + TILE * TILE
+    dev, vk = kernels.dev, kernels.vk
+    src = mem.alloc(tile.nbytes, "fragment probe tile")
+    out = mem.alloc(4 * words, "fragment probe output")
+    cb = dev.command_buffer()
+    try:
+        mem.upload(src, tile)
+        mem.upload(out, np.full(words, 0xFFFFFFFF, np.uint32))
+        dset = kernels.descriptor_set({0: src, 1: out}, out)
+        vk.vkBeginCommandBuffer(cb, vk.VkCommandBufferBeginInfo(sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO))
+        kernels.record_direct(cb, "coop_fragment_probe", dset, {"words": words}, 1)
+        vk.vkEndCommandBuffer(cb)
+        dev.submit_and_wait(cb)
+        got = mem.download(out).view(np.uint32)
+    finally:
+        vk.vkFreeCommandBuffers(dev.device, dev.command_pool, 1, [cb])
+        mem.free(src)
+        mem.free(out)
+    return int(got[0]) == COMPONENTS and np.array_equal(got[1:], ORDER)
