@@ -105,7 +105,9 @@ shared uvec4 xsh[(X_LO ? 2 : 1) * BM * PAD];  // x stage: hi rows, then lo rows 
 // Where staged piece e (8 weights: row e / XV of the stage, k 8 (e % XV) on) comes from and goes to.
 #ifdef W_T16  // pieces in tile order: tile t = e / 32 of the stage (output tile t / KBS, k block t % KBS), its row (e % 32) / 2
 #define W_AT(e, k0) ((((wrow0 / 16) + (e) / (32 * KBS)) * (pc.K / 16) + (k0) / 16 + ((e) / 32) % KBS) * 32 + (e) % 32)
-#define W_SH(e) ((((e) / (32 * KBS)) * 16 + ((e) % 32) / 2) * PAD + (((e) / 32) % KBS) * 2 + (e) % 2)
+// In fragment order (coop_fragment.glsl) the stage keeps tile order: lane l of stage tile t at t * 32 + l,
+// contiguous for the stores and for each lane's 16-byte load of its fragment.
+#define W_SH(e) (FRAGMENT_LOADS ? (e) : ((((e) / (32 * KBS)) * 16 + ((e) % 32) / 2) * PAD + (((e) / 32) % KBS) * 2 + (e) % 2))
 #else
 #define W_AT(e, k0) ((wrow0 + (e) / XV) * K8 + (k0) / 8 + (e) % XV)
 #define W_SH(e) (((e) / XV) * PAD + (e) % XV)
@@ -217,11 +219,9 @@ void main() {
         [[unroll]] for (uint j = 0; j < KU / 16; j++) {
             MAT_A a[TN];
             [[unroll]] for (uint tn = 0; tn < TN; tn++) {
-#ifdef W_T16  // in fragment order, lane l's 16 bytes were staged where W_SH puts piece l of the tile
-                if (FRAGMENT_LOADS) {
-                    uint lane = gl_SubgroupInvocationID;
-                    a[tn] = fragment_of(wsh[((sg_n * TN + tn) * 16 + lane / 2) * PAD + 2 * j + lane % 2]);
-                } else
+#ifdef W_T16  // in fragment order: stage tile (output tile, k block j) in tile order (W_SH)
+                if (FRAGMENT_LOADS) a[tn] = fragment_of(wsh[((sg_n * TN + tn) * KBS + j) * 32 + gl_SubgroupInvocationID]);
+                else
 #endif
                 coopMatLoad(a[tn], wsh, ((sg_n * TN + tn) * 16) * PAD + 2 * j, PAD, gl_CooperativeMatrixLayoutRowMajor);
             }
