@@ -5,7 +5,8 @@ many of its workgroups an NVIDIA Hopper SM holds at once.
 
 The statistics come from VK_KHR_pipeline_executable_properties (pipeline_stats.py), built with
 the shape's specialization constants (query heads per KV head, hidden size) and the run's input
-mode (GEMMA_BATCH_VK_COOPMAT_INPUTS). On an NVIDIA device it also prints the workgroups resident
+mode (GEMMA_BATCH_VK_COOPMAT_INPUTS) and, where the device's fragment order is known, weight tiles in
+fragment order (fragment_order.py), as the backend builds them. On an NVIDIA device it also prints the workgroups resident
 per SM under Hopper's limits (65,536 registers allocated per warp in units of 256, 227 KiB of
 shared memory plus 1 KiB reserved per workgroup, 64 warps, 32 workgroups): the first wave of a
 dispatch is that times the SM count, and a grid just past it runs a second, nearly empty wave.
@@ -15,9 +16,10 @@ from __future__ import annotations
 
 import argparse
 
-from gemma_batch.backends.vulkan import pipeline_stats
+from gemma_batch.backends.vulkan import fragment_order, pipeline_stats
 from gemma_batch.backends.vulkan.device import Device
 from gemma_batch.backends.vulkan.kernels import Kernels
+from gemma_batch.backends.vulkan.memory import Memory
 from gemma_batch.backends.vulkan.variants import VARIANTS
 from gemma_batch.bench.shapes import shape_config
 
@@ -43,7 +45,8 @@ def main() -> None:
     dev = Device(capture_statistics=True)
     if not dev.statistics:
         raise SystemExit(f"{dev.info.name} does not expose {pipeline_stats.EXTENSION}")
-    kernels = Kernels.for_model(dev, cfg)
+    mem = Memory(dev)
+    kernels = fragment_order.model_kernels(Kernels.for_model(dev, cfg), mem, cfg)  # as the backend builds them
     nvidia = dev.info.vendor_id == NVIDIA
     names = args.kernels.split(",") if args.kernels else list(VARIANTS)
     print(f"{dev.info.name}; specialization constants of shape {args.shape}")

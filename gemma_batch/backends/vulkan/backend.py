@@ -73,10 +73,7 @@ class VulkanBackend(Backend):
         self.coop_min_chunk = coop_min_chunk
         self.device = Device(device)
         self.mem = Memory(self.device)
-        self.kernels = Kernels.for_model(self.device, cfg)
-        if self.device.coopmat and fragment_order.wanted() and fragment_order.probe(self.kernels, self.mem):
-            self.kernels.close()  # only the probe's pipeline was built
-            self.kernels = Kernels.for_model(self.device, cfg, fragment_loads=True)
+        self.kernels = fragment_order.model_kernels(Kernels.for_model(self.device, cfg), self.mem, cfg)
         self.weights = DeviceWeights(cfg, self.mem, tiles=self.device.coopmat, fragment_order=self.kernels.fragment_loads)
         self.k_pages: dict = {}
         self.v_pages: dict = {}

@@ -19,11 +19,15 @@ W_T16 lookup has the same formula. `GEMMA_BATCH_VK_FRAGMENT_LOADS=0` turns it of
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .kernels import Kernels
 from .memory import Memory
+
+if TYPE_CHECKING:
+    from ...model.config import Gemma3Config
 
 ENV = "GEMMA_BATCH_VK_FRAGMENT_LOADS"
 TILE, LANES, COMPONENTS = 16, 32, 8
@@ -75,3 +79,12 @@ def probe(kernels: Kernels, mem: Memory) -> bool:
         mem.free(src)
         mem.free(out)
     return int(got[0]) == COMPONENTS and np.array_equal(got[1:], ORDER)
+
+
+def model_kernels(kernels: Kernels, mem: Memory, cfg: Gemma3Config) -> Kernels:
+    """`kernels` (Kernels.for_model's, nothing recorded yet), or, where the device has cooperative
+    matrices in ORDER and the user's switch allows, the same kernels with fragment loads on."""
+    if not (kernels.dev.coopmat and wanted() and probe(kernels, mem)):
+        return kernels
+    kernels.close()  # only the probe's pipeline was built
+    return Kernels.for_model(kernels.dev, cfg, fragment_loads=True)
