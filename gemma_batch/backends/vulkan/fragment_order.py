@@ -56,9 +56,10 @@ def wanted() -> bool:
     return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
-def probe(kernels: Kernels, mem: Memory) -> bool:
-    """Whether the device's A fragments hold a tile's elements in ORDER (a device with cooperative
-    matrices; one dispatch of coop_fragment_probe.comp)."""
+def read_order(kernels: Kernels, mem: Memory) -> np.ndarray:
+    """What coop_fragment_probe.comp reads on the device (one with cooperative matrices): [257]
+    uint32, the components per lane, then where there are 8 the row-major index of lane l's
+    component i at 1 + 8 l + i."""
     tile = np.arange(TILE * TILE, dtype=np.float16)
     words = 1 + TILE * TILE
     dev, vk = kernels.dev, kernels.vk
@@ -78,6 +79,12 @@ def probe(kernels: Kernels, mem: Memory) -> bool:
         vk.vkFreeCommandBuffers(dev.device, dev.command_pool, 1, [cb])
         mem.free(src)
         mem.free(out)
+    return got
+
+
+def probe(kernels: Kernels, mem: Memory) -> bool:
+    """Whether the device's A fragments hold a tile's elements in ORDER."""
+    got = read_order(kernels, mem)
     return int(got[0]) == COMPONENTS and np.array_equal(got[1:], ORDER)
 
 

@@ -37,7 +37,7 @@ for rep in range(3):
         if s.prefill_tokens:
             continue
         w = waits[i]
-        sub = sum(b - a for k, a, b in subs if w[1] - 1e3 * 0 >= a >= w[1] - s.wall_s)
+        sub = sum(b - a for _, a, b in subs if w[1] >= a >= w[1] - s.wall_s)  # the step's submits, before its wait
         rows.append((1e3 * s.wall_s, i, 1e3 * (w[2] - w[1]), 1e3 * sub, 1e3 * (s.device_s or 0)))
     wall = [r[0] for r in rows]
     print(f"run {rep}: wall median {statistics.median(wall):.3f} mean {statistics.fmean(wall):.3f} ms", flush=True)
