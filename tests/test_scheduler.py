@@ -146,13 +146,14 @@ def test_plan_lowers_max_model_len_when_one_sequence_does_not_fit():
 
 @pytest.mark.parametrize("seed", range(6))
 def test_scheduling_ahead_finishes_identically_with_stops_and_late_requests(seed):
-    """`Engine.schedule_ahead` (the next step scheduled and submitted while the backend runs this
-    one, its tokens still being sampled fed from that step: `StepBatch.token_sources`) against
-    scheduling after each step: the same completions and finish reasons, with stop tokens ending
-    sequences early (the step ahead then still holds them; its K/V writes go to freed blocks),
-    requests added between steps, and a pool tight enough to preempt. RecordingBackend fails on
-    any wrong block or slot, so a stale write read by the blocks' next owner would fail it; every
-    step leaves the blocks consistent and nothing leaks."""
+    """`Engine.schedule_ahead` (the next one or two steps scheduled and submitted while the
+    backend runs this one, the tokens they need still being sampled fed from the step before:
+    `StepBatch.token_sources`) against scheduling after each step: the same completions and
+    finish reasons, with stop tokens ending sequences early (the steps ahead then still hold
+    them; their K/V writes go to freed blocks), requests added between steps, and a pool tight
+    enough to preempt (a sequence preempted with tokens still being sampled waits for them).
+    RecordingBackend fails on any wrong block or slot, so a stale write read by the blocks' next
+    owner would fail it; every step leaves the blocks consistent and nothing leaks."""
     rng = np.random.default_rng(100 + seed)
     stops = frozenset(rng.choice(VOCAB, 4, replace=False).tolist())
     requests = [Request(r.request_id, r.prompt_ids, r.params, stops) for r in random_requests(rng, 20)]
@@ -160,7 +161,7 @@ def test_scheduling_ahead_finishes_identically_with_stops_and_late_requests(seed
     longest = max(len(r.prompt_ids) + r.params.max_tokens for r in requests)
     budget, max_batch = int(rng.integers(8, 40)), int(rng.integers(2, 9))
     results = []
-    for ahead in (False, True):
+    for ahead in (0, 1, 2):
         backend = RecordingBackend(cfg)
         engine = Engine(backend, plan_for(cfg, longest, 1, budget, 4), None, max_batch, budget,
                         schedule_ahead=ahead)
@@ -173,6 +174,9 @@ def test_scheduling_ahead_finishes_identically_with_stops_and_late_requests(seed
             return step(batch)
 
         backend.step = counting_step
+        depth = []
+        submit = backend.submit
+        backend.submit = lambda batch: (submit(batch), depth.append(len(backend._submitted)))
         pending, done, steps = list(requests), {}, 0
         for r in pending[:8]:
             engine.add(r)
@@ -186,9 +190,10 @@ def test_scheduling_ahead_finishes_identically_with_stops_and_late_requests(seed
             check_blocks(engine)
             steps += 1
         assert all(pool.num_free == pool.num_blocks for pool in engine.kv.pools.values())
-        assert (fed > 0) == ahead
+        assert (fed > 0) == (ahead > 0) and max(depth) == ahead + 1  # steps in flight at once
         results.append((done, engine.stats.preemptions))
-    (sync, _), (ahead, preemptions) = results
-    assert ahead == sync and sorted(ahead) == list(range(len(requests)))
+    (sync, _), *ahead = results
+    for done, preemptions in ahead:
+        assert done == sync and sorted(done) == list(range(len(requests)))
+        assert preemptions > 0
     assert any(reason == "stop" for _, reason in sync.values())  # some sequences stopped early
-    assert preemptions > 0

@@ -105,11 +105,12 @@ def test_sampled_generations_match_the_cpu_backend(checkpoints, cpu_runs):
 
 
 def test_steps_submitted_ahead_give_the_cpu_completions_with_stops_and_late_requests(checkpoints, cpu_runs):
-    """The engine submits each step while the one before runs (the default on this backend), the
-    tokens being sampled fed on the device: with stop tokens ending sequences while the step
-    ahead still holds them, requests added later (a longer prompt, so the step buffers grow with
-    a step in flight), and sampled rows, the completions are the CPU backend's, run one step at a
-    time. Stops are tokens the greedy rows produce midway (so they do stop early)."""
+    """The engine submits the next one or two steps while one runs (two: the default on this
+    backend, its three input sets in turn), the tokens being sampled fed on the device: with stop
+    tokens ending sequences while the steps ahead still hold them, requests added later (a longer
+    prompt, so the step buffers grow with steps in flight), and sampled rows, the completions are
+    the CPU backend's, run one step at a time. Stops are tokens the greedy rows produce midway
+    (so they do stop early)."""
     model_dir = checkpoints["bf16"][0]
     greedy = cpu_runs["bf16"][0]
     stops = frozenset({greedy[0][3], greedy[2][5]})
@@ -117,7 +118,7 @@ def test_steps_submitted_ahead_give_the_cpu_completions_with_stops_and_late_requ
     requests += [Request(4 + i, prompt * 3, SamplingParams(max_tokens=NEW_TOKENS), stops)
                  for i, prompt in enumerate(PROMPTS)]
 
-    def run(backend, ahead: bool) -> dict[int, tuple[list[int], str]]:
+    def run(backend, ahead: int) -> dict[int, tuple[list[int], str]]:
         plan = KVPlan(4, {"full_attention": 160, "sliding_attention": 48}, 256, 0, 0, 1)
         engine = Engine(backend, plan, None, max_batch=4, step_token_budget=64, schedule_ahead=ahead)
         for r in requests[:4]:
@@ -132,16 +133,19 @@ def test_steps_submitted_ahead_give_the_cpu_completions_with_stops_and_late_requ
         return done
 
     backend = vulkan_backend(model_dir, "fp32")
-    fed = []
+    fed, depth = [], []
     submit = backend.submit
     backend.submit = lambda batch: (fed.append(0 if batch.token_sources is None else int((batch.token_sources >= 0).sum())),
-                                    submit(batch))[1]
-    ours = run(backend, True)
-    ref = run(cpu_backend(model_dir), False)
-    assert ours == ref and sorted(ours) == list(range(len(requests)))
-    assert sum(reason == "stop" for _, reason in ours.values()) >= 2
-    assert sum(fed) > 0  # tokens did come from the step before, on the device
-    assert not backend._in_flight
+                                    submit(batch), depth.append(len(backend._in_flight)))[1]
+    ref = run(cpu_backend(model_dir), 0)
+    assert sorted(ref) == list(range(len(requests)))
+    assert sum(reason == "stop" for _, reason in ref.values()) >= 2
+    for ahead in (1, 2):
+        fed.clear(), depth.clear()
+        assert run(backend, ahead) == ref
+        assert sum(fed) > 0  # tokens did come from the step before, on the device
+        assert max(depth) == ahead + 1  # steps in flight at once
+        assert not backend._in_flight
 
 
 @pytest.mark.parametrize("chunk", [DEFAULT_CHUNK, 3])

@@ -155,13 +155,13 @@ class Backend(ABC):
         raise NotImplementedError(f"{self.name} cannot measure its memory bandwidth")
 
     overlaps = False  # whether `submit` returns while the device is still running the step
-    MAX_IN_FLIGHT = 2  # steps submitted and not yet waited for
+    MAX_IN_FLIGHT = 3  # steps submitted and not yet waited for
 
     def submit(self, batch: StepBatch) -> None:
-        """Start a step; `wait` returns the results in submission order. A second step may be
-        submitted before the first is waited for (never more than MAX_IN_FLIGHT); its
-        `token_sources` then name tokens the first is sampling. Default: each step runs in
-        `wait`, its sourced tokens filled in from the step before."""
+        """Start a step; `wait` returns the results in submission order. Steps may be submitted
+        before the ones before them are waited for (never more than MAX_IN_FLIGHT at once); a
+        step's `token_sources` name tokens the step submitted just before it is sampling.
+        Default: each step runs in `wait`, its sourced tokens filled in from the step before."""
         if len(self._submitted) >= self.MAX_IN_FLIGHT:
             raise RuntimeError(f"{self.MAX_IN_FLIGHT} steps are already in flight")
         self._submitted.append(batch)

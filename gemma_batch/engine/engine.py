@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -31,7 +32,8 @@ from .stats import EngineStats
 from .step_builder import build_step
 
 StepHook = Callable[[list[int], StepBatch, StepResult], None]
-AHEAD_ENV = "GEMMA_BATCH_SCHEDULE_AHEAD"  # "0": schedule each step only after the last one finished
+AHEAD_ENV = "GEMMA_BATCH_SCHEDULE_AHEAD"  # steps submitted ahead: "0" schedules each after the last finished
+DEFAULT_AHEAD = 2  # where the backend holds that many more in flight: a host stall of up to ~2 steps costs nothing
 
 
 @dataclass
@@ -74,6 +76,7 @@ class _Submitted:
     scheduled: list[tuple[Sequence, int]]
     batch: StepBatch
     sampled: list[tuple[int, Sequence, bool]]
+    held: bool = False  # whether its sampled sequences hold the places of their coming tokens
 
 
 class Engine:
@@ -85,13 +88,14 @@ class Engine:
         max_batch: int = 32,
         step_token_budget: int = 512,
         on_step: StepHook | None = None,
-        schedule_ahead: bool | None = None,
+        schedule_ahead: int | None = None,
     ) -> None:
         """`tokenizer` is needed for text and stop strings; without it completions carry ids only.
         `on_step` sees each step's request ids, batch and result (and asks for all logits).
-        `schedule_ahead`: schedule and submit each step while the one before it runs (default:
-        where the backend overlaps, without `on_step`, unless GEMMA_BATCH_SCHEDULE_AHEAD=0); the
-        completions are the same either way."""
+        `schedule_ahead`: how many steps are scheduled and submitted ahead of the one being
+        waited for (0: one step at a time; default: DEFAULT_AHEAD where the backend overlaps,
+        without `on_step`, or GEMMA_BATCH_SCHEDULE_AHEAD; never more than the backend holds in
+        flight besides the one waited for); the completions are the same either way."""
         self.backend = backend
         self.tokenizer = tokenizer
         self.groups = backend.cfg.kv_groups()
@@ -105,14 +109,21 @@ class Engine:
         if schedule_ahead and on_step is not None:
             raise ValueError("an on_step hook needs each step's results before the next is scheduled")
         if schedule_ahead is None:
-            schedule_ahead = backend.overlaps and on_step is None and os.environ.get(AHEAD_ENV, "1") != "0"
+            wanted = os.environ.get(AHEAD_ENV, str(DEFAULT_AHEAD))
+            if not wanted.isdigit():
+                raise ValueError(f"{AHEAD_ENV}={wanted!r}: expected the number of steps to submit ahead (0, 1, 2)")
+            schedule_ahead = int(wanted) if backend.overlaps and on_step is None else 0
+        if not 0 <= schedule_ahead < backend.MAX_IN_FLIGHT:
+            raise ValueError(f"{schedule_ahead} steps ahead: the {backend.name} backend holds at most "
+                             f"{backend.MAX_IN_FLIGHT - 1} besides the one waited for")
         self.schedule_ahead = schedule_ahead
-        self._in_flight: _Submitted | None = None  # submitted ahead by the last `step`, not waited for
+        self._in_flight: deque[_Submitted] = deque()  # submitted ahead by earlier `step`s, not waited for
         backend.allocate_kv(plan.num_blocks, plan.block_size)
 
     @property
     def num_unfinished(self) -> int:
-        return self.scheduler.num_unfinished
+        """Requests added and not yet returned (some may only wait for a step in flight)."""
+        return len(self._live)
 
     def add(self, request: Request) -> None:
         if request.request_id in self._live:
@@ -128,28 +139,29 @@ class Engine:
     def step(self) -> list[Completion]:
         """Run one step; return the requests it finished.
 
-        With `schedule_ahead`, the next step is scheduled, built and submitted while this one
-        runs, so the device goes from one step to the next without waiting for the host: each
-        token this step is sampling is fed to the next one on the device (`StepBatch.token_sources`),
-        and a sequence that stops here on a token or a string still has its row in the next step,
-        whose result for it is dropped (its K/V there went to blocks it no longer holds; whoever
-        gets them next writes every slot before reading it)."""
+        With `schedule_ahead` = n, the n steps after this one are scheduled, built and submitted
+        before it is waited for, so the device goes from one step to the next without waiting for
+        the host, even when the host is late by up to n - 1 steps: each token a step is sampling
+        is fed to the next one on the device (`StepBatch.token_sources`), and a sequence that
+        stops here on a token or a string still has its rows in the steps ahead, whose results
+        for it are dropped (their K/V went to blocks it no longer holds; whoever gets them next
+        writes every slot before reading it)."""
         started = time.perf_counter()
-        current, self._in_flight = self._in_flight, None
-        if current is None:
+        if not self._in_flight:
             scheduled = self.scheduler.schedule()
             if not scheduled:
                 raise RuntimeError(f"scheduler made no progress with {self.num_unfinished} unfinished requests")
-            current = self._submit(scheduled, started)
-        if self.schedule_ahead:
-            self._in_flight = self._submit_ahead(current, started)
+            self._in_flight.append(self._submit(scheduled, started))
+        while len(self._in_flight) <= self.schedule_ahead and (ahead := self._submit_ahead(self._in_flight[-1], started)):
+            self._in_flight.append(ahead)
+        current = self._in_flight.popleft()
         result = self.backend.wait()
         if self.on_step is not None:
             self.on_step([seq.seq_id for seq, _ in current.scheduled], current.batch, result)
 
         done = []
         for s, seq, first in current.sampled:
-            if seq.finished:  # it stopped in the step before, which was still running when this one was submitted
+            if seq.finished:  # it stopped in a step before, which was still running when this one was submitted
                 continue
             if first:
                 self.stats.record_ttft(time.perf_counter() - self._live[seq.seq_id].admitted_at)
@@ -157,9 +169,10 @@ class Engine:
             self.stats.generated_tokens += 1
             if seq.finished:
                 done.append(self._finish(seq))
-        if self._in_flight is not None and not self.num_unfinished:
-            self.backend.discard()  # every sequence of the step ahead has stopped: nothing to take from it
-            self._in_flight = None
+        if all(seq.finished for ahead in self._in_flight for seq, _ in ahead.scheduled):
+            for _ in self._in_flight:  # every sequence of the steps ahead has stopped: nothing to take from them
+                self.backend.discard()
+            self._in_flight.clear()
         self._record(current.scheduled, current.batch, started)
         return done
 
@@ -184,14 +197,16 @@ class Engine:
         return _Submitted(scheduled, batch, sampled)
 
     def _submit_ahead(self, current: _Submitted, started: float) -> _Submitted | None:
-        """The next step, submitted while `current` runs: each sequence `current` samples holds the
-        place of its coming token, and those that reach their length limit with it leave the batch now."""
-        for _, seq, _ in current.sampled:
-            if seq.finished:  # stopped in the step before `current`
+        """The step after `current` (the last submitted), submitted while it runs: each sequence
+        `current` samples holds the place of its coming token, and those that reach their length
+        limit with it leave the batch now."""
+        for _, seq, _ in [] if current.held else current.sampled:
+            if seq.finished:  # stopped in a step before `current`
                 continue
             seq.append_pending()
             if seq.at_length_limit:
                 self.scheduler.finish(seq)
+        current.held = True
         scheduled = self.scheduler.schedule()
         return self._submit(scheduled, started, current) if scheduled else None
 

@@ -10,7 +10,8 @@ Each step, in this order:
 
 When a scheduled sequence needs a block and none is free, the most recently admitted running
 sequence is preempted: its blocks are freed, its cache forgotten, and it goes back to the front
-of the queue to be recomputed (prompt and the tokens it had generated) when blocks free up.
+of the queue to be recomputed (prompt and the tokens it had generated) when blocks free up
+and the tokens it was still sampling in steps submitted ahead are in.
 The oldest sequence is never preempted while another is running, and the KV plan guarantees it
 fits alone, so every sequence finishes: no deadlock, no starvation.
 """
@@ -68,6 +69,8 @@ class Scheduler:
                 budget -= n
         while not preempted and self.waiting and len(self.running) < self.max_batch and budget > 0:
             seq = self.waiting[0]
+            if seq.num_pending:  # preempted with tokens still being sampled: recomputed once they are in
+                break
             n = min(seq.num_uncached_tokens, budget)
             if not self._fits_with_headroom(seq, n):
                 break

@@ -58,8 +58,8 @@ class Sequence:
     def append_pending(self) -> None:
         """Hold the place of a token still being sampled, so that the next step can be scheduled
         (and submitted) meanwhile; `resolve` puts the token in (and only then are the stop rules
-        applied). The engine keeps two steps in flight but resolves this token before it holds
-        the next place, so one token at most is pending."""
+        applied). With steps submitted ahead, a sequence holds a place for each of them; they
+        are resolved in order."""
         self.token_ids.append(PENDING)
 
     @property

@@ -7,9 +7,10 @@
 
 Per step the host writes the step's metadata into mapped buffers, fills in the indirect grids and
 submits the command buffer recorded once (`graph.py`) (`submit`); then it waits for the device
-and reads R sampled ids (`wait`). The engine submits the next step before waiting for this one:
-sets of step inputs, one per step in flight (MAX_IN_FLIGHT), take turns, and the next step reads
-the tokens this one samples on the device, so the GPU never waits for the host between steps.
+and reads R sampled ids (`wait`). The engine submits the next steps before waiting for this
+one: sets of step inputs, one per step in flight (MAX_IN_FLIGHT), take turns, and each step reads
+the tokens the one before it samples on the device, so the GPU does not wait for the host
+between steps.
 Numerics: weights as stored (bf16/fp16/fp32, widened exactly) or int8 / int4 (dequantized in
 registers, `weights.py`); residual stream and every reduction in fp32; KV pages fp16 (default),
 bf16, fp32 or int8 (`--kv-dtype`: rounded as `kv_formats.py` defines, laid out as
@@ -147,8 +148,9 @@ class VulkanBackend(Backend):
         need = Capacity(T, S, max(R, 1), tuple((g, t.shape[1]) for g, t in batch.block_tables.items()))
         grows = self.buffers is None or not self.buffers.capacity.covers(need)
         before = self._in_flight[-1] if self._in_flight else None
-        if before is not None and (grows or before.batch.return_logits):
-            self._finish(before)  # its ids (and logits: one buffer for both sets) must be read first
+        if grows or any(step.batch.return_logits for step in self._in_flight):
+            for step in self._in_flight:  # their ids (and logits: one buffer for every set) must be read first
+                self._finish(step)
         if before is not None and before.result is None:  # still running: -1 - its ids row, for embed.comp
             token_ids = batch.sourced_tokens(-1 - before.id_rows)
         else:
