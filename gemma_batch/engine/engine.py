@@ -33,7 +33,7 @@ from .step_builder import build_step
 
 StepHook = Callable[[list[int], StepBatch, StepResult], None]
 AHEAD_ENV = "GEMMA_BATCH_SCHEDULE_AHEAD"  # steps submitted ahead: "0" schedules each after the last finished
-DEFAULT_AHEAD = 2  # where the backend holds that many more in flight: a host stall of up to ~2 steps costs nothing
+DEFAULT_AHEAD = 2  # where the backend holds as many more in flight: the host may take up to ~2 steps' device time
 
 
 @dataclass
@@ -141,11 +141,11 @@ class Engine:
 
         With `schedule_ahead` = n, the n steps after this one are scheduled, built and submitted
         before it is waited for, so the device goes from one step to the next without waiting for
-        the host, even when the host is late by up to n - 1 steps: each token a step is sampling
-        is fed to the next one on the device (`StepBatch.token_sources`), and a sequence that
-        stops here on a token or a string still has its rows in the steps ahead, whose results
-        for it are dropped (their K/V went to blocks it no longer holds; whoever gets them next
-        writes every slot before reading it)."""
+        the host, even when the host's work on a step takes up to about n steps' device time
+        (a host stall): each token a step is sampling is fed to the next one on the device
+        (`StepBatch.token_sources`), and a sequence that stops here on a token or a string still
+        has its rows in the steps ahead, whose results for it are dropped (their K/V went to
+        blocks it no longer holds; whoever gets them next writes every slot before reading it)."""
         started = time.perf_counter()
         if not self._in_flight:
             scheduled = self.scheduler.schedule()
@@ -200,13 +200,14 @@ class Engine:
         """The step after `current` (the last submitted), submitted while it runs: each sequence
         `current` samples holds the place of its coming token, and those that reach their length
         limit with it leave the batch now."""
-        for _, seq, _ in [] if current.held else current.sampled:
-            if seq.finished:  # stopped in a step before `current`
-                continue
-            seq.append_pending()
-            if seq.at_length_limit:
-                self.scheduler.finish(seq)
-        current.held = True
+        if not current.held:  # (held already when the last call scheduled nothing after it)
+            for _, seq, _ in current.sampled:
+                if seq.finished:  # stopped in a step before `current`
+                    continue
+                seq.append_pending()
+                if seq.at_length_limit:
+                    self.scheduler.finish(seq)
+            current.held = True
         scheduled = self.scheduler.schedule()
         return self._submit(scheduled, started, current) if scheduled else None
 
