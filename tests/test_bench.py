@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,7 +18,8 @@ from transformers import Gemma3TextConfig
 
 from gemma_batch.backends.base import StepBatch
 from gemma_batch.backends.cpu import CpuBackend
-from gemma_batch.bench.metrics import CaseRun, StepTiming, case_metrics, decode_kv_bytes, roofline_tokens_per_s
+from gemma_batch.bench.metrics import (CaseRun, StepTiming, case_metrics, decode_kv_bytes, roofline_tokens_per_s,
+                                      slow_steps)
 from gemma_batch.bench.random_weights import random_tensors, weight_bytes
 from gemma_batch.bench.runner import BenchError, BenchOptions, run_bench
 from gemma_batch.bench.shapes import SHAPES, shape_config
@@ -36,7 +38,8 @@ RUN_FIELDS = {
 CASE_FIELDS = {
     "batch", "prompt_len", "gen_len", "step_token_budget", "steps", "prefill_steps", "decode_steps", "prefill_tokens",
     "generated_tokens", "preemptions", "wall_s", "e2e_tokens_per_s", "prefill_tokens_per_s", "ttft_mean_s",
-    "ttft_max_s", "decode_tokens_per_s", "decode_step_ms_median", "decode_device_ms_median",
+    "ttft_max_s", "decode_tokens_per_s", "decode_step_ms_median", "decode_device_ms_median", "decode_step_ms_mean",
+    "decode_device_ms_mean", "decode_step_ms_max", "slow_decode_steps", "slow_decode_steps_on_device",
     "host_ms_per_decode_step", "host_percent_of_device", "peak_memory_bytes", "mean_decode_context",
     "kv_bytes_per_decode_step", "decode_bytes_per_step", "roofline_decode_tokens_per_s", "bandwidth_fraction",
 }
@@ -206,6 +209,20 @@ def test_case_metrics_by_hand():
     assert m["roofline_decode_tokens_per_s"] == pytest.approx(2 * 1e6 / 13_600)
     assert m["bandwidth_fraction"] == pytest.approx(100 / (2e6 / 13_600))
     assert (m["steps"], m["prefill_steps"], m["decode_steps"], m["peak_memory_bytes"]) == (4, 1, 3, 12345)
+    assert m["decode_step_ms_mean"] == pytest.approx(20) and m["decode_device_ms_mean"] == pytest.approx(47 / 3)
+    assert m["decode_step_ms_max"] == pytest.approx(30)
+    # 30 ms > 1.2 x 20 (the median); its device time, 20 ms, is not over 1.2 x 19: the host made it slow
+    assert (m["slow_decode_steps"], m["slow_decode_steps_on_device"]) == (1, 0)
+
+
+def test_slow_steps_tell_the_host_from_the_device():
+    decode = [StepTiming(0.01 * i, 0.010, 0.0095, 0, 4, 0) for i in range(1, 8)]
+    decode += [StepTiming(0.09, 0.013, 0.0095, 0, 4, 0),   # the host made it slow: 13 > 12 ms, device as usual
+               StepTiming(0.10, 0.0125, 0.0120, 0, 4, 0),  # the device: 12 > 1.2 x 9.5 = 11.4 ms
+               StepTiming(0.11, 0.0119, 0.0119, 0, 4, 0)]  # 11.9 ms is not over 1.2 x 10: not slow at all
+    assert slow_steps(decode) == (2, 1)
+    assert slow_steps([replace(s, device_s=None) for s in decode]) == (2, None)
+    assert slow_steps([]) == (0, None)
 
 
 def test_host_time_of_steps_submitted_ahead_is_not_negative():

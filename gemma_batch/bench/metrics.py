@@ -13,6 +13,11 @@ it attends to, at the KV dtype's bytes per token (int8's scales included;
 
 with `context` the mean context of a decode step (prompt + gen/2: a sequence's decode steps see
 prompt + 1 ... prompt + gen - 1 tokens).
+
+Decode tokens/s (and so the fraction) is over the mean step; the step times shown are medians. Where
+they part, a few steps were slow: `slow_decode_steps` counts the decode steps over SLOW_STEP times the
+median wall step, and `slow_decode_steps_on_device` those of them whose device time was also over
+SLOW_STEP times its median (the GPU itself was slow; the others waited on the host).
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..model.config import KVGroup
+
+SLOW_STEP = 1.2  # a decode step over 1.2x the median: the median step of 4b on the H100 varies ~1% between runs
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,23 @@ def _median_ms(values: list[float]) -> float | None:
     return 1000 * statistics.median(values) if values else None
 
 
+def _mean_ms(values: list[float]) -> float | None:
+    return 1000 * statistics.fmean(values) if values else None
+
+
+def slow_steps(decode: list[StepTiming]) -> tuple[int, int | None]:
+    """(decode steps over SLOW_STEP x the median wall step, how many of them were also over SLOW_STEP x
+    the median device step; None without device times)."""
+    if not decode:
+        return 0, None
+    wall = statistics.median(s.wall_s for s in decode)
+    slow = [s for s in decode if s.wall_s > SLOW_STEP * wall]
+    if any(s.device_s is None for s in decode):
+        return len(slow), None
+    device = statistics.median(s.device_s for s in decode)
+    return len(slow), sum(s.device_s > SLOW_STEP * device for s in slow)
+
+
 def case_metrics(run: CaseRun, groups: tuple[KVGroup, ...], kv_bytes_per_token: Mapping[str, int],
                  weight_bytes: int, bandwidth: float) -> dict:
     """The case's JSON row (units in the names; None where a figure does not apply). `weight_bytes`:
@@ -85,6 +109,7 @@ def case_metrics(run: CaseRun, groups: tuple[KVGroup, ...], kv_bytes_per_token: 
     # the call before): none of its host time was exposed, so it counts 0, not a negative time.
     host_ms = _median_ms([max(0.0, s.wall_s - s.device_s) for s in timed])
 
+    slow, slow_on_device = slow_steps(decode)
     context = run.prompt_len + run.gen_len / 2
     kv_bytes = decode_kv_bytes(groups, kv_bytes_per_token, run.batch, context)
     step_bytes = weight_bytes + kv_bytes
@@ -108,6 +133,11 @@ def case_metrics(run: CaseRun, groups: tuple[KVGroup, ...], kv_bytes_per_token: 
         "decode_tokens_per_s": decode_tps,
         "decode_step_ms_median": _median_ms([s.wall_s for s in decode]),
         "decode_device_ms_median": device_ms,
+        "decode_step_ms_mean": _mean_ms([s.wall_s for s in decode]),
+        "decode_device_ms_mean": _mean_ms([s.device_s for s in timed]),
+        "decode_step_ms_max": 1000 * max(s.wall_s for s in decode) if decode else None,
+        "slow_decode_steps": slow,
+        "slow_decode_steps_on_device": slow_on_device,
         "host_ms_per_decode_step": host_ms,
         "host_percent_of_device": 100 * host_ms / device_ms if timed else None,
         "peak_memory_bytes": run.peak_memory_bytes,

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..model.config import SLIDING
+from .metrics import SLOW_STEP
 
 # (heading, how to show a case; None -> "n/a")
 Column = tuple[str, Callable[[dict], str]]
@@ -17,6 +18,12 @@ def _num(key: str, scale: float = 1.0, digits: int = 1, unit: str = "") -> Calla
         value = case[key]
         return "n/a" if value is None else f"{value * scale:,.{digits}f}{unit}"
     return show
+
+
+def _slow(case: dict) -> str:
+    """"3 (1 device)": slow decode steps, and how many of them the device itself was slow in."""
+    on_device = case["slow_decode_steps_on_device"]
+    return str(case["slow_decode_steps"]) + ("" if on_device is None else f" ({on_device} device)")
 
 
 def binary_size(nbytes: float) -> str:
@@ -37,6 +44,8 @@ COLUMNS: list[Column] = [
     ("decode tok/s", _num("decode_tokens_per_s")),
     ("e2e tok/s", _num("e2e_tokens_per_s")),
     ("step ms", _num("decode_step_ms_median", digits=2)),
+    ("mean step ms", _num("decode_step_ms_mean", digits=2)),
+    ("slow steps", _slow),
     ("device ms", _num("decode_device_ms_median", digits=2)),
     ("host ms", _num("host_ms_per_decode_step", digits=2)),
     ("host %", _num("host_percent_of_device")),
@@ -62,7 +71,8 @@ def format_table(report: dict) -> str:
         f"measured read bandwidth: {run['bandwidth_bytes_per_s'] / 1e9:,.1f} GB/s "
         f"(streaming read of {binary_size(run['bandwidth_test_bytes'])})",
         f"each case: batch requests of {first['prompt_len']} prompt tokens, {first['gen_len']} generated "
-        f"(greedy); decode figures over decode-only steps (step times: medians); "
+        f"(greedy); decode figures over decode-only steps (step times: medians, but decode tok/s is over the "
+        f"mean step; slow steps: over {SLOW_STEP}x the median step, and of them slow on the device too); "
         f"roofline: weights ({run['weights']}) + KV ({run['kv_dtype']}) read per step at the measured bandwidth",
     ]
     rows = [[heading for heading, _ in COLUMNS]] + [[show(case) for _, show in COLUMNS] for case in cases]
