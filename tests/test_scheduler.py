@@ -197,3 +197,26 @@ def test_scheduling_ahead_finishes_identically_with_stops_and_late_requests(seed
         assert done == sync and sorted(done) == list(range(len(requests)))
         assert preemptions > 0
     assert any(reason == "stop" for _, reason in sync.values())  # some sequences stopped early
+
+
+def test_a_steps_prefill_tokens_count_when_it_is_waited_for():
+    """With steps submitted ahead, one `step` call submits several prefill steps and waits for the
+    first: the stats (and so the bench's prefill tokens/s, which divides each call's prefill tokens
+    by its wall time) count only the steps waited for so far."""
+    cfg = tiny_config()
+    prompt = 40
+    requests = [Request(i, list(range(1, prompt + 1)), SamplingParams(max_tokens=3)) for i in range(2)]
+    backend = RecordingBackend(cfg)
+    engine = Engine(backend, plan_for(cfg, prompt + 3, 2, 16, 4), None, 2, 16, schedule_ahead=2)
+    submitted = []
+    submit = backend.submit
+    backend.submit = lambda batch: (submitted.append(int((batch.positions < prompt).sum())), submit(batch))
+    for r in requests:
+        engine.add(r)
+    counted, calls = [], 0
+    while engine.num_unfinished:
+        engine.step()
+        calls += 1
+        counted.append(engine.stats.prefill_tokens)
+        assert counted[-1] == sum(submitted[:calls])  # the prompt tokens of the steps waited for
+    assert len(submitted) > 3 and counted[0] == 16 and counted[-1] == 2 * prompt

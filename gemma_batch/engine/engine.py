@@ -76,6 +76,7 @@ class _Submitted:
     scheduled: list[tuple[Sequence, int]]
     batch: StepBatch
     sampled: list[tuple[int, Sequence, bool]]
+    prefill_tokens: int  # tokens it feeds outside decoding, counted in the stats when it is waited for
     held: bool = False  # whether its sampled sequences hold the places of their coming tokens
 
 
@@ -160,6 +161,7 @@ class Engine:
             self.on_step([seq.seq_id for seq, _ in current.scheduled], current.batch, result)
 
         done = []
+        self.stats.prefill_tokens += current.prefill_tokens
         for s, seq, first in current.sampled:
             if seq.finished:  # it stopped in a step before, which was still running when this one was submitted
                 continue
@@ -186,15 +188,15 @@ class Engine:
             live.admitted_at = live.admitted_at or started
         batch.sampling = self._sampling(scheduled)
         self.backend.submit(batch)
-        sampled = []
+        sampled, prefill_tokens = [], 0
         for s, (seq, n) in enumerate(scheduled):
             decode = n == 1 and seq.num_completion_tokens > 0 and seq.num_cached_tokens == seq.num_tokens - 1
-            self.stats.prefill_tokens += 0 if decode else n
+            prefill_tokens += 0 if decode else n
             seq.num_cached_tokens += n
             self.kv.release_out_of_window(seq)
             if batch.sample[s]:
                 sampled.append((s, seq, seq.num_completion_tokens == 0))
-        return _Submitted(scheduled, batch, sampled)
+        return _Submitted(scheduled, batch, sampled, prefill_tokens)
 
     def _submit_ahead(self, current: _Submitted, started: float) -> _Submitted | None:
         """The step after `current` (the last submitted), submitted while it runs: each sequence
