@@ -11,14 +11,16 @@
 // then scales, in one buffer), dequantized while staged as fp16(code * scale): the weight the CPU
 // uses, rounded once more, to fp16 (a relative 2^-11, well inside the quantization's own error).
 // fp16 tiles may be stored in fragment order (coop_fragment.glsl); staging copies them as they are.
-// For fp16 tiles, steps of up to FOLD_ROWS rows run matmul_coop_direct.comp instead (same sums,
+// For fp16 tiles, steps of up to COOP_FOLD_ROWS (64) rows run matmul_coop_direct.comp instead (same sums,
 // same order), so only this kernel's prefill tile is built for them.
 //
 // Sum order, the same for every M and every tile shape (batch invariance): K is cut into
 // chunks of pc.kchunk; inside a chunk the 16-wide k blocks are accumulated in order; the chunks'
-// sums are then added in chunk order. For M <= FOLD_ROWS (decode) each chunk is its own
+// sums are then added in chunk order. For M <= pc.fold_rows (decode steps, and prefill steps
+// whose tiles alone would leave SMs idle: coop_tiles.coop_fold_rows) each chunk is its own
 // workgroup (more workgroups streaming weights) and reduce.comp adds the chunks; above it
-// (prefill) a workgroup runs the chunks in order itself and writes their sum as chunk 0.
+// a workgroup runs the chunks in order itself and writes their sum as chunk 0. Chunk c's rows
+// start at c * M padded to BM_PAD rows, whatever the tile.
 //
 // Tile: a workgroup owns BN = SG_N * TN * 16 outputs x BM = SG_M * TM * 16 rows; its
 // SG_N * SG_M subgroups of 32 each own TN x TM tiles. Per stage of KU k (64, or 32 where a
@@ -37,7 +39,7 @@
 //
 // Variants: W_T16 | W_I8 | W_I4; GATED (N = 2 I: output columns [0, I) from W at binding 0, [I, 2 I)
 // from the up weights at binding 4); ROWS (M = meta.num_rows: the LM head's gathered rows); the
-// tile (SG_N, SG_M, TN, TM, KU; above FOLD_ROWS rows the host runs coop_tiles.COOP_FOLD_DEFINES'
+// tile (SG_N, SG_M, TN, TM, KU; above COOP_FOLD_ROWS rows the host runs coop_tiles.COOP_FOLD_DEFINES'
 // tile, or for fp16 tiles COOP_WIDE_DEFINES' (X_LO false) or COOP_WIDE_SPLIT_DEFINES' (X_LO true)).
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -60,7 +62,7 @@
 #endif
 #define XV (KU / 8)             // pieces of 8 (uvec4 of fp16) of a staged row
 #define KBS (KU / 16)           // 16-wide k blocks per stage
-#define FOLD_ROWS 64            // coop_tiles.COOP_FOLD_ROWS
+#define BM_PAD 32               // rows of a chunk's partial sums padded to the decode tile's (coop_tiles.COOP_ROWS)
 #define FOLD_GROUP_BYTES (16u << 20)  // x bytes of a group of row tiles (prefill; see the header)
 #define PAD (XV + 1)            // uvec4 per staged row: XV of data, 1 of padding against bank conflicts
 layout(local_size_x = WG) in;
@@ -85,6 +87,7 @@ layout(push_constant) uniform Push {
     uint K;
     uint kchunk;   // K per chunk, a multiple of KU dividing K
     uint group;    // W_I4: weights per scale
+    uint fold_rows;  // most rows whose chunks are workgroups of their own (above: summed in the workgroup)
 } pc;
 
 shared uvec4 wsh[BN * PAD];      // W stage [BN rows][KU k] as fp16
@@ -139,7 +142,7 @@ void main() {
     uint M = meta.num_tokens;
 #endif
     uint m_groups = (M + BM - 1) / BM, n_groups = pc.N / BN, chunks = pc.K / pc.kchunk;
-    bool fold = M > FOLD_ROWS;
+    bool fold = M > pc.fold_rows;
     uint id = linear_group();
     if (id >= m_groups * n_groups * (fold ? 1u : chunks)) return;
     // Row tiles fastest (neighbouring workgroups share W rows: they stay in cache), in groups of at
@@ -249,8 +252,7 @@ void main() {
             }
         }
     }
-    uint Mpad = m_groups * BM;
-    uint base = (fold ? 0u : c_first) * Mpad * pc.N;
+    uint base = (fold ? 0u : c_first) * ((M + BM_PAD - 1) / BM_PAD * BM_PAD) * pc.N;
     [[unroll]] for (uint tn = 0; tn < TN; tn++) {
         [[unroll]] for (uint tm = 0; tm < TM; tm++) {
             if (tm >= live_tm) break;

@@ -1,6 +1,6 @@
 #version 450
 // Decode matmul on the matrix units, weights loaded straight into matrix registers:
-// partial[c, m, n] = sum over chunk c of K of W[n, k] * x[m, k], for steps of up to FOLD_ROWS rows.
+// partial[c, m, n] = sum over chunk c of K of W[n, k] * x[m, k], for steps of up to coop_tiles.COOP_FOLD_ROWS rows.
 //
 // W is fp16 in 16 x 16 tiles (weights.py: tile (nt, kt) is the 512 contiguous bytes at
 // (nt * K / 16 + kt) * 256 halves, rows of 16 halves, or in fragment order: coop_fragment.glsl),
@@ -50,6 +50,7 @@ layout(push_constant) uniform Push {
     uint K;
     uint kchunk;   // K per chunk, a multiple of 16 KS dividing K
     uint group;    // unused (matmul_coop.comp's push layout)
+    uint fold_rows;  // unused: at its sizes every chunk is a workgroup
 } pc;
 
 shared uvec4 xsh[2 * BM * PAD];  // x stage: hi rows, then lo rows

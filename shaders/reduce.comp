@@ -1,7 +1,7 @@
 #version 450
 // After a cooperative-matrix matmul (matmul_coop.comp): y[m, n] = (sum over chunks c, in order,
 // of partial[c, m, n]) * scale[m] (split.comp's power of two), then the matmul's epilogue.
-// Chunks are pc.chunks for M <= FOLD_ROWS and 1 above (the matmul summed them itself).
+// Chunks are pc.chunks for M <= pc.fold_rows and 1 above (the matmul summed them itself).
 //
 // Variants (the epilogues of matmul.comp, on rows of y):
 //   (none) / ROWS  y to binding 2, a workgroup per WG outputs of a row (ROWS: M = meta.num_rows,
@@ -40,7 +40,6 @@ layout(local_size_x_id = 3, local_size_x = 128) in;
 #define WG 128
 #endif
 #define MT 1                  // rows per workgroup, for matmul_epilogue.glsl
-#define FOLD_ROWS 64          // matmul_coop.comp's
 #define BM 32                 // matmul_coop.comp's row padding of partial (coop_tiles.COOP_ROWS)
 #ifndef EPI_NORM_ADD
 layout(local_size_x = WG) in;
@@ -75,6 +74,7 @@ shared bool last_of_row;
 layout(push_constant) uniform Push {
     uint N;             // columns of y, or of act with GATED, whose partial has 2 N
     uint chunks;
+    uint fold_rows;     // matmul_coop.comp's: above it the matmul summed the chunks itself
     float eps;
     uint num_heads;     // EPI_QK_ROPE: q heads, kv heads and head size of y's columns
     uint num_kv_heads;
@@ -95,7 +95,7 @@ uint M_rows() {
 // BUF[c slot + at], for a step of M rows of partial sums `width` T wide (slot: a chunk's rows,
 // padded to BM).
 #define CHUNK_SUM(T, BUF, M, width, at, s) { \
-    uint chunks_ = M > FOLD_ROWS ? 1u : pc.chunks, slot_ = (M + BM - 1) / BM * BM * (width); \
+    uint chunks_ = M > pc.fold_rows ? 1u : pc.chunks, slot_ = (M + BM - 1) / BM * BM * (width); \
     T p_[SUM_LOADS]; \
     for (uint c0 = 0; c0 < chunks_; c0 += SUM_LOADS) { \
         [[unroll]] for (uint i = 0; i < SUM_LOADS; i++) p_[i] = c0 + i < chunks_ ? BUF[(c0 + i) * slot_ + (at)] : T(0.0); \
@@ -165,7 +165,7 @@ vec4 act4_of(uint M, uint m, uint n4) {
 // than one sum's at a time: the same sums, fewer round trips to L2 (a workgroup per row, so
 // each row's latency is the step's).
 void act_row(uint M, uint m, out vec4 v[ACT_VEC]) {
-    uint tid = gl_LocalInvocationID.x, chunks = M > FOLD_ROWS ? 1u : pc.chunks;
+    uint tid = gl_LocalInvocationID.x, chunks = M > pc.fold_rows ? 1u : pc.chunks;
     if (chunks > 2u) {
         [[unroll]] for (uint i = 0; i < ACT_VEC; i++) {
             uint n4 = i * WG + tid;

@@ -16,6 +16,7 @@ import pytest
 
 from gemma_batch.backends.kv_formats import bf16_round
 from gemma_batch.backends.vulkan.attention import most_chunks
+from gemma_batch.backends.vulkan.coop_tiles import COOP_FOLD_ROWS
 from tests.vulkan_dispatch import Dispatches
 
 BLOCK, CHUNK, EPS = 16, 16, 1e-6  # chunks of 16 keys: tokens merge several
@@ -67,7 +68,7 @@ def run(fused: bool, kv: str, nh: int, nkv: int, hd: int, window: int, chunks: i
             d.dispatch(f"reduce_qk_rope_{kv}", {
                 0: bufs["partial"], 2: bufs["y"], 4: bufs["scale"], 9: bufs["qk_norm"], 10: bufs["q"],
                 11: bufs["positions"], 12: bufs["inv_freq"], 13: bufs["slots"], 14: bufs["k"], 15: bufs["v"]},
-                {"N": N, "chunks": chunks, "eps": EPS, **heads}, T * (nh + 2 * nkv))
+                {"N": N, "chunks": chunks, "fold_rows": COOP_FOLD_ROWS, "eps": EPS, **heads}, T * (nh + 2 * nkv))
         inputs = ({0: bufs["partial"], 13: bufs["qk_norm"], 14: bufs["inv_freq"], 15: bufs["slots"]} if fused
                   else {0: bufs["q"]})
         d.dispatch(f"attention_{kv}_split{'_qk' if fused else ''}", {

@@ -68,17 +68,23 @@ def test_cooperative_matmuls_match_the_cpu_backend(checkpoints, model, min_chunk
 
 
 @needs_coopmat
+@pytest.mark.parametrize("summed", ["in the tile", "by the reduce"])
 @pytest.mark.parametrize("inputs", ["split", "fp16"])
-def test_prefill_above_the_fold_matches_decode_sized_steps(monkeypatch, inputs):
-    """Steps of more than 64 tokens sum the K chunks inside matmul_coop.comp; smaller ones in
-    reduce.comp. A prompt run in one 80-token step and in 7-token steps gives identical logits,
-    with either inputs (the demo model's matrices of 128-multiple widths on the 128-wide tile of
-    that input mode)."""
+def test_prefill_above_the_fold_matches_decode_sized_steps(monkeypatch, inputs, summed):
+    """Steps of more than 64 tokens run the prefill tile, smaller ones the decode tile. The prefill
+    tile's workgroups sum the K chunks themselves where the step fills the device (forced here for
+    the demo model's small matrices: no step is too small), else each chunk is a workgroup and
+    reduce.comp adds them, as in decode steps (coop_tiles.coop_fold_rows). A prompt run in one
+    80-token step and in 7-token steps gives identical logits either way, with either inputs (the
+    demo model's matrices of 128-multiple widths on the 128-wide tile of that input mode)."""
+    from gemma_batch.backends.vulkan import coop_tiles
     from gemma_batch.engine.generate import generate_greedy
 
     monkeypatch.setenv(INPUTS_ENV, inputs)
+    if summed == "in the tile":
+        monkeypatch.setattr(coop_tiles, "COOP_FOLD_GROUPS_PER_SM", 0)
     prompt = list(range(3, 83))
-    runs, ran = [], set()
+    runs, ran, fold_rows = [], set(), set()
     for budget in (128, 7):
         backend = backend_for(DEMO_MODEL, coop_min_chunk=64)
         rows = {}
@@ -90,8 +96,11 @@ def test_prefill_above_the_fold_matches_decode_sized_steps(monkeypatch, inputs):
                 ran.update(backend.profile_seconds())
 
         generate_greedy(backend, [prompt], 4, step_token_budget=budget, on_step=record)
+        fold_rows |= {int(words[2]) for kind, _ in backend.graphs[0].grid_slots._specs  # the layers' (not the LM head's)
+                      if (words := kind.split())[0] == "coopfold_tokens" and int(words[1]) > 1}
         runs.append(rows)
         backend.close()
+    assert fold_rows and (max(fold_rows) == 64 if summed == "in the tile" else min(fold_rows) >= len(prompt))
     tile, other = ("_wide", "_wide_split") if inputs == "fp16" else ("_wide_split", "_wide")
     assert {f"coop_t16_fold{tile}", f"coop_gated_t16_fold{tile}"} <= ran
     assert not {f"coop{gated}_t16_fold{t}" for gated in ("", "_gated") for t in ("", other)} & ran

@@ -13,6 +13,7 @@ import pytest
 
 from gemma_batch.backends.vulkan import pipeline_stats
 from gemma_batch.backends.vulkan.attention import MAX_CHUNKS, chunk_counts
+from gemma_batch.backends.vulkan.coop_tiles import COOP_FOLD_ROWS, COOP_UNKNOWN_SMS, coop_fold_rows, coop_partial_floats
 from gemma_batch.backends.vulkan.grids import ROWS_GROUPS_PER_SM, DispatchGrids
 from gemma_batch.backends.vulkan.push_constants import PUSH, PUSH_BYTES
 from gemma_batch.backends.vulkan.variants import (GATED_ACT_ROUND, GATED_ROW_WG, GATED_SPLIT_MAX_ROW, VARIANTS,
@@ -100,3 +101,22 @@ def test_only_the_looping_lm_head_grid_is_capped_by_the_sm_count():
         assert counts[looped // 12].tolist() == [expected, 1, 1]
         assert counts[plain // 12].tolist() == [tiles, 1, 1]
         assert counts[tokens // 12].tolist() == [320, 1, 1]
+
+
+def test_small_prefill_steps_run_each_k_chunk_as_a_workgroup():
+    """coop_tiles.coop_fold_rows by hand for the 4b shape on 132 SMs (2 workgroups an SM: 264), and
+    the prefill tile's grid (grids.py) on either side of it: K chunks as workgroups up to those rows,
+    one workgroup summing them above; no prefill workgroups at decode sizes."""
+    down, gate_up, qkv = (20, 16), (160, 2), (32, 8)  # (128-wide tiles, K chunks)
+    assert coop_fold_rows(*down, 132) == 13 * 128  # 13 row tiles x 20 = 260 < 264 workgroups, 14 x 20 are not
+    assert coop_fold_rows(*gate_up, 132) == 128 and coop_fold_rows(*qkv, 132) == 8 * 128
+    assert coop_fold_rows(20, 1, 132) == coop_fold_rows(2000, 16, 132) == COOP_FOLD_ROWS  # nothing to spread / full
+    assert coop_fold_rows(*down, 0) == (2 * COOP_UNKNOWN_SMS - 1) // 20 * 128
+    grids = DispatchGrids(shape_config("4b"), 64, 132)
+    slot = grids.offset(f"coopfold_tokens 16 {13 * 128}", 20) // 12
+    for rows, groups in ((64, 0), (65, 20 * 16), (159, 2 * 20 * 16), (1664, 13 * 20 * 16), (1665, 14 * 20), (4096, 32 * 20)):
+        assert grids.counts(rows, 1, np.arange(rows))[slot, :2].prod() == groups, rows
+    # the partial sums hold the chunks of the largest chunked step, or one sum of the largest step
+    assert coop_partial_floats(512, 2560, 16, 1664) == 512 * 2560 * 16
+    assert coop_partial_floats(8192, 2560, 16, 1664) == 1664 * 2560 * 16
+    assert coop_partial_floats(8192, 20480, 2, 128) == 8192 * 20480

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gemma_batch.backends.vulkan.coop_tiles import COOP_FOLD_ROWS
 from gemma_batch.backends.vulkan.graph import StepGraph
 from gemma_batch.backends.vulkan.variants import GATED_SPLIT_PIECE, ROWS_REDUCE_COLS
 from gemma_batch.backends.vulkan.weights import fp16_tiles
@@ -40,10 +41,10 @@ def run_split(variant: str, x: np.ndarray, g: np.ndarray, eps: float, w: np.ndar
             fold = M > 64  # the prefill tile, which sums the chunks itself (coop_tiles.COOP_FOLD_DEFINES)
             d.dispatch("coop_rows_t16_fold" if fold else "coop_rows_t16",
                        {0: d.upload(fp16_tiles(Tensor("BF16", w)), "w"), 1: split, 2: part},
-                       {"N": N, "K": K, "kchunk": K // chunks, "group": 0},
+                       {"N": N, "K": K, "kchunk": K // chunks, "group": 0, "fold_rows": COOP_FOLD_ROWS},
                        -(-M // 128) * N // 64 if fold else -(-M // 32) * -(-N // 128) * chunks)
             d.dispatch("reduce_rows", {0: part, 2: y, 4: scale},
-                       {"N": N, "chunks": chunks, "eps": eps, "num_heads": 0, "num_kv_heads": 0, "head_dim": 0},
+                       {"N": N, "chunks": chunks, "fold_rows": COOP_FOLD_ROWS, "eps": eps, "num_heads": 0, "num_kv_heads": 0, "head_dim": 0},
                        M * -(-N // ROWS_REDUCE_COLS))
         d.run()
         halves = d.download(split).view(np.float16).reshape(M, 2, K).astype(np.float32)
@@ -101,7 +102,7 @@ def test_prefill_tiles_sum_as_the_decode_tile_does(inputs):
     M, N, K, chunks = 600, 256, 16384, 4
     bits = ((rng.standard_normal((N, K)) * 0.05).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
     x = rng.standard_normal((M, K)).astype(np.float32)
-    push = {"N": N, "K": K, "kchunk": K // chunks, "group": 0}
+    push = {"N": N, "K": K, "kchunk": K // chunks, "group": 0, "fold_rows": COOP_FOLD_ROWS}
     folds = {"coop_t16_fold": 64, "coop_t16_fold_wide_split" if inputs == "split" else "coop_t16_fold_wide": 128}
     with Dispatches(tokens=M, x_lo=inputs == "split") as d:
         split, scale, tiles = d.alloc(4 * M * K, "split"), d.alloc(4 * M, "scale"), d.upload(fp16_tiles(Tensor("BF16", bits)), "w")
@@ -129,7 +130,7 @@ def test_the_decode_tile_loops_over_its_tiles_with_fewer_workgroups():
     rng = np.random.default_rng(5)
     M, N, K, chunks = 40, 576, 1024, 2
     bits = ((rng.standard_normal((N, K)) * 0.05).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
-    push = {"N": N, "K": K, "kchunk": K // chunks, "group": 0}
+    push = {"N": N, "K": K, "kchunk": K // chunks, "group": 0, "fold_rows": COOP_FOLD_ROWS}
     tiles = -(-M // 32) * -(-N // 128) * chunks
     with Dispatches(tokens=M) as d:
         split, scale, w = d.alloc(4 * M * K, "split"), d.alloc(4 * M, "scale"), d.upload(fp16_tiles(Tensor("BF16", bits)), "w")
@@ -159,7 +160,7 @@ def run_fused_reduce(variant: str, part: np.ndarray, scale: np.ndarray, N: int, 
         arrays = {0: part, 4: scale, 6: np.zeros(2 * M, np.uint32), **buffers}
         bufs = {b: d.upload(a, f"binding {b}") for b, a in arrays.items()}
         bufs.update({2: d.alloc(4 * M * N, "y"), 5: d.alloc(4 * M * N, "split")})
-        d.dispatch(variant, bufs, {"N": N, "chunks": chunks, "eps": eps, "num_heads": 0, "num_kv_heads": 0, "head_dim": 0},
+        d.dispatch(variant, bufs, {"N": N, "chunks": chunks, "fold_rows": COOP_FOLD_ROWS, "eps": eps, "num_heads": 0, "num_kv_heads": 0, "head_dim": 0},
                    M * (-(-N // GATED_SPLIT_PIECE) if variant == "reduce_gated_split" else 1))
         d.run()
         halves = d.download(bufs[5]).view(np.float16).reshape(M, 2, N).astype(np.float32)

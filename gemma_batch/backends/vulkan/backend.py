@@ -217,7 +217,7 @@ class VulkanBackend(Backend):
         self._drop_graph()
         coop = self.coop_min_chunk if self.device.coopmat else None
         self.buffers = StepBuffers(self.cfg, self.mem, capacity, self.block_size, self.attention_chunk, coop,
-                                   sets=self.MAX_IN_FLIGHT)
+                                   sets=self.MAX_IN_FLIGHT, sm_count=self.device.info.sm_count)
         self.graphs = [StepGraph(self.cfg, self.kernels, self.weights, self.buffers, self.k_pages, self.v_pages,
                                  self.inv_freq, KV_VARIANTS[self.kv_dtype], self.block_size, self.attention_chunk,
                                  self.profile, coop, slot) for slot in range(self.MAX_IN_FLIGHT)]

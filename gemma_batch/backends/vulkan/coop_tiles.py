@@ -31,6 +31,13 @@ COOP_KU = 64  # k per stage of matmul_coop.comp's tiles (the _wide_split tile's 
 COOP_FOLD_ROWS = 64  # FOLD_ROWS of matmul_coop.comp and reduce.comp
 COOP_TARGET_GROUPS = 512  # K is cut into chunks until a decode matmul has this many workgroups
 COOP_MIN_CHUNK = 256  # ... or until a chunk would be shorter than this
+# A prefill tile's workgroup sums its K chunks itself (and writes one partial) only where the
+# step's tiles make at least this many workgroups an SM; in smaller prefill steps each chunk is a
+# workgroup, as in decode steps, and the reduce adds the chunks: the same sums in the same order,
+# so the same bits. A 159-row step (a 128-token prompt beside 31 decode rows) makes 2 x 20 tiles
+# of down at 4b, 40 workgroups for 132 SMs, each over K = 10,240.
+COOP_FOLD_GROUPS_PER_SM = 2
+COOP_UNKNOWN_SMS = 16  # where the driver does not say how many SMs (compute units) the device has
 
 
 def coop_fits(N: int, K: int) -> bool:
@@ -50,13 +57,30 @@ def coop_chunks(N: int, K: int, min_chunk: int = COOP_MIN_CHUNK) -> int:
     return chunks
 
 
-def coop_partial_floats(max_rows: int, N: int, chunks: int) -> int:
+def coop_fold_rows(tiles: int, chunks: int, sm_count: int) -> int:
+    """The most rows of a step in which each K chunk of a matmul is a workgroup of its own (above:
+    the prefill tile's workgroup sums its chunks): at least COOP_FOLD_ROWS (the decode tiles), and
+    as long as the prefill tile's grid, COOP_FOLD_TILE_ROWS-row tiles by `tiles` column tiles, has
+    fewer than COOP_FOLD_GROUPS_PER_SM workgroups for each of `sm_count` SMs (0: unknown)."""
+    if chunks == 1:
+        return COOP_FOLD_ROWS
+    row_tiles = (COOP_FOLD_GROUPS_PER_SM * (sm_count or COOP_UNKNOWN_SMS) - 1) // tiles
+    return max(COOP_FOLD_ROWS, row_tiles * COOP_FOLD_TILE_ROWS)
+
+
+def coop_fold_rows_bound(N: int, chunks: int, sm_count: int) -> int:
+    """`coop_fold_rows` of N outputs in whichever prefill tile (the widest has the fewest tiles)."""
+    return coop_fold_rows(-(-N // COOP_WIDE_COLS), chunks, sm_count)
+
+
+def coop_partial_floats(max_rows: int, N: int, chunks: int, fold_rows: int) -> int:
     """Floats of matmul_coop.comp's partial sums for any step of up to `max_rows` rows: rows
     padded to whole decode tiles (COOP_ROWS; the prefill tile writes only its 16-row tiles that
-    hold rows, which stay within that), times the chunks for steps of at most COOP_FOLD_ROWS rows."""
+    hold rows, which stay within that), times the chunks for steps of at most `fold_rows` rows
+    (`coop_fold_rows`)."""
     def floats(M: int) -> int:
-        return -(-M // COOP_ROWS) * COOP_ROWS * N * (1 if M > COOP_FOLD_ROWS else chunks)
-    return max(floats(min(max_rows, COOP_FOLD_ROWS)), floats(max_rows))
+        return -(-M // COOP_ROWS) * COOP_ROWS * N * (1 if M > fold_rows else chunks)
+    return max(floats(min(max_rows, fold_rows)), floats(max_rows))
 
 
 def coop_variant(defines: tuple[str, ...], dtype: str, fold: bool | str = False) -> str:

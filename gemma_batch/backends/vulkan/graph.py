@@ -55,7 +55,8 @@ import numpy as np
 
 from ...model.config import Gemma3Config
 from .coop_plan import CoopPlan
-from .coop_tiles import COOP_DIRECT_DTYPES, COOP_FOLD_ROWS, coop_chunks, coop_cols, coop_fold, coop_variant
+from .coop_tiles import (COOP_DIRECT_DTYPES, COOP_FOLD_ROWS, coop_chunks, coop_cols, coop_fold, coop_fold_rows,
+                         coop_variant)
 from .grids import DispatchGrids
 from .kernels import META_BINDING, Kernels
 from .variants import COOP_KINDS, COOP_REDUCE_WG, GATED_SPLIT_PIECE, ROWS_REDUCE_COLS, matmul_cols, matmul_variant
@@ -205,12 +206,16 @@ class StepGraph:
         # ones; the LM head's rows may be few in a long step, so that recording has both for it.
         prefill_tile = coop_fold(dtype, cols, self.kernels.x_lo) if not rows else True
         folds = ((False, prefill_tile) if rows else (prefill_tile,)) if self.mode == "prefill" else (False,)
+        # Up to fold_rows rows each K chunk is a workgroup; above, a prefill workgroup sums its own (coop_tiles).
+        fold_rows = COOP_FOLD_ROWS if rows else coop_fold_rows(
+            -(-cols // coop_cols(dtype, prefill_tile)), chunks, self.kernels.dev.info.sm_count)
         for fold in folds:
             tiles = -(-cols // coop_cols(dtype, fold))
             loop = " loop" if rows and not fold and dtype in COOP_DIRECT_DTYPES else ""  # (grids.py)
-            grid = (f"coopfold_{count}", tiles) if fold else (f"coop_{count} {chunks}{loop}", tiles)
+            grid = (f"coopfold_{count} {chunks} {fold_rows}", tiles) if fold else (f"coop_{count} {chunks}{loop}", tiles)
             self._dispatch(coop_variant(gemm, dtype, fold), {**weights, 1: b.split, 2: b.partial},
-                           {"N": cols, "K": K, "kchunk": K // chunks, "group": self.w.group}, grid)
+                           {"N": cols, "K": K, "kchunk": K // chunks, "group": self.w.group, "fold_rows": fold_rows},
+                           grid)
         if not reduce_chunks:
             return
         epilogue = {} if gated or rows else (extra or {})  # the post-norm's or QK-norm/RoPE/KV buffers
@@ -223,7 +228,7 @@ class StepGraph:
             elif gated:  # a workgroup per row
                 reduce, groups = f"{reduce}_rows", 1
         self._dispatch(reduce, {0: b.partial, 2: y, 4: b.split_scale, **epilogue},
-                       {"N": N, "chunks": chunks, "eps": cfg.rms_norm_eps, "num_heads": cfg.num_heads,
+                       {"N": N, "chunks": chunks, "fold_rows": fold_rows, "eps": cfg.rms_norm_eps, "num_heads": cfg.num_heads,
                         "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim}, (count, groups))
 
     def _record(self) -> None:

@@ -11,7 +11,8 @@ on T, R or the positions. Kinds:
                                      head on matmul_coop_direct.comp, whose workgroups loop over
                                      the tiles) at most ROWS_GROUPS_PER_SM workgroups an SM where
                                      the device says how many SMs it has
-    "coopfold_tokens" / "coopfold_rows"  the prefill tiles; none up to COOP_FOLD_ROWS rows
+    "coopfold_tokens C F" / "coopfold_rows C F"  the prefill tiles, times their C chunks of K up to
+                                     F rows (coop_tiles.coop_fold_rows); none up to COOP_FOLD_ROWS rows
     "attention <group>"              T * n times the step's most chunks of a token in that KV group
 """
 
@@ -40,8 +41,9 @@ class DispatchGrids:
         self.rows_cap = ROWS_GROUPS_PER_SM * sm_count or None
         self._windows = {g.name: g.window for g in cfg.kv_groups()}
         self._specs: list[tuple[str, int]] = []  # (kind, n) of each slot
-        # ... parsed once: (counts rows?, kind's first word, n, K chunks, attention window or False, capped?)
-        self._parsed: list[tuple[bool, str, int, int, int | None | bool, bool]] = []
+        # ... parsed once: (counts rows?, kind's first word, n, K chunks, rows up to which the prefill
+        # tile's chunks are workgroups, attention window or False, capped?)
+        self._parsed: list[tuple[bool, str, int, int, int, int | None | bool, bool]] = []
 
     def offset(self, kind: str, n: int) -> int:
         """Byte offset of the slot for grid (`kind`, `n`) in the grids buffer."""
@@ -52,21 +54,22 @@ class DispatchGrids:
             self._specs.append(spec)
             words = kind.split()
             window = self._windows[words[1]] if words[0] == "attention" else False
-            chunks = int(words[1]) if words[0].startswith("coop_") else 1
+            chunks = int(words[1]) if words[0].startswith("coop") else 1
+            fold_rows = int(words[2]) if words[0].startswith("coopfold") else 0
             capped = words[-1] == "loop" and self.rows_cap is not None
-            self._parsed.append((words[0].endswith("rows"), words[0], n, chunks, window, capped))
+            self._parsed.append((words[0].endswith("rows"), words[0], n, chunks, fold_rows, window, capped))
         return 12 * self._specs.index(spec)
 
     def counts(self, num_tokens: int, num_rows: int, positions: np.ndarray) -> np.ndarray:
         """[GRID_SLOTS, 3] uint32 workgroup counts for a step of T tokens at `positions` [T] and R
         logits rows."""
         out = np.zeros((GRID_SLOTS, 3), np.uint32)
-        for i, (rows, kind, n, chunks, window, capped) in enumerate(self._parsed):
+        for i, (rows, kind, n, chunks, fold_rows, window, capped) in enumerate(self._parsed):
             m = num_rows if rows else num_tokens
             if kind.startswith("matmul"):
                 count = -(-m // MATMUL_ROWS) * n
             elif kind.startswith("coopfold"):  # the prefill tile: no workgroups at decode sizes
-                count = -(-m // COOP_FOLD_TILE_ROWS) * n if m > COOP_FOLD_ROWS else 0
+                count = -(-m // COOP_FOLD_TILE_ROWS) * n * (chunks if m <= fold_rows else 1) if m > COOP_FOLD_ROWS else 0
             elif kind.startswith("coop"):  # the decode tile: none above the fold
                 count = -(-m // COOP_ROWS) * n * chunks if m <= COOP_FOLD_ROWS else 0
                 if capped:

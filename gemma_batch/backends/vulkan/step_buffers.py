@@ -32,7 +32,7 @@ from ...model.config import Gemma3Config
 from ..base import StepBatch
 from .attention import most_chunks
 from .grids import GRID_SLOTS
-from .coop_tiles import coop_chunks, coop_fits, coop_partial_floats
+from .coop_tiles import coop_chunks, coop_fits, coop_fold_rows_bound, coop_partial_floats
 from .variants import MATMUL_ROWS
 from .memory import Buffer, Memory
 
@@ -138,11 +138,12 @@ def _fill_params(params: np.ndarray, batch: StepBatch, rows: np.ndarray) -> None
 
 class StepBuffers:
     def __init__(self, cfg: Gemma3Config, memory: Memory, capacity: Capacity, block_size: int,
-                 attention_chunk: int, coop_min_chunk: int | None, sets: int) -> None:
+                 attention_chunk: int, coop_min_chunk: int | None, sets: int, sm_count: int) -> None:
         """`sets`: how many sets of inputs take turns (the backend's steps in flight).
         `coop_min_chunk`: with the cooperative-matrix path (coopmat.py), its shortest K chunk
         (coop_tiles.coop_chunks); None without it. Its buffers are sized for every matmul whose
-        shape fits, whatever its weights' dtype."""
+        shape fits, whatever its weights' dtype, on a device of `sm_count` SMs (0: unknown;
+        coop_tiles.coop_fold_rows)."""
         self.cfg, self.mem, self.capacity = cfg, memory, capacity
         T, R = capacity.tokens, capacity.rows
         self.inputs = tuple(StepInputs(memory, capacity, f"set {i}") for i in range(sets))
@@ -173,8 +174,9 @@ class StepBuffers:
         self.split = dev(4 * M * max([K for _, K, _ in coop.values()], default=0), "split matmul inputs")
         self.split_scale = dev(4 * M, "split row scales")
         self.row_sync = dev(4 * 2 * max(M, 1), "row counters and maxima (reduce.comp)")
-        self.partial = dev(4 * max([coop_partial_floats(m, N, coop_chunks(N, K, coop_min_chunk))
-                                    for N, K, m in coop.values()], default=0), "matmul partial sums")
+        self.partial = dev(4 * max([coop_partial_floats(m, N, chunks, coop_fold_rows_bound(N, chunks, sm_count))
+                                    for N, K, m in coop.values() if (chunks := coop_chunks(N, K, coop_min_chunk))],
+                                   default=0), "matmul partial sums")
         self.dummy = self.inputs[0].meta
 
     def all(self) -> list[Buffer]:
