@@ -48,8 +48,12 @@ WARMUP_SECONDS = 0.5
 
 
 def warm_up(one_round: Callable[[], None]) -> None:
-    """Run `one_round` until WARMUP_SECONDS have passed, at least once (the bench, the peer and
-    benchmarks/decode_profile.py warm up alike)."""
+    """Run `one_round` once, then again until WARMUP_SECONDS have passed since that first round
+    ended (the bench, the peer and benchmarks/decode_profile.py warm up alike). The first round
+    builds pipelines and records command buffers, host work during which the GPU idles: counted in
+    the warm-up, it left a fresh process's first case (4b batch 1 on the H100) with its first
+    decode steps at low clocks, 15.4 and 7.2 ms against 4.8 (docs/PERFORMANCE.md)."""
+    one_round()
     started = time.perf_counter()
     one_round()
     while time.perf_counter() - started < WARMUP_SECONDS:
