@@ -232,25 +232,12 @@ class StepGraph:
                         "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim}, (count, groups))
 
     def _record(self) -> None:
-        vk, cfg, b, inp, w = self.kernels.vk, self.cfg, self.b, self.inp, self.w
+        cfg, b, inp, w = self.cfg, self.b, self.inp, self.w
         H, I = cfg.hidden_size, cfg.intermediate_size
-        vk.vkBeginCommandBuffer(self.cb, vk.VkCommandBufferBeginInfo(sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO))
-        # The step before may still be running (submitted ahead, backend.submit): wait for its
-        # shader writes (scratch, KV pages, its sampled ids) before this step writes or reads them.
-        before = vk.VkMemoryBarrier(sType=vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER, srcAccessMask=vk.VK_ACCESS_SHADER_WRITE_BIT,
-                                    dstAccessMask=vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT)
-        vk.vkCmdPipelineBarrier(self.cb, vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                                vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | vk.VK_PIPELINE_STAGE_TRANSFER_BIT,
-                                0, 1, [before], 0, None, 0, None)
+        self.kernels.begin_step(self.cb)  # (after the shader writes of a step submitted before it)
         self.stamps.reset(self.cb)
         self.stamps.write(self.cb, 0)
-        vk.vkCmdFillBuffer(self.cb, b.counters.handle, 0, b.counters.size, 0)
-        vk.vkCmdFillBuffer(self.cb, b.attn_counters.handle, 0, b.attn_counters.size, 0)
-        vk.vkCmdFillBuffer(self.cb, b.row_sync.handle, 0, b.row_sync.size, 0)
-        filled = vk.VkMemoryBarrier(sType=vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER, srcAccessMask=vk.VK_ACCESS_TRANSFER_WRITE_BIT,
-                                    dstAccessMask=vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT)
-        vk.vkCmdPipelineBarrier(self.cb, vk.VK_PIPELINE_STAGE_TRANSFER_BIT, vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                                0, 1, [filled], 0, None, 0, None)
+        self.kernels.zero(self.cb, [b.counters, b.attn_counters, b.row_sync])
         self._dispatch(f"embed_{w.dtype(-1, 'embed').lower()}",
                        {0: w.buffer(-1, "embed"), 1: inp.tokens, 2: b.x, 3: self.prev_ids},
                        {"H": H, "scale": cfg.embed_scale, "V": cfg.vocab_size}, ("tokens", 1))
@@ -293,11 +280,7 @@ class StepGraph:
         self._dispatch("sample", {0: b.logits, 1: inp.params, 2: inp.ids}, {"row_stride": cfg.vocab_size}, ("rows", 1))
         if not self.profile:
             self._stamp("step")
-        to_host = vk.VkMemoryBarrier(sType=vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER, srcAccessMask=vk.VK_ACCESS_SHADER_WRITE_BIT,
-                                     dstAccessMask=vk.VK_ACCESS_HOST_READ_BIT | vk.VK_ACCESS_TRANSFER_READ_BIT)
-        vk.vkCmdPipelineBarrier(self.cb, vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                                vk.VK_PIPELINE_STAGE_HOST_BIT | vk.VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, [to_host], 0, None, 0, None)
-        vk.vkEndCommandBuffer(self.cb)
+        self.kernels.end_step(self.cb)
 
     def free(self) -> None:
         self.stamps.free()

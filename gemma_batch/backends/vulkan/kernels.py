@@ -167,14 +167,37 @@ class Kernels:
         vk.vkCmdBindDescriptorSets(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, self.layout, 0, 1, [dset], 0, None)
         vk.vkCmdPushConstants(cb, self.layout, vk.VK_SHADER_STAGE_COMPUTE_BIT, 0, len(raw), vk.ffi.from_buffer(raw))
 
-    def _barrier(self, cb) -> None:
-        """Later dispatches see this one's writes."""
+    def _barrier(self, cb, src_stage=None, src=None, dst_stage=None, dst=None) -> None:
+        """Later dispatches see this one's writes (by default: shader writes, then shader reads and writes)."""
         vk = self.vk
+        shader, access = vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
         barrier = vk.VkMemoryBarrier(sType=vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-                                     srcAccessMask=vk.VK_ACCESS_SHADER_WRITE_BIT,
-                                     dstAccessMask=vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT)
-        vk.vkCmdPipelineBarrier(cb, vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                                0, 1, [barrier], 0, None, 0, None)
+                                     srcAccessMask=vk.VK_ACCESS_SHADER_WRITE_BIT if src is None else src,
+                                     dstAccessMask=access if dst is None else dst)
+        vk.vkCmdPipelineBarrier(cb, src_stage or shader, dst_stage or shader, 0, 1, [barrier], 0, None, 0, None)
+
+    def begin_step(self, cb) -> None:
+        """Begin recording a step into `cb`. The step before may still be running (submitted ahead,
+        backend.submit): its shader writes (scratch, KV pages, its sampled ids) come before this
+        step's writes and reads, its transfers' too."""
+        vk = self.vk
+        vk.vkBeginCommandBuffer(cb, vk.VkCommandBufferBeginInfo(sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO))
+        self._barrier(cb, dst_stage=vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | vk.VK_PIPELINE_STAGE_TRANSFER_BIT,
+                      dst=vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT)
+
+    def zero(self, cb, buffers: list) -> None:
+        """Fill `buffers` with zeros before the dispatches recorded after this read or write them."""
+        vk = self.vk
+        for buf in buffers:
+            vk.vkCmdFillBuffer(cb, buf.handle, 0, buf.size, 0)
+        self._barrier(cb, src_stage=vk.VK_PIPELINE_STAGE_TRANSFER_BIT, src=vk.VK_ACCESS_TRANSFER_WRITE_BIT)
+
+    def end_step(self, cb) -> None:
+        """Make the step's shader writes visible to the host and to transfers, and end `cb`."""
+        vk = self.vk
+        self._barrier(cb, dst_stage=vk.VK_PIPELINE_STAGE_HOST_BIT | vk.VK_PIPELINE_STAGE_TRANSFER_BIT,
+                      dst=vk.VK_ACCESS_HOST_READ_BIT | vk.VK_ACCESS_TRANSFER_READ_BIT)
+        vk.vkEndCommandBuffer(cb)
 
     def reset_sets(self) -> None:
         """Free every descriptor set (before the backend builds them again for larger buffers)."""

@@ -174,9 +174,10 @@ class StepBuffers:
         self.split = dev(4 * M * max([K for _, K, _ in coop.values()], default=0), "split matmul inputs")
         self.split_scale = dev(4 * M, "split row scales")
         self.row_sync = dev(4 * 2 * max(M, 1), "row counters and maxima (reduce.comp)")
-        self.partial = dev(4 * max([coop_partial_floats(m, N, chunks, coop_fold_rows_bound(N, chunks, sm_count))
-                                    for N, K, m in coop.values() if (chunks := coop_chunks(N, K, coop_min_chunk))],
-                                   default=0), "matmul partial sums")
+        def partial_floats(N: int, K: int, rows: int) -> int:
+            chunks = coop_chunks(N, K, coop_min_chunk)
+            return coop_partial_floats(rows, N, chunks, coop_fold_rows_bound(N, chunks, sm_count))
+        self.partial = dev(4 * max([partial_floats(*shape) for shape in coop.values()], default=0), "matmul partial sums")
         self.dummy = self.inputs[0].meta
 
     def all(self) -> list[Buffer]:
