@@ -108,9 +108,9 @@ def test_steps_submitted_ahead_give_the_cpu_completions_with_stops_and_late_requ
     """The engine submits the next one or two steps while one runs (two: the default on this
     backend, its three input sets in turn), the tokens being sampled fed on the device: with stop
     tokens ending sequences while the steps ahead still hold them, requests added later (a longer
-    prompt, so the step buffers grow with steps in flight), and sampled rows, the completions are
-    the CPU backend's, run one step at a time. Stops are tokens the greedy rows produce midway
-    (so they do stop early)."""
+    prompt, so the step buffers grow with steps in flight: `reserve` is switched off to make
+    them), and sampled rows, the completions are the CPU backend's, run one step at a time. Stops
+    are tokens the greedy rows produce midway (so they do stop early)."""
     model_dir = checkpoints["bf16"][0]
     greedy = cpu_runs["bf16"][0]
     stops = frozenset({greedy[0][3], greedy[2][5]})
@@ -133,6 +133,7 @@ def test_steps_submitted_ahead_give_the_cpu_completions_with_stops_and_late_requ
         return done
 
     backend = vulkan_backend(model_dir, "fp32")
+    backend.reserve = lambda *args: None  # the engine would size the buffers for the whole plan
     fed, depth = [], []
     submit = backend.submit
     backend.submit = lambda batch: (fed.append(0 if batch.token_sources is None else int((batch.token_sources >= 0).sum())),
@@ -146,6 +147,36 @@ def test_steps_submitted_ahead_give_the_cpu_completions_with_stops_and_late_requ
         assert sum(fed) > 0  # tokens did come from the step before, on the device
         assert max(depth) == ahead + 1  # steps in flight at once
         assert not backend._in_flight
+
+
+def test_the_engine_sizes_the_step_buffers_once_for_its_plan(checkpoints):
+    """`Engine` makes the backend reserve room for every step its plan allows (`Backend.reserve`),
+    so prompts that grow up to the plan's max_model_len run without the step buffers growing
+    mid-run (each growth records every step again: about 2 s on a real model). Negative control:
+    without the reservation the same requests grow them."""
+    model_dir = checkpoints["bf16"][0]
+    backend = vulkan_backend(model_dir, "fp32")
+    grown = []
+    ensure = backend._ensure
+    backend._ensure = lambda need: (grown.append(need), ensure(need))[1]
+    prompts = [PROMPTS[0], PROMPTS[1] * 3, (PROMPTS[2] * 40)[:200]]
+
+    def run() -> dict[int, list[int]]:
+        plan = KVPlan(4, {"full_attention": 160, "sliding_attention": 48}, 256, 0, 0, 1)
+        engine = Engine(backend, plan, None, max_batch=4, step_token_budget=64, schedule_ahead=0)
+        grown.clear()
+        for i, prompt in enumerate(prompts):
+            engine.add(Request(i, prompt, SamplingParams(max_tokens=8)))
+        done = {}
+        while engine.num_unfinished:
+            done.update((c.request_id, c.token_ids) for c in engine.step())
+        return done
+
+    reserved = run()
+    assert not grown
+    backend.reserve = lambda *args: None
+    assert run() == reserved
+    assert len(grown) >= 2  # the first step, then the 200-token prompt's wider block tables
 
 
 @pytest.mark.parametrize("chunk", [DEFAULT_CHUNK, 3])

@@ -139,6 +139,11 @@ class Backend(ABC):
     def allocate_kv(self, num_blocks: Mapping[str, int], block_size: int) -> None:
         """Allocate `num_blocks[group]` KV blocks of `block_size` token slots for each KV group."""
 
+    def reserve(self, max_tokens: int, max_seqs: int, max_blocks: Mapping[str, int]) -> None:
+        """Make room now for every step of up to `max_tokens` tokens of up to `max_seqs` sampled
+        sequences whose block tables hold up to `max_blocks[group]` entries (after `allocate_kv`),
+        so that no such step has to wait for it mid-run. Default: nothing to do."""
+
     def last_step_device_seconds(self) -> float | None:
         """Time the device spent executing the last step (GPU timestamps), or None where the
         device and the host are the same (the CPU backend): benchmarks subtract it from a step's

@@ -120,6 +120,8 @@ class Engine:
         self.schedule_ahead = schedule_ahead
         self._in_flight: deque[_Submitted] = deque()  # submitted ahead by earlier `step`s, not waited for
         backend.allocate_kv(plan.num_blocks, plan.block_size)
+        backend.reserve(step_token_budget, max_batch, {
+            g.name: -(-plan.max_model_len // plan.block_size) for g in self.groups})  # tables span every position
 
     @property
     def num_unfinished(self) -> int:

@@ -128,6 +128,14 @@ class VulkanBackend(Backend):
                 self.k_pages[layer] = self.mem.alloc(size, f"layer {layer} K pages ({group.name})")
                 self.v_pages[layer] = self.mem.alloc(size, f"layer {layer} V pages ({group.name})")
 
+    def reserve(self, max_tokens: int, max_seqs: int, max_blocks: Mapping[str, int]) -> None:
+        """Size the step buffers and record the steps for the whole run: a step that outgrows them
+        waits while every step is recorded again (about 2 s at 4b on the H100), and the GPU idles
+        down meanwhile (docs/PERFORMANCE.md, "Steps recorded once per run")."""
+        need = Capacity(max_tokens, max_seqs, max_seqs, tuple(sorted(max_blocks.items())))
+        if self.buffers is None or not self.buffers.capacity.covers(need):
+            self._ensure(need)
+
     def step(self, batch: StepBatch) -> StepResult:
         if self._in_flight:
             raise RuntimeError("step() with steps in flight: wait() for them first")
