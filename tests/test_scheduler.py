@@ -16,6 +16,7 @@ from gemma_batch.backends.base import Backend, StepBatch, StepResult
 from gemma_batch.engine.engine import Engine, Request
 from gemma_batch.engine.kv_plan import KVPlan, blocks_per_sequence, plan_kv
 from gemma_batch.engine.sampling_params import SamplingParams
+from gemma_batch.engine.scheduler import SMALL_STEP_ROUNDS
 from gemma_batch.model.config import Gemma3Config
 from tests.tiny_models import TINY_TEXT
 
@@ -220,3 +221,39 @@ def test_a_steps_prefill_tokens_count_when_it_is_waited_for():
         counted.append(engine.stats.prefill_tokens)
         assert counted[-1] == sum(submitted[:calls])  # the prompt tokens of the steps waited for
     assert len(submitted) > 3 and counted[0] == 16 and counted[-1] == 2 * prompt
+
+
+@pytest.mark.parametrize("prompt_len, small_step, want", [(12, 6, [6] * 4), (12, None, [15]), (40, 6, [16] * 3)])
+def test_prompts_beside_a_full_batch_are_fed_in_small_steps(prompt_len, small_step, want):
+    """A backend's `small_step` caps the steps in which at least half the batch decodes: a
+    12-token prompt joining 3 decoding sequences (max batch 4) goes in 4 steps of 6 tokens (3 of
+    it each) instead of one of 15; a 40-token prompt, more than SMALL_STEP_ROUNDS such steps
+    would feed, still goes in steps of the whole budget of 16; and so does a prompt joining a
+    lone decoding sequence. The completions do not depend on it."""
+    assert SMALL_STEP_ROUNDS == 4  # (the cases above are cut to it)
+    cfg = tiny_config()
+    backend = RecordingBackend(cfg)
+    backend.small_step = small_step
+    requests = [Request(i, [1, 2, 3], SamplingParams(max_tokens=30)) for i in range(3)]
+    requests.append(Request(3, list(range(1, prompt_len + 1)), SamplingParams(max_tokens=2)))
+
+    def feed(decoding: list[Request], joining: Request) -> tuple[list[tuple[int, int]], dict]:
+        engine = Engine(backend, plan_for(cfg, 100, 4, 16, 4), None, max_batch=4, step_token_budget=16)
+        fed = []
+        engine.on_step = lambda ids, batch, result: fed.append((batch.num_tokens, len(ids)))
+        for r in decoding:
+            engine.add(r)
+        done = {}
+        for _ in range(2):
+            done.update((c.request_id, c.token_ids) for c in engine.step())
+        fed.clear()
+        engine.add(joining)
+        while engine.num_unfinished:
+            done.update((c.request_id, c.token_ids) for c in engine.step())
+        return fed, done
+
+    fed, done = feed(requests[:3], requests[3])
+    assert [tokens for tokens, seqs in fed if seqs == 4 and tokens > 4] == want  # (a last chunk's step may have 4)
+    assert done == run(requests, plan_for(cfg, 100, 4, 16, 4), max_batch=4, budget=16)[0]
+    fed, _ = feed(requests[:1], requests[3])  # a lone decoding sequence
+    assert fed[0] == (min(16, 1 + prompt_len), 2)

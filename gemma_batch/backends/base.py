@@ -160,6 +160,7 @@ class Backend(ABC):
         raise NotImplementedError(f"{self.name} cannot measure its memory bandwidth")
 
     overlaps = False  # whether `submit` returns while the device is still running the step
+    small_step: int | None = None  # the most tokens a step holds at about a decode step's cost (Scheduler)
     MAX_IN_FLIGHT = 3  # steps submitted and not yet waited for
 
     def submit(self, batch: StepBatch) -> None:

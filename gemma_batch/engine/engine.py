@@ -34,6 +34,7 @@ from .step_builder import build_step
 StepHook = Callable[[list[int], StepBatch, StepResult], None]
 AHEAD_ENV = "GEMMA_BATCH_SCHEDULE_AHEAD"  # steps submitted ahead: "0" schedules each after the last finished
 DEFAULT_AHEAD = 2  # where the backend holds as many more in flight: the host may take up to ~2 steps' device time
+SMALL_STEPS_ENV = "GEMMA_BATCH_SMALL_STEPS"  # "0": steps beside a full batch may take the whole budget (Scheduler)
 
 
 @dataclass
@@ -102,7 +103,8 @@ class Engine:
         self.groups = backend.cfg.kv_groups()
         self.block_size = plan.block_size
         self.kv = KVCacheManager(self.groups, plan.num_blocks, plan.block_size)
-        self.scheduler = Scheduler(self.kv, max_batch, step_token_budget)
+        small = os.environ.get(SMALL_STEPS_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
+        self.scheduler = Scheduler(self.kv, max_batch, step_token_budget, backend.small_step if small else None)
         self.stats = EngineStats()
         self.on_step = on_step
         self._live: dict[int, _Live] = {}

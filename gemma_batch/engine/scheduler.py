@@ -8,6 +8,16 @@ Each step, in this order:
    and blocks for their first chunk with one spare block per running sequence kept free
    (so that admitting does not immediately force a preemption).
 
+Small steps beside a full batch: where the backend names `small_step` (the most tokens a step
+can hold at about a decode step's cost), a step in which at least half of `max_batch` sequences
+decode takes at most that many tokens, so that a new prompt is fed a chunk at a time beside
+them instead of all at once in a step several times as long (a 128-token prompt beside 31
+decoding sequences cost 15 ms in one step on the H100, 7 ms in four: docs/PERFORMANCE.md,
+"Prompts fed beside a full batch in small steps"). Only while the prompt tokens the batch could
+take now (those of sequences in prefill, and of the waiting ones that would fill its free
+places) fit in SMALL_STEP_ROUNDS such steps: a longer backlog, fed that slowly, would leave
+places idle. Otherwise, and with fewer decoding, prompts go in steps of the whole budget.
+
 When a scheduled sequence needs a block and none is free, the most recently admitted running
 sequence is preempted: its blocks are freed, its cache forgotten, and it goes back to the front
 of the queue to be recomputed (prompt and the tokens it had generated) when blocks free up
@@ -19,18 +29,22 @@ fits alone, so every sequence finishes: no deadlock, no starvation.
 from __future__ import annotations
 
 from collections import deque
+from itertools import islice
 
 from .kv_cache import KVCacheManager
 from .sequence import Sequence
 
+SMALL_STEP_ROUNDS = 4  # small steps only for a prompt backlog they clear in this many (module doc)
+
 
 class Scheduler:
-    def __init__(self, kv: KVCacheManager, max_batch: int, step_token_budget: int) -> None:
+    def __init__(self, kv: KVCacheManager, max_batch: int, step_token_budget: int, small_step: int | None = None) -> None:
         if step_token_budget < max_batch:
             raise ValueError(f"step token budget {step_token_budget} < max batch {max_batch}: decodes would starve")
         self.kv = kv
         self.max_batch = max_batch
         self.step_token_budget = step_token_budget
+        self.small_step = small_step  # see the module doc; None: every step may take the whole budget
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # in admission order
         self.preemptions = 0
@@ -45,9 +59,15 @@ class Scheduler:
     def schedule(self) -> list[tuple[Sequence, int]]:
         """The step's (sequence, number of tokens) pairs; their blocks are allocated."""
         scheduled: dict[int, tuple[Sequence, int]] = {}
-        budget = self.step_token_budget
         decoding = [s for s in self.running if s.num_uncached_tokens == 1]
         prefilling = [s for s in self.running if s.num_uncached_tokens > 1]
+        budget = self.step_token_budget
+        if self.small_step is not None and 2 * len(decoding) >= self.max_batch:
+            room = max(self.small_step - len(decoding), 0)
+            joining = islice(self.waiting, max(self.max_batch - len(self.running), 0))
+            backlog = sum(s.num_uncached_tokens for s in prefilling) + sum(s.num_uncached_tokens for s in joining)
+            if backlog <= SMALL_STEP_ROUNDS * room:
+                budget = min(budget, len(decoding) + room)
         preempted = False
         for seq in decoding + prefilling:
             if seq not in self.running:  # preempted earlier in this step

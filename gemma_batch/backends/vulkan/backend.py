@@ -36,7 +36,7 @@ from .bandwidth import measure_read_bandwidth
 from . import fragment_order
 from .device import Device
 from .graph import StepGraph
-from .coop_tiles import COOP_MIN_CHUNK
+from .coop_tiles import COOP_FOLD_ROWS, COOP_MIN_CHUNK
 from .kernels import Kernels
 from .variants import ATTENTION_MAX_GROUP, ATTENTION_MAX_QUERIES, POST_NORM_MAX_ROW, matmul_cols
 from .memory import Memory
@@ -76,6 +76,7 @@ class VulkanBackend(Backend):
         self.mem = Memory(self.device)
         self.kernels = fragment_order.model_kernels(Kernels.for_model(self.device, cfg), self.mem, cfg)
         self.weights = DeviceWeights(cfg, self.mem, tiles=self.device.coopmat, fragment_order=self.kernels.fragment_loads)
+        self.small_step = COOP_FOLD_ROWS if self.device.coopmat else None  # steps up to it run on the decode tiles
         self.k_pages: dict = {}
         self.v_pages: dict = {}
         self.block_size = 0
