@@ -67,13 +67,19 @@ def logged_run(backend, prompts, stops, label, small=True):
     return done
 
 
-def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 256
+def jobs(n: int):
+    """(backend, 128-token prompts, their stop tokens, prompts of 16-512 tokens): stops_ab.py's job
+    (its first run, without stops, is also the warm-up) and the varied prompts."""
     backend = stops_ab.backend_4b()
-    prompts, stops, _ = stops_ab.job(backend, n)  # also the warm-up
+    prompts, stops, _ = stops_ab.job(backend, n)
     cfg = backend.cfg
     rng = np.random.default_rng(11)
     varied = [[cfg.bos_token_id, *rng.integers(3, cfg.vocab_size, int(k) - 1).tolist()] for k in rng.integers(16, 513, n)]
+    return backend, prompts, stops, varied
+
+
+def main() -> None:
+    backend, prompts, stops, varied = jobs(int(sys.argv[1]) if len(sys.argv) > 1 else 256)
     for rnd in range(2):
         logged_run(backend, prompts, None, f"round {rnd} 128-token prompts, no stops")
         logged_run(backend, prompts, stops, f"round {rnd} 128-token prompts, stops")

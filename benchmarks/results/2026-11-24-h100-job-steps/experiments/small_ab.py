@@ -8,25 +8,19 @@ completions must be the same under both rules.
 import sys
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from job_steps import logged_run, stops_ab  # noqa: E402
+from job_steps import jobs, logged_run  # noqa: E402
 
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 256
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 2
-    backend = stops_ab.backend_4b()
-    prompts, stops, _ = stops_ab.job(backend, n)  # also the warm-up
-    cfg = backend.cfg
-    rng = np.random.default_rng(11)
-    varied = [[cfg.bos_token_id, *rng.integers(3, cfg.vocab_size, int(k) - 1).tolist()] for k in rng.integers(16, 513, n)]
-    jobs = {"128-token prompts, stops": (prompts, stops), "16-512-token prompts, stops": (varied, stops),
+    backend, prompts, stops, varied = jobs(n)
+    cases = {"128-token prompts, stops": (prompts, stops), "16-512-token prompts, stops": (varied, stops),
             "128-token prompts, no stops": (prompts, None)}
     first = {}
     for rnd in range(rounds):
-        for name, (ps, st) in jobs.items():
+        for name, (ps, st) in cases.items():
             for small in (True, False):
                 label = f"round {rnd} {name}, {'small steps' if small else 'whole budget'}"
                 done = logged_run(backend, ps, st, label, small)
