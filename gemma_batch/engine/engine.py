@@ -23,6 +23,7 @@ import numpy as np
 from ..backends.base import Backend, SamplingBatch, StepBatch, StepResult
 from ..model.detokenizer import IncrementalDetokenizer
 from ..model.tokenizer import Tokenizer
+from ..switches import switched_on
 from .kv_cache import KVCacheManager
 from .kv_plan import KVPlan
 from .sampling_params import SamplingParams
@@ -103,8 +104,8 @@ class Engine:
         self.groups = backend.cfg.kv_groups()
         self.block_size = plan.block_size
         self.kv = KVCacheManager(self.groups, plan.num_blocks, plan.block_size)
-        small = os.environ.get(SMALL_STEPS_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
-        self.scheduler = Scheduler(self.kv, max_batch, step_token_budget, backend.small_step if small else None)
+        small_step = backend.small_step if switched_on(SMALL_STEPS_ENV) else None
+        self.scheduler = Scheduler(self.kv, max_batch, step_token_budget, small_step)
         self.stats = EngineStats()
         self.on_step = on_step
         self._live: dict[int, _Live] = {}

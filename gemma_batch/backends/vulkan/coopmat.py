@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import os
 
+from ...switches import switched_on
+
 DISABLE_ENV = "GEMMA_BATCH_VK_DISABLE_COOPMAT"
 INPUTS_ENV = "GEMMA_BATCH_VK_COOPMAT_INPUTS"
 INPUTS = ("split", "fp16")
@@ -62,7 +64,7 @@ def supported(vk, instance, physical, extensions: frozenset[str], subgroup_size:
 
 def wanted() -> bool:
     """The user's switch: GEMMA_BATCH_VK_DISABLE_COOPMAT=1 turns the cooperative-matrix path off."""
-    return os.environ.get(DISABLE_ENV, "0").strip().lower() in ("", "0", "off", "false", "no")
+    return not switched_on(DISABLE_ENV, default=False)
 
 
 def split_inputs() -> bool:

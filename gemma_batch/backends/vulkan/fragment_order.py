@@ -18,11 +18,11 @@ W_T16 lookup has the same formula. `GEMMA_BATCH_VK_FRAGMENT_LOADS=0` turns it of
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ...switches import switched_on
 from .kernels import Kernels
 from .memory import Memory
 
@@ -53,7 +53,7 @@ def to_fragment_order(tiles: np.ndarray) -> np.ndarray:
 
 def wanted() -> bool:
     """The user's switch (GEMMA_BATCH_VK_FRAGMENT_LOADS=0 turns fragment-order tiles off)."""
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "false", "no")
+    return switched_on(ENV)
 
 
 def read_order(kernels: Kernels, mem: Memory) -> np.ndarray:
