@@ -14,7 +14,6 @@ from gemma_batch.backends.vulkan import graph as G  # noqa: E402
 from gemma_batch.backends.vulkan import kernels as Kmod  # noqa: E402
 from gemma_batch.backends.vulkan import step_buffers as SB  # noqa: E402
 from gemma_batch.backends.vulkan.coop_tiles import coop_chunks, coop_cols, coop_fold_rows  # noqa: E402
-from gemma_batch.backends.vulkan.variants import VARIANTS  # noqa: E402
 
 STATE = {"on": False}
 ROUNDS, BATCHES = 3, (1, 2)
@@ -31,7 +30,7 @@ FILES = {"nowf": ("pro_norm.spv", "pro_gated_norm.spv", "pro_gated_in.spv"),
 
 def use(build: str) -> None:
     for name, spv in zip(NAMES, FILES[build]):
-        VARIANTS[name] = Kmod.VARIANTS[name] = file_variant(name, "matmul_coop_direct", HERE / spv)
+        Kmod.VARIANTS[name] = file_variant(name, "matmul_coop_direct", HERE / spv)  # (variants.VARIANTS, the same dict)
 
 
 # the extra step buffers: a second partial sums, residual and scale buffer
@@ -137,7 +136,6 @@ def main() -> None:
     if "--quick" in sys.argv:  # two rounds at batch 1
         ROUNDS, BATCHES = 2, (1,)
     if "--stats" in sys.argv:
-        use(builds[0])
         sys.argv = ["kernel_stats", "4b", "--kernels", "coop_t16,coop_gated_t16," + ",".join(NAMES)]
         import runpy
         for b in builds:
