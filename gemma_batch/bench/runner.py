@@ -55,8 +55,7 @@ def warm_up(one_round: Callable[[], None]) -> None:
     decode steps at low clocks, 15.4 and 7.2 ms against 4.8 (docs/PERFORMANCE.md)."""
     one_round()
     started = time.perf_counter()
-    one_round()
-    while time.perf_counter() - started < WARMUP_SECONDS:
+    while time.perf_counter() - started < WARMUP_SECONDS:  # (true at once: at least one more round)
         one_round()
 
 

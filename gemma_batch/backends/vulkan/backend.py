@@ -134,7 +134,7 @@ class VulkanBackend(Backend):
         waits while every step is recorded again (about 2 s at 4b on the H100), and the GPU idles
         down meanwhile (docs/PERFORMANCE.md, "Steps recorded once per run")."""
         need = Capacity(max_tokens, max_seqs, max_seqs, tuple(sorted(max_blocks.items())))
-        if self.buffers is None or not self.buffers.capacity.covers(need):
+        if self._outgrown(need):
             self._ensure(need)
 
     def step(self, batch: StepBatch) -> StepResult:
@@ -155,7 +155,7 @@ class VulkanBackend(Backend):
         rows = np.arange(T, dtype=np.int32) if batch.return_logits else last[batch.sample].astype(np.int32)
         R = len(rows)
         need = Capacity(T, S, max(R, 1), tuple((g, t.shape[1]) for g, t in batch.block_tables.items()))
-        grows = self.buffers is None or not self.buffers.capacity.covers(need)
+        grows = self._outgrown(need)
         before = self._in_flight[-1] if self._in_flight else None
         if grows or any(step.batch.return_logits for step in self._in_flight):
             for step in self._in_flight:  # their ids (and logits: one buffer for every set) must be read first
@@ -215,6 +215,10 @@ class VulkanBackend(Backend):
 
     def measure_read_bandwidth(self, nbytes: int) -> float:
         return measure_read_bandwidth(self.kernels, self.mem, nbytes)
+
+    def _outgrown(self, need: Capacity) -> bool:
+        """Whether a step of `need` does not fit the step buffers (or there are none yet)."""
+        return self.buffers is None or not self.buffers.capacity.covers(need)
 
     def _ensure(self, need: Capacity) -> None:
         """Grow the step buffers (and record the graphs again) for a step that does not fit (no

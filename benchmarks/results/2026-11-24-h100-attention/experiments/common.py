@@ -69,6 +69,14 @@ def median_step(backend, batch: int, gen: int, on_step=None) -> float:
     return float(np.median(seconds[4:]))
 
 
+def warm(backend, batch: int, seconds: float = 1.0) -> None:
+    """Run decode steps of `batch` for `seconds` first, so that the GPU is clocked up (an idle H100
+    sits at 345 MHz)."""
+    start = time.time()
+    while time.time() - start < seconds:
+        median_step(backend, batch, 12)
+
+
 def logits_hashes(backend, batch: int, gen: int = 7) -> list[str]:
     """The logits rows of each decode step of `batch` random 128-token prompts run to `gen`
     tokens, hashed (sha1, 12 hex digits)."""
@@ -89,17 +97,15 @@ def alternate(backend, builds, here: Path, rounds: int = 3, before=None) -> None
                 before(swaps)
             use_build(backend, builds, swaps, here)
             for batch in (1, 32):
-                start = time.time()
-                while time.time() - start < 1.0:
-                    median_step(backend, batch, 12)
+                warm(backend, batch)
                 print(f"{label} 4b b{batch}: {median_step(backend, batch, 64) * 1e3:.3f} ms/step", flush=True)
 
 
-def backend_4b():
-    """A Vulkan backend with random 4b weights (seed 0)."""
+def backend_4b(**options):
+    """A Vulkan backend with random 4b weights (seed 0); `options` go to VulkanBackend."""
     from gemma_batch.backends.vulkan import VulkanBackend
     cfg = shape_config("4b")
-    backend = VulkanBackend(cfg)
+    backend = VulkanBackend(cfg, **options)
     backend.load_weights(random_tensors(cfg, 0))
     return backend
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "2026-11-24-h100-attention" / "experiments"))
-from common import backend_4b, file_variant, logits_hashes, median_step  # noqa: E402
+from common import backend_4b, file_variant, logits_hashes, median_step, warm  # noqa: E402
 from gemma_batch.backends.vulkan import graph as G  # noqa: E402
 from gemma_batch.backends.vulkan import kernels as Kmod  # noqa: E402
 from gemma_batch.backends.vulkan import step_buffers as SB  # noqa: E402
@@ -170,16 +170,12 @@ def main() -> None:
         for label in labels:
             setting(label)
             for batch in BATCHES:
-                start = time.time()
-                while time.time() - start < 1.0:
-                    median_step(backend, batch, 12)
+                warm(backend, batch)
                 print(f"{label} 4b b{batch}: {median_step(backend, batch, 64) * 1e3:.3f} ms/step", flush=True)
     backend.profile = True
     for label in labels:
         setting(label)
-        start = time.time()
-        while time.time() - start < 1.0:
-            median_step(backend, 1, 12)
+        warm(backend, 1)
         median_step(backend, 1, 8)
         prof = backend.profile_seconds()
         top = sorted(prof.items(), key=lambda kv: -kv[1])

@@ -5,16 +5,13 @@ COOP_TARGET_GROUPS and the shortest chunk). Settings alternate, after 1 s of war
 usage: skip.py [--chunks]"""
 import re
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "2026-11-24-h100-attention" / "experiments"))
-from common import median_step  # noqa: E402
-from gemma_batch.backends.vulkan import VulkanBackend, coop_tiles  # noqa: E402
+from common import backend_4b, median_step, warm  # noqa: E402
+from gemma_batch.backends.vulkan import coop_tiles  # noqa: E402
 from gemma_batch.backends.vulkan import graph as G  # noqa: E402
 from gemma_batch.backends.vulkan import kernels as Kmod  # noqa: E402
-from gemma_batch.bench.random_weights import random_tensors  # noqa: E402
-from gemma_batch.bench.shapes import shape_config  # noqa: E402
 
 MODE = {"skip": None, "barriers": True}
 REDUCES = r"^reduce_(post_norm_split|gated_split)"  # the three a layer (the last layer's and the LM head's stay)
@@ -42,24 +39,15 @@ G.StepGraph._dispatch, Kmod.Kernels._barrier = dispatch, barrier
 
 def measure(backend, label: str, batches=(1, 32)) -> None:
     for batch in batches:
-        start = time.time()
-        while time.time() - start < 1.0:
-            median_step(backend, batch, 12)
+        warm(backend, batch)
         print(f"{label} 4b b{batch}: {median_step(backend, batch, 64) * 1e3:.3f} ms/step", flush=True)
-
-
-def backend_4b(target: int, min_chunk: int) -> VulkanBackend:
-    coop_tiles.COOP_TARGET_GROUPS = target  # read by coop_chunks at each call
-    cfg = shape_config("4b")
-    backend = VulkanBackend(cfg, coop_min_chunk=min_chunk)
-    backend.load_weights(random_tensors(cfg, 0))
-    return backend
 
 
 def main() -> None:
     if "--chunks" in sys.argv:  # (target workgroups, shortest chunk): the shipped rule first
         for target, min_chunk in [(512, 256), (1024, 128), (1024, 256), (256, 256), (512, 256)]:
-            backend = backend_4b(target, min_chunk)
+            coop_tiles.COOP_TARGET_GROUPS = target  # read by coop_chunks at each call
+            backend = backend_4b(coop_min_chunk=min_chunk)
             cfg = backend.cfg
             qkv = cfg.q_width + 2 * cfg.kv_width
             chunks = [coop_tiles.coop_chunks(n, k, min_chunk) for n, k in
@@ -68,7 +56,7 @@ def main() -> None:
             measure(backend, f"target {target}, shortest {min_chunk}: chunks qkv/o/gate-up/down {chunks}")
             backend.close()
         return
-    backend = backend_4b(512, 256)
+    backend = backend_4b()
     for _ in range(2):
         for label, skip, barriers in SETTINGS:
             MODE.update(skip=skip, barriers=barriers)
