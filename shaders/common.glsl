@@ -16,11 +16,6 @@ layout(std430, set = 0, binding = 7) readonly buffer Meta {
 // attention_heads.glsl); the sums run chunk 0, 1, ... in order whatever it is.
 #define SUM_LOADS 8
 
-// The first k of K chunk c of `chunks` (matmul_coop.comp, matmul_coop_direct.comp): the chunks are
-// whole stages of 64 k, as even as that allows (chunk c: stages [c S / chunks, (c + 1) S / chunks)
-// of S = K / 64), so any count up to S cuts K (coop_tiles.coop_chunks).
-#define CHUNK_K(c, chunks, K) ((c) * ((K) / 64u) / (chunks) * 64u)
-
 // The last to finish runs what follows (a merge, an epilogue, a split): each workgroup makes its
 // writes visible and counts itself done on `counter` (a uint in a coherent buffer: zero at the
 // start of the step, reset by the last); all but the `count`-th to count return from the calling

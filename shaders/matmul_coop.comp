@@ -15,7 +15,7 @@
 // same order), so only this kernel's prefill tile is built for them.
 //
 // Sum order, the same for every M and every tile shape (batch invariance): K is cut into
-// pc.chunks chunks of whole stages of 64 k (common.glsl CHUNK_K); inside a chunk the 16-wide k blocks are accumulated in order; the chunks'
+// chunks of pc.kchunk; inside a chunk the 16-wide k blocks are accumulated in order; the chunks'
 // sums are then added in chunk order. For M <= pc.fold_rows (decode steps, and prefill steps
 // whose tiles alone would leave SMs idle: coop_tiles.coop_fold_rows) each chunk is its own
 // workgroup (more workgroups streaming weights) and reduce.comp adds the chunks; above it
@@ -85,7 +85,7 @@ layout(std430, binding = 4) readonly buffer W2Sb { uint u_scales[]; };
 layout(push_constant) uniform Push {
     uint N;
     uint K;
-    uint chunks;   // K chunks (CHUNK_K)
+    uint kchunk;   // K per chunk, a multiple of KU dividing K
     uint group;    // W_I4: weights per scale
     uint fold_rows;  // most rows whose chunks are workgroups of their own (above: summed in the workgroup)
 } pc;
@@ -141,7 +141,7 @@ void main() {
 #else
     uint M = meta.num_tokens;
 #endif
-    uint m_groups = (M + BM - 1) / BM, n_groups = pc.N / BN, chunks = pc.chunks;
+    uint m_groups = (M + BM - 1) / BM, n_groups = pc.N / BN, chunks = pc.K / pc.kchunk;
     bool fold = M > pc.fold_rows;
     uint id = linear_group();
     if (id >= m_groups * n_groups * (fold ? 1u : chunks)) return;
@@ -153,8 +153,7 @@ void main() {
     uint first = (tile / (most * n_groups)) * most, rest = tile - first * n_groups, size = min(most, m_groups - first);
     uint m0 = (first + rest % size) * BM;
     uint n0 = (rest / size) * BN;
-    uint k_begin = CHUNK_K(c_first, chunks, pc.K), k_end = fold ? pc.K : CHUNK_K(c_first + 1, chunks, pc.K);
-    uint c = c_first, c_end = CHUNK_K(c_first + 1, chunks, pc.K);  // the chunk being summed, its end
+    uint k_begin = c_first * pc.kchunk, k_end = fold ? pc.K : k_begin + pc.kchunk;
     uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID;
     uint sg_n = sg % SG_N, sg_m = sg / SG_N;
     uint K8 = pc.K / 8, xrow = pc.K / 4;  // pieces of 8 per W row, uvec4 per split x row
@@ -242,16 +241,15 @@ void main() {
                 }
             }
         }
-        if (k0 + KU == c_end) {  // a chunk ends: add its sum to the running total, in chunk order
+        uint done = k0 + KU - k_begin;
+        if (done % pc.kchunk == 0) {  // a chunk ends: add its sum to the running total, in chunk order
             [[unroll]] for (uint tn = 0; tn < TN; tn++) {
                 [[unroll]] for (uint tm = 0; tm < TM; tm++) {
-                    if (c == c_first) total[tn * TM + tm] = acc[tn * TM + tm];
+                    if (done == pc.kchunk) total[tn * TM + tm] = acc[tn * TM + tm];
                     else total[tn * TM + tm] = total[tn * TM + tm] + acc[tn * TM + tm];
                     acc[tn * TM + tm] = ACC(0.0);
                 }
             }
-            c++;
-            c_end = CHUNK_K(c + 1, chunks, pc.K);
         }
     }
     uint base = (fold ? 0u : c_first) * ((M + BM_PAD - 1) / BM_PAD * BM_PAD) * pc.N;

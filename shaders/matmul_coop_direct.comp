@@ -48,7 +48,7 @@ layout(std430, binding = 4) readonly buffer W2b { uvec4 u4[]; };
 layout(push_constant) uniform Push {
     uint N;
     uint K;
-    uint chunks;   // K chunks (CHUNK_K)
+    uint kchunk;   // K per chunk, a multiple of 16 KS dividing K
     uint group;    // unused (matmul_coop.comp's push layout)
     uint fold_rows;  // unused: at its sizes every chunk is a workgroup
 } pc;
@@ -66,7 +66,7 @@ void main() {
 #else
     uint M = meta.num_tokens;
 #endif
-    uint m_groups = (M + BM - 1) / BM, n_groups = (pc.N + BN - 1) / BN, chunks = pc.chunks;
+    uint m_groups = (M + BM - 1) / BM, n_groups = (pc.N + BN - 1) / BN, chunks = pc.K / pc.kchunk;
     // A workgroup per (chunk, row tile, column tile), or fewer looping over them (the LM head's
     // grid is capped at a few workgroups per SM, grids.py: no last partial wave).
     uint total = m_groups * n_groups * chunks, stride = gl_NumWorkGroups.x * gl_NumWorkGroups.y;
@@ -101,7 +101,7 @@ void main() {
             if (FRAGMENT_LOADS) wf[u * TN + tn] = buf[at_ + gl_SubgroupInvocationID]; \
             else coopMatLoad(wm[u * TN + tn], buf, at_, 2, gl_CooperativeMatrixLayoutRowMajor); }
 #define LOAD_W(kb) if (up) { LOAD_TILES(u4, kb) } else { LOAD_TILES(w4, kb) }
-        uint kb0 = CHUNK_K(c, chunks, pc.K) / 16, kb1 = CHUNK_K(c + 1, chunks, pc.K) / 16;
+        uint kb0 = c * (pc.kchunk / 16), kb1 = kb0 + pc.kchunk / 16;
         uvec4 xr[X_LOADS];
 #define LOAD_X(kb) [[unroll]] for (uint i = 0; i < X_LOADS; i++) { \
             uint e = tid + WG * i, row = e / (2 * XV), half_ = (e / XV) % 2; \

@@ -214,7 +214,7 @@ class StepGraph:
             loop = " loop" if rows and not fold and dtype in COOP_DIRECT_DTYPES else ""  # (grids.py)
             grid = (f"coopfold_{count} {chunks} {fold_rows}", tiles) if fold else (f"coop_{count} {chunks}{loop}", tiles)
             self._dispatch(coop_variant(gemm, dtype, fold), {**weights, 1: b.split, 2: b.partial},
-                           {"N": cols, "K": K, "chunks": chunks, "group": self.w.group, "fold_rows": fold_rows},
+                           {"N": cols, "K": K, "kchunk": K // chunks, "group": self.w.group, "fold_rows": fold_rows},
                            grid)
         if not reduce_chunks:
             return

@@ -10,7 +10,7 @@ import numpy as np
 PUSH_BYTES = 40  # the pipeline layout's push-constant range (Vulkan guarantees 128)
 
 _u, _f = np.uint32, np.float32
-_COOP_PUSH = np.dtype([("N", _u), ("K", _u), ("chunks", _u), ("group", _u), ("fold_rows", _u)])
+_COOP_PUSH = np.dtype([("N", _u), ("K", _u), ("kchunk", _u), ("group", _u), ("fold_rows", _u)])
 PUSH = {
     "embed": np.dtype([("H", _u), ("scale", _f), ("V", _u)]),
     "matmul": np.dtype([("N", _u), ("K", _u), ("eps", _f), ("num_heads", _u), ("num_kv_heads", _u), ("head_dim", _u),
