@@ -77,6 +77,23 @@ def warm(backend, batch: int, seconds: float = 1.0) -> None:
         median_step(backend, batch, 12)
 
 
+def measure(backend, label: str, batches=(1, 32)) -> None:
+    """Print the median decode step (64 new tokens) at each batch size, after 1 s of warm-up each."""
+    for batch in batches:
+        warm(backend, batch)
+        print(f"{label} 4b b{batch}: {median_step(backend, batch, 64) * 1e3:.3f} ms/step", flush=True)
+
+
+def settings_in_turn(backend, settings, apply, rounds: int = 2) -> None:
+    """`rounds` times, each (label, setting) of `settings` in turn: `apply(setting)`, the step
+    recorded again, `measure`."""
+    for _ in range(rounds):
+        for label, setting in settings:
+            apply(setting)
+            backend._drop_graph()
+            measure(backend, label)
+
+
 def logits_hashes(backend, batch: int, gen: int = 7) -> list[str]:
     """The logits rows of each decode step of `batch` random 128-token prompts run to `gen`
     tokens, hashed (sha1, 12 hex digits)."""
@@ -96,9 +113,7 @@ def alternate(backend, builds, here: Path, rounds: int = 3, before=None) -> None
             if before is not None:
                 before(swaps)
             use_build(backend, builds, swaps, here)
-            for batch in (1, 32):
-                warm(backend, batch)
-                print(f"{label} 4b b{batch}: {median_step(backend, batch, 64) * 1e3:.3f} ms/step", flush=True)
+            measure(backend, label)
 
 
 def backend_4b(**options):

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "2026-11-24-h100-attention" / "experiments"))
-from common import backend_4b, median_step, warm  # noqa: E402
+from common import backend_4b, settings_in_turn  # noqa: E402
 from gemma_batch.backends.vulkan import coop_tiles, graph, step_buffers  # noqa: E402
 from gemma_batch.bench.runner import prefilled_engine  # noqa: E402
 
@@ -52,13 +52,8 @@ def main() -> None:
         err = np.abs(got - ref).max() / np.abs(ref).max()
         print(f"{label}: logits against the shipped rule's, largest difference {err:.2e} of the largest; "
               f"argmax equal {np.array_equal(got.argmax(1), ref.argmax(1))}", flush=True)
-    for _ in range(2):
-        for label, rule in RULES.items():
-            RULE["now"] = rule
-            backend._drop_graph()
-            for batch in (1, 32):
-                warm(backend, batch)
-                print(f"{label} {rule or ''} 4b b{batch}: {median_step(backend, batch, 64) * 1e3:.3f} ms/step", flush=True)
+    settings_in_turn(backend, [(f"{label} {rule or ''}", rule) for label, rule in RULES.items()],
+                     lambda rule: RULE.update(now=rule))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "2026-11-24-h100-attention" / "experiments"))
-from common import backend_4b, median_step, warm  # noqa: E402
+from common import backend_4b, settings_in_turn  # noqa: E402
 from gemma_batch.backends.vulkan import graph as G  # noqa: E402
 from gemma_batch.backends.vulkan import kernels as Kmod  # noqa: E402
 
@@ -47,14 +47,8 @@ G.StepGraph._dispatch, Kmod.Kernels._barrier = dispatch, barrier
 
 
 def main() -> None:
-    backend = backend_4b()
-    for _ in range(2):
-        for label, twice, beside in SETTINGS:
-            MODE.update(twice=twice, beside=beside)
-            backend._drop_graph()
-            for batch in (1, 32):
-                warm(backend, batch)
-                print(f"{label} 4b b{batch}: {median_step(backend, batch, 64) * 1e3:.3f} ms/step", flush=True)
+    settings_in_turn(backend_4b(), [(label, (twice, beside)) for label, twice, beside in SETTINGS],
+                     lambda setting: MODE.update(twice=setting[0], beside=setting[1]))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "2026-11-24-h100-attention" / "experiments"))
-from common import backend_4b, median_step, warm  # noqa: E402
+from common import backend_4b, measure, settings_in_turn  # noqa: E402
 from gemma_batch.backends.vulkan import coop_tiles  # noqa: E402
 from gemma_batch.backends.vulkan import graph as G  # noqa: E402
 from gemma_batch.backends.vulkan import kernels as Kmod  # noqa: E402
@@ -37,12 +37,6 @@ def barrier(self, cb, *args, **kwargs):  # the barrier after each dispatch takes
 G.StepGraph._dispatch, Kmod.Kernels._barrier = dispatch, barrier
 
 
-def measure(backend, label: str, batches=(1, 32)) -> None:
-    for batch in batches:
-        warm(backend, batch)
-        print(f"{label} 4b b{batch}: {median_step(backend, batch, 64) * 1e3:.3f} ms/step", flush=True)
-
-
 def main() -> None:
     if "--chunks" in sys.argv:  # (target workgroups, shortest chunk): the shipped rule first
         for target, min_chunk in [(512, 256), (1024, 128), (1024, 256), (256, 256), (512, 256)]:
@@ -56,12 +50,8 @@ def main() -> None:
             measure(backend, f"target {target}, shortest {min_chunk}: chunks qkv/o/gate-up/down {chunks}")
             backend.close()
         return
-    backend = backend_4b()
-    for _ in range(2):
-        for label, skip, barriers in SETTINGS:
-            MODE.update(skip=skip, barriers=barriers)
-            backend._drop_graph()
-            measure(backend, label)
+    settings_in_turn(backend_4b(), [(label, (skip, barriers)) for label, skip, barriers in SETTINGS],
+                     lambda setting: MODE.update(skip=setting[0], barriers=setting[1]))
 
 
 if __name__ == "__main__":
