@@ -94,14 +94,19 @@ def settings_in_turn(backend, settings, apply, rounds: int = 2) -> None:
             measure(backend, label)
 
 
-def logits_hashes(backend, batch: int, gen: int = 7) -> list[str]:
-    """The logits rows of each decode step of `batch` random 128-token prompts run to `gen`
-    tokens, hashed (sha1, 12 hex digits)."""
+def decode_logits(backend, batch: int, gen: int = 7) -> list[np.ndarray]:
+    """The logits rows (float32 [batch, V]) of each decode step of `batch` random 128-token prompts
+    run to `gen` tokens."""
     engine, V, out = prefilled_engine(backend, batch, 128, gen), backend.cfg.vocab_size, []
     while engine.num_unfinished:
         engine.step()
-        out.append(hashlib.sha1(backend.mem.download(backend.buffers.logits, 4 * batch * V).tobytes()).hexdigest()[:12])
+        out.append(backend.mem.download(backend.buffers.logits, 4 * batch * V).view(np.float32).reshape(batch, V).copy())
     return out
+
+
+def logits_hashes(backend, batch: int, gen: int = 7) -> list[str]:
+    """`decode_logits`, each step's rows hashed (sha1, 12 hex digits)."""
+    return [hashlib.sha1(rows.tobytes()).hexdigest()[:12] for rows in decode_logits(backend, batch, gen)]
 
 
 def alternate(backend, builds, here: Path, rounds: int = 3, before=None) -> None:

@@ -11,34 +11,25 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "2026-11-24-h100-attention" / "experiments"))
-from common import backend_4b, settings_in_turn  # noqa: E402
+from common import backend_4b, decode_logits, settings_in_turn  # noqa: E402
 from gemma_batch.backends.vulkan import coop_tiles, graph, step_buffers  # noqa: E402
-from gemma_batch.bench.runner import prefilled_engine  # noqa: E402
 
 SHIPPED = coop_tiles.coop_chunks
 # K chunks of qkv / o / gate-up / down (4b: 32, 20, 160 and 20 column tiles of 128)
 RULES = {"shipped": None, "gate-up 3": (8, 8, 3, 16), "down 26": (8, 8, 2, 26), "gate-up 3, down 26": (8, 8, 3, 26),
          "qkv 16, gate-up 3, down 26": (16, 8, 3, 26), "all near 528": (16, 26, 3, 26), "down 24": (8, 8, 3, 24)}
 RULE = {"now": None}
+SHAPES = {(4096, 2560): 0, (2560, 2048): 1, (20480, 2560): 2, (2560, 10240): 3}  # (outputs, K): place in a rule
 
 
 def chunks(N: int, K: int, min_chunk: int = coop_tiles.COOP_MIN_CHUNK) -> int:
     rule = RULE["now"]
-    shapes = {(4096, 2560): 0, (2560, 2048): 1, (20480, 2560): 2, (2560, 10240): 3}
-    if rule is None or (N, K) not in shapes:
+    if rule is None or (N, K) not in SHAPES:
         return SHIPPED(N, K, min_chunk)
-    return rule[shapes[(N, K)]]
+    return rule[SHAPES[(N, K)]]
 
 
 coop_tiles.coop_chunks = graph.coop_chunks = step_buffers.coop_chunks = chunks
-
-
-def logits(backend, steps: int = 6) -> np.ndarray:
-    engine, V, out = prefilled_engine(backend, 1, 128, steps + 1), backend.cfg.vocab_size, []
-    while engine.num_unfinished:
-        engine.step()
-        out.append(backend.mem.download(backend.buffers.logits, 4 * V).view(np.float32).copy())
-    return np.stack(out)
 
 
 def main() -> None:
@@ -47,7 +38,7 @@ def main() -> None:
     for label, rule in RULES.items():
         RULE["now"] = rule
         backend._drop_graph()
-        got = logits(backend)
+        got = np.concatenate(decode_logits(backend, 1))  # 6 steps' rows
         ref = got if ref is None else ref
         err = np.abs(got - ref).max() / np.abs(ref).max()
         print(f"{label}: logits against the shipped rule's, largest difference {err:.2e} of the largest; "
