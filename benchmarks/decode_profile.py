@@ -4,10 +4,12 @@
                                            [--weights bf16|fp16|int8|int4] [--int4-group 32|64]
 
 Per batch size: a warm-up (the same run, repeated for at least the bench's WARMUP_SECONDS, so
-that the GPU's clocks have risen), then prefill `batch` random prompts in one step, decode to
-`gen-len` tokens, and print the prefill step's GPU time by kernel, the median decode step (wall),
-the GPU time of the last step by kernel (timestamps after every dispatch,
-`VulkanBackend(profile=True)`), and the weight bytes streamed per second. Complements
+that the GPU's clocks have risen), then prefill `batch` random prompts in the bench's steps (one,
+up to 8,192 tokens), decode to `gen-len` tokens, and print the last prefill step's GPU time by
+kernel; then, over the steps that decoded the whole batch (a multi-step prefill lets the first
+prompts decode early: `gen-len` must outlast it), the median step (wall), the last such step's GPU
+time by kernel (timestamps after every dispatch, `VulkanBackend(profile=True)`), and the weight
+bytes streamed per second. Complements
 `gemma-batch bench` (whole-run figures) when deciding which kernel to work on.
 """
 
@@ -20,7 +22,7 @@ import numpy as np
 
 from gemma_batch.backends.vulkan import VulkanBackend
 from gemma_batch.bench.random_weights import random_tensors, weight_bytes
-from gemma_batch.bench.runner import prefilled_engine, warm_up
+from gemma_batch.bench.runner import prefilled_engine, step_budget, warm_up
 from gemma_batch.bench.shapes import shape_config
 from gemma_batch.model.quant import FORMATS, WeightFormat
 
@@ -49,18 +51,24 @@ def main() -> None:
         engine = prefilled_engine(backend, batch, args.prompt_len, args.gen_len)
         prefill = backend.profile_seconds()
         kernels = ", ".join(f"{k} {v * 1e3:.3f}" for k, v in prefill.items())
-        print(f"{args.shape} {fmt} batch {batch}: prefill step of {batch * args.prompt_len} tokens, "
-              f"GPU {sum(prefill.values()) * 1e3:.2f} ms; GPU ms by kernel: {kernels}")
-        times = []
-        while engine.num_unfinished:
-            start = time.perf_counter()
+        print(f"{args.shape} {fmt} batch {batch}: prefill of {batch * args.prompt_len} tokens in steps of up "
+              f"to {step_budget(batch, args.prompt_len)}; its last step: GPU {sum(prefill.values()) * 1e3:.2f} ms; "
+              f"GPU ms by kernel: {kernels}")
+        times, kernels = [], {}
+        while engine.num_unfinished:  # time the steps that decode the whole batch
+            generated, start = engine.stats.generated_tokens, time.perf_counter()
             engine.step()
-            times.append(time.perf_counter() - start)
+            if engine.stats.generated_tokens - generated == batch:
+                times.append(time.perf_counter() - start)
+                kernels = backend.profile_seconds()
+        if len(times) < 3:
+            print(f"{args.shape} {fmt} batch {batch}: {len(times)} steps decoded the whole batch; "
+                  f"raise --gen-len past the prefill's steps")
+            continue
         step = float(np.median(times[2:]))
-        kernels = ", ".join(f"{k} {v * 1e3:.3f}" for k, v in backend.profile_seconds().items())
-        print(f"{args.shape} {fmt} batch {batch}: decode step {step * 1e3:.2f} ms, {batch / step:.0f} tok/s, "
-              f"weights {nbytes / step / 1e9:.0f} GB/s; GPU ms by kernel: {kernels}")
-
+        listed = ", ".join(f"{k} {v * 1e3:.3f}" for k, v in kernels.items())
+        print(f"{args.shape} {fmt} batch {batch}: decode step {step * 1e3:.2f} ms ({len(times)} steps of the whole "
+              f"batch), {batch / step:.0f} tok/s, weights {nbytes / step / 1e9:.0f} GB/s; GPU ms by kernel: {listed}")
 
 if __name__ == "__main__":
     main()

@@ -136,7 +136,7 @@ def run_bench(options: BenchOptions, command: str = "", log: TextIO | None = Non
 def run_case(backend: Backend, batch: int, prompt_len: int, gen_len: int, seed: int = 0) -> CaseRun:
     """Warm up, then time `batch` requests of `prompt_len` + `gen_len` tokens through a fresh engine."""
     cfg, length = backend.cfg, prompt_len + gen_len
-    budget = max(batch, min(batch * prompt_len, MAX_STEP_TOKENS))
+    budget = step_budget(batch, prompt_len)
     engine = Engine(backend, bench_kv_plan(backend, batch, length, min(budget, length)), None, batch, budget)
     rng, warm_rng = np.random.default_rng(seed), np.random.default_rng([seed, 1])
     # The warm-up reaches the run's longest context, so no buffer grows (and nothing is recorded again) later.
@@ -166,6 +166,11 @@ def run_case(backend: Backend, batch: int, prompt_len: int, gen_len: int, seed: 
                    stats.preemptions, backend.peak_memory())
 
 
+def step_budget(batch: int, prompt_len: int) -> int:
+    """Tokens a step may take: every prompt at once, up to MAX_STEP_TOKENS (at least one per sequence)."""
+    return max(batch, min(batch * prompt_len, MAX_STEP_TOKENS))
+
+
 def bench_kv_plan(backend: Backend, batch: int, length: int, max_chunk: int) -> KVPlan:
     """KV blocks for `batch` sequences of `length` tokens at once, plus one spare block each: the
     scheduler admits a sequence only while a block per running sequence stays free, and a
@@ -186,14 +191,17 @@ def bench_kv_plan(backend: Backend, batch: int, length: int, max_chunk: int) -> 
 
 
 def prefilled_engine(backend: Backend, batch: int, prompt_len: int, gen_len: int, seed: int = 0) -> Engine:
-    """An engine with `batch` random requests of `prompt_len` + `gen_len` tokens after its first
-    step, the whole prefill: what remains are decode steps (for the scripts in benchmarks/)."""
-    engine = Engine(backend, bench_kv_plan(backend, batch, prompt_len + gen_len, batch * prompt_len), None, batch,
-                    batch * prompt_len)
+    """An engine with `batch` random requests of `prompt_len` + `gen_len` tokens whose prefill is
+    done: what remains are decode steps (for the scripts in benchmarks/). The prefill takes one step
+    up to MAX_STEP_TOKENS prompt tokens, more beyond (as `run_case`'s)."""
+    budget = step_budget(batch, prompt_len)
+    engine = Engine(backend, bench_kv_plan(backend, batch, prompt_len + gen_len, min(budget, prompt_len + gen_len)),
+                    None, batch, budget)
     rng = np.random.default_rng(seed)
     for i in range(batch):
         engine.add(_request(rng, backend.cfg, i, prompt_len, gen_len))
-    engine.step()
+    while engine.stats.ttft_count < batch:  # a request's first token ends its prefill
+        engine.step()
     return engine
 
 
