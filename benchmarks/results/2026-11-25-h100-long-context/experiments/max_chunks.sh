@@ -17,5 +17,5 @@ for n in $variants; do
   grep -n "^MAX_CHUNKS" "$tree/gemma_batch/backends/vulkan/attention.py"
   (cd "$tree" && PYTHONPATH="$HOME/site:$tree" python3 -m gemma_batch bench --shape 4b --batch "$batches" \
      --prompt-len "$prompt" --gen-len "$gen" --backend vulkan --json "$OUT/max$n-p$prompt.json" > "$OUT/max$n-p$prompt.txt" 2>&1) || true
-  echo "MAX_CHUNKS $n, prompt $prompt:"; tail -4 "$OUT/max$n-p$prompt.txt" | cut -c1-200
+  echo "MAX_CHUNKS $n, prompt $prompt:"; tail -4 "$OUT/max$n-p$prompt.txt"
 done
