@@ -1,7 +1,7 @@
 #!/bin/bash
 # Attention's MAX_CHUNKS (the most chunks a query's keys are cut into before the span doubles):
 # the shipped 32 against 16 and 8, at long contexts. Each variant runs from a copy of the tree with
-# its attention SPIR-V (built here by sed on shaders/attention.comp, in spv-N/) and attention.py's
+# its attention SPIR-V for fp16 KV pages (built here by sed on shaders/attention.comp, in spv-N/) and attention.py's
 # MAX_CHUNKS changed. Run on the GPU machine from the repository root, after gpu_session.sh's setup:
 #   bash benchmarks/results/2026-11-25-h100-long-context/experiments/max_chunks.sh "32 16 8" "1,8,32" 2048 64
 set -e
