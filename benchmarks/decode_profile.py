@@ -50,25 +50,30 @@ def main() -> None:
         warm_up(one_round)
         engine = prefilled_engine(backend, batch, args.prompt_len, args.gen_len)
         prefill = backend.profile_seconds()
-        kernels = ", ".join(f"{k} {v * 1e3:.3f}" for k, v in prefill.items())
         print(f"{args.shape} {fmt} batch {batch}: prefill of {batch * args.prompt_len} tokens in steps of up "
               f"to {step_budget(batch, args.prompt_len)}; its last step: GPU {sum(prefill.values()) * 1e3:.2f} ms; "
-              f"GPU ms by kernel: {kernels}")
-        times, kernels = [], {}
+              f"GPU ms by kernel: {by_kernel(prefill)}")
+        times, decode = [], {}
         while engine.num_unfinished:  # time the steps that decode the whole batch
             generated, start = engine.stats.generated_tokens, time.perf_counter()
             engine.step()
             if engine.stats.generated_tokens - generated == batch:
                 times.append(time.perf_counter() - start)
-                kernels = backend.profile_seconds()
+                decode = backend.profile_seconds()
         if len(times) < 3:
             print(f"{args.shape} {fmt} batch {batch}: {len(times)} steps decoded the whole batch; "
                   f"raise --gen-len past the prefill's steps")
             continue
         step = float(np.median(times[2:]))
-        listed = ", ".join(f"{k} {v * 1e3:.3f}" for k, v in kernels.items())
         print(f"{args.shape} {fmt} batch {batch}: decode step {step * 1e3:.2f} ms ({len(times)} steps of the whole "
-              f"batch), {batch / step:.0f} tok/s, weights {nbytes / step / 1e9:.0f} GB/s; GPU ms by kernel: {listed}")
+              f"batch), {batch / step:.0f} tok/s, weights {nbytes / step / 1e9:.0f} GB/s; "
+              f"GPU ms by kernel: {by_kernel(decode)}")
+
+
+def by_kernel(seconds: dict[str, float]) -> str:
+    """`profile_seconds` as "name ms, name ms, ..."."""
+    return ", ".join(f"{k} {v * 1e3:.3f}" for k, v in seconds.items())
+
 
 if __name__ == "__main__":
     main()

@@ -136,8 +136,7 @@ def run_bench(options: BenchOptions, command: str = "", log: TextIO | None = Non
 def run_case(backend: Backend, batch: int, prompt_len: int, gen_len: int, seed: int = 0) -> CaseRun:
     """Warm up, then time `batch` requests of `prompt_len` + `gen_len` tokens through a fresh engine."""
     cfg, length = backend.cfg, prompt_len + gen_len
-    budget = step_budget(batch, prompt_len)
-    engine = Engine(backend, bench_kv_plan(backend, batch, length, min(budget, length)), None, batch, budget)
+    engine = bench_engine(backend, batch, prompt_len, gen_len)
     rng, warm_rng = np.random.default_rng(seed), np.random.default_rng([seed, 1])
     # The warm-up reaches the run's longest context, so no buffer grows (and nothing is recorded again) later.
     warm_gen = min(gen_len, WARMUP_TOKENS)
@@ -162,13 +161,20 @@ def run_case(backend: Backend, batch: int, prompt_len: int, gen_len: int, seed: 
         steps.append(StepTiming(end - started, end - step_start, backend.last_step_device_seconds(),
                                 stats.prefill_tokens - before[0], stats.generated_tokens - before[1],
                                 stats.ttft_count - before[2]))
-    return CaseRun(batch, prompt_len, gen_len, budget, steps, stats.prefill_tokens, stats.generated_tokens,
-                   stats.preemptions, backend.peak_memory())
+    return CaseRun(batch, prompt_len, gen_len, engine.scheduler.step_token_budget, steps, stats.prefill_tokens,
+                   stats.generated_tokens, stats.preemptions, backend.peak_memory())
 
 
 def step_budget(batch: int, prompt_len: int) -> int:
     """Tokens a step may take: every prompt at once, up to MAX_STEP_TOKENS (at least one per sequence)."""
     return max(batch, min(batch * prompt_len, MAX_STEP_TOKENS))
+
+
+def bench_engine(backend: Backend, batch: int, prompt_len: int, gen_len: int) -> Engine:
+    """An engine for `batch` requests of `prompt_len` + `gen_len` tokens at once, with the bench's
+    step budget (`step_budget`) and a KV cache of exactly that many sequences (`bench_kv_plan`)."""
+    budget, length = step_budget(batch, prompt_len), prompt_len + gen_len
+    return Engine(backend, bench_kv_plan(backend, batch, length, min(budget, length)), None, batch, budget)
 
 
 def bench_kv_plan(backend: Backend, batch: int, length: int, max_chunk: int) -> KVPlan:
@@ -193,14 +199,12 @@ def bench_kv_plan(backend: Backend, batch: int, length: int, max_chunk: int) -> 
 def prefilled_engine(backend: Backend, batch: int, prompt_len: int, gen_len: int, seed: int = 0) -> Engine:
     """An engine with `batch` random requests of `prompt_len` + `gen_len` tokens whose prefill is
     done: what remains are decode steps (for the scripts in benchmarks/). The prefill takes one step
-    up to MAX_STEP_TOKENS prompt tokens, more beyond (as `run_case`'s)."""
-    budget = step_budget(batch, prompt_len)
-    engine = Engine(backend, bench_kv_plan(backend, batch, prompt_len + gen_len, min(budget, prompt_len + gen_len)),
-                    None, batch, budget)
+    up to MAX_STEP_TOKENS prompt tokens, more beyond (`bench_engine`)."""
+    engine = bench_engine(backend, batch, prompt_len, gen_len)
     rng = np.random.default_rng(seed)
     for i in range(batch):
         engine.add(_request(rng, backend.cfg, i, prompt_len, gen_len))
-    while engine.stats.ttft_count < batch:  # a request's first token ends its prefill
+    while engine.num_unfinished and engine.stats.ttft_count < batch:  # a first token ends a prefill
         engine.step()
     return engine
 
