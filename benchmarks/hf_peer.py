@@ -41,6 +41,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def build_model(shape: str, seed: int, device: str) -> Gemma3ForCausalLM:
+    """`Gemma3ForCausalLM` of bench shape `shape`: random bf16 weights (seeded), sdpa, on `device`."""
+    torch.manual_seed(seed)
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device(device):
+        model = Gemma3ForCausalLM(Gemma3TextConfig(**SHAPES[shape], attn_implementation="sdpa")).eval()
+    synchronize(device)
+    return model
+
+
 def synchronize(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
@@ -93,13 +103,8 @@ def time_case(model: Gemma3ForCausalLM, device: str, batch: int, prompt_len: int
 def main(argv: list[str]) -> dict:
     args = parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    cfg = Gemma3TextConfig(**SHAPES[args.shape], attn_implementation="sdpa")
-    torch.manual_seed(args.seed)
-    torch.set_default_dtype(torch.bfloat16)
     started = time.perf_counter()
-    with torch.device(device):
-        model = Gemma3ForCausalLM(cfg).eval()
-    synchronize(device)
+    model = build_model(args.shape, args.seed, device)
     load_s = time.perf_counter() - started
     generator = torch.Generator().manual_seed(args.seed)
     name = torch.cuda.get_device_name() if device == "cuda" else "CPU"
@@ -112,25 +117,32 @@ def main(argv: list[str]) -> dict:
         print(f"transformers shape={args.shape} batch={batch} prompt={args.prompt_len} new={args.gen_len}: "
               f"{case['e2e_tokens_per_s']:.1f} generated tok/s end to end ({case['wall_s']:.2f} s), "
               f"prefill alone {case['prefill_tokens_per_s']:.0f} tok/s")
+    return write_report("hf_peer.py", argv, "generate", args.json, cases, {
+        "device": f"{device}: {name}",
+        "shape": args.shape,
+        "config": SHAPES[args.shape],
+        "dtype": "bf16",
+        "seed": args.seed,
+        "weight_init_s": load_s,
+    })
+
+
+def write_report(script: str, argv: list[str], how: str, path: str | None, cases: list[dict], run: dict) -> dict:
+    """A peer script's JSON report: the date, the command, transformers' and torch's versions (with
+    `how` the model ran), then `run`'s fields, and the cases. Written to `path` when given."""
     report = {
         "run": {
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": shlex.join(["python", "benchmarks/hf_peer.py", *argv]),
-            "peer": f"transformers {transformers.__version__}, torch {torch.__version__}, sdpa, generate",
-            "device": f"{device}: {name}",
-            "shape": args.shape,
-            "config": SHAPES[args.shape],
-            "dtype": "bf16",
-            "seed": args.seed,
-            "weight_init_s": load_s,
+            "command": shlex.join(["python", f"benchmarks/{script}", *argv]),
+            "peer": f"transformers {transformers.__version__}, torch {torch.__version__}, sdpa, {how}",
+            **run,
         },
         "cases": cases,
     }
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=2)
     return report
-
 
 if __name__ == "__main__":
     main(sys.argv[1:])
