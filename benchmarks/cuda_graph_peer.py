@@ -16,8 +16,8 @@ Modes, per batch size:
 Each mode: warm-up for at least `WARMUP_SECONDS`, then --steps steps timed one by one with CUDA
 events (GPU time of the step; no host work between replays). With --bench-json (a `gemma-batch
 bench` report of the same shape, batch sizes, prompt and gen lengths, from the same machine), the
-fraction of the roofline uses that report's bytes per decode step and measured read bandwidth:
-fraction = bytes per step / (median step * bandwidth), the bench's own definition.
+fraction of the roofline uses that report's bytes per decode step and measured read bandwidth, by
+the bench's own definition (`metrics.roofline_tokens_per_s`), over the median step.
 
     python benchmarks/cuda_graph_peer.py --shape 4b --batch 1,32 --bench-json bench.json --json cuda.json
 """
@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from hf_peer import build_model, write_report  # noqa: E402
 
+from gemma_batch.bench.metrics import roofline_tokens_per_s  # noqa: E402
 from gemma_batch.bench.runner import warm_up  # noqa: E402
 from gemma_batch.bench.shapes import SHAPES  # noqa: E402
 
@@ -181,7 +182,9 @@ def main(argv: list[str]) -> dict:
             row = bench.get(batch)
             if row is not None and bandwidth is not None:
                 case["decode_bytes_per_step"] = row["decode_bytes_per_step"]
-                case["bandwidth_fraction"] = row["decode_bytes_per_step"] / (case["step_ms_median"] / 1000 * bandwidth)
+                tokens_per_s = batch / (case["step_ms_median"] / 1000)
+                case["bandwidth_fraction"] = tokens_per_s / roofline_tokens_per_s(batch, row["decode_bytes_per_step"],
+                                                                                  bandwidth)
                 case["gemma_batch_step_ms_median"] = row["decode_step_ms_median"]
                 case["gemma_batch_bandwidth_fraction"] = row["bandwidth_fraction"]
             cases.append(case)

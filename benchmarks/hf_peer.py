@@ -144,5 +144,6 @@ def write_report(script: str, argv: list[str], how: str, path: str | None, cases
             json.dump(report, f, indent=2)
     return report
 
+
 if __name__ == "__main__":
     main(sys.argv[1:])
