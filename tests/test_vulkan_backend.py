@@ -175,8 +175,29 @@ def test_the_engine_sizes_the_step_buffers_once_for_its_plan(checkpoints):
     reserved = run()
     assert not grown
     backend.reserve = lambda *args: None
+    backend._drop_graph()  # as a fresh backend: no step buffers (the same plan would keep them)
     assert run() == reserved
     assert len(grown) >= 2  # the first step, then the 200-token prompt's wider block tables
+
+
+def test_a_new_engine_with_the_same_kv_plan_keeps_the_pages_and_the_recorded_steps(checkpoints, cpu_runs):
+    """A second engine on one backend with the same KV plan keeps the pages and the recorded steps
+    (recording them again takes about 2 s on a real model, with the GPU idle). Every page is filled
+    with NaN in between: its results are still the first engine's, bit for bit, so it reads no slot
+    it did not write. Another plan gets new pages, and the same results."""
+    backend = vulkan_backend(checkpoints["bf16"][0], "fp32")
+    pools = {"full_attention": 64, "sliding_attention": 20}
+    first = run_batched(backend, 7, block_size=4, num_blocks=pools)
+    graphs, pages = list(backend.graphs), {**backend.k_pages}
+    for page in [*backend.k_pages.values(), *backend.v_pages.values()]:
+        backend.mem.upload(page, np.full(page.size // 4, np.nan, np.float32))
+    second = run_batched(backend, 7, block_size=4, num_blocks=pools)
+    assert backend.graphs == graphs and backend.k_pages == pages
+    assert first[0] == second[0] == cpu_runs["bf16"][0]
+    assert all(np.array_equal(a, b) for a, b in zip(first[1], second[1]))
+    third = run_batched(backend, 7, block_size=4, num_blocks={**pools, "full_attention": 65})
+    assert all(backend.k_pages[layer] is not page for layer, page in pages.items())
+    assert third[0] == first[0] and all(np.array_equal(a, b) for a, b in zip(first[1], third[1]))
 
 
 @pytest.mark.parametrize("chunk", [DEFAULT_CHUNK, 3])

@@ -80,6 +80,7 @@ class VulkanBackend(Backend):
         self.k_pages: dict = {}
         self.v_pages: dict = {}
         self.block_size = 0
+        self._kv_blocks: dict[str, int] = {}  # what `allocate_kv` was last asked for
         self.buffers: StepBuffers | None = None
         self.graphs: list[StepGraph] = []  # one per input set of `buffers`
         self._in_flight: deque[_InFlight] = deque()  # submitted steps, oldest first
@@ -114,10 +115,17 @@ class VulkanBackend(Backend):
         return self.device.info.max_storage_buffer_range // (block_size * slot_bytes)
 
     def allocate_kv(self, num_blocks: Mapping[str, int], block_size: int) -> None:
+        """Pages as asked; the same request as the last keeps the pages and the recorded steps
+        (an engine writes every slot before reading it), since recording them again takes about
+        2 s at 4b and the GPU clocks down meanwhile (docs/PERFORMANCE.md, "A new engine on the
+        same pages")."""
         cfg = self.cfg
-        self._drop_graph()  # it points at the old pages
         while self._in_flight:  # an engine left steps running (it stopped early): nobody will take them
             self.device.wait(self._in_flight.popleft().slot)
+        if self.k_pages and (block_size, dict(num_blocks)) == (self.block_size, self._kv_blocks):
+            return
+        self._drop_graph()  # it points at the old pages
+        self._kv_blocks = {}
         for page in [*self.k_pages.values(), *self.v_pages.values()]:
             self.mem.free(page)
         self.k_pages, self.v_pages = {}, {}
@@ -128,6 +136,7 @@ class VulkanBackend(Backend):
             for layer in group.layers:
                 self.k_pages[layer] = self.mem.alloc(size, f"layer {layer} K pages ({group.name})")
                 self.v_pages[layer] = self.mem.alloc(size, f"layer {layer} V pages ({group.name})")
+        self._kv_blocks = dict(num_blocks)
 
     def reserve(self, max_tokens: int, max_seqs: int, max_blocks: Mapping[str, int]) -> None:
         """Size the step buffers and record the steps for the whole run: a step that outgrows them
