@@ -125,7 +125,7 @@ class VulkanBackend(Backend):
         if self.k_pages and (block_size, dict(num_blocks)) == (self.block_size, self._kv_blocks):
             return
         self._drop_graph()  # it points at the old pages
-        self._kv_blocks = {}
+        self._kv_blocks = {}  # matches no request until every new page is there (an allocation may fail)
         for page in [*self.k_pages.values(), *self.v_pages.values()]:
             self.mem.free(page)
         self.k_pages, self.v_pages = {}, {}
