@@ -80,7 +80,6 @@ class VulkanBackend(Backend):
         self.k_pages: dict = {}
         self.v_pages: dict = {}
         self.block_size = 0
-        self._kv_blocks: dict[str, int] = {}  # what `allocate_kv` was last asked for
         self.buffers: StepBuffers | None = None
         self.graphs: list[StepGraph] = []  # one per input set of `buffers`
         self._in_flight: deque[_InFlight] = deque()  # submitted steps, oldest first
@@ -115,28 +114,27 @@ class VulkanBackend(Backend):
         return self.device.info.max_storage_buffer_range // (block_size * slot_bytes)
 
     def allocate_kv(self, num_blocks: Mapping[str, int], block_size: int) -> None:
-        """Pages as asked; the same request as the last keeps the pages and the recorded steps
-        (an engine writes every slot before reading it), since recording them again takes about
-        2 s at 4b and the GPU clocks down meanwhile (docs/PERFORMANCE.md, "A new engine on the
-        same pages")."""
+        """Pages of the asked sizes. Pages of those sizes already there are kept, with the recorded
+        steps (an engine writes every slot before reading it): recording again takes about 2 s at
+        4b, with the GPU clocking down (docs/PERFORMANCE.md, "A new engine on the same pages")."""
         cfg = self.cfg
         while self._in_flight:  # an engine left steps running (it stopped early): nobody will take them
             self.device.wait(self._in_flight.popleft().slot)
-        if self.k_pages and (block_size, dict(num_blocks)) == (self.block_size, self._kv_blocks):
+        slot_bytes = kv_slot_bytes(self.kv_dtype, cfg.num_kv_heads, cfg.head_dim)
+        sizes = {layer: max(1, num_blocks[group.name]) * block_size * slot_bytes
+                 for group in cfg.kv_groups() for layer in group.layers}
+        if block_size == self.block_size and all(sizes == {layer: page.size for layer, page in pages.items()}
+                                                 for pages in (self.k_pages, self.v_pages)):
             return
         self._drop_graph()  # it points at the old pages
-        self._kv_blocks = {}  # matches no request until every new page is there (an allocation may fail)
         for page in [*self.k_pages.values(), *self.v_pages.values()]:
             self.mem.free(page)
         self.k_pages, self.v_pages = {}, {}
         self.block_size = block_size
-        slot_bytes = kv_slot_bytes(self.kv_dtype, cfg.num_kv_heads, cfg.head_dim)
         for group in cfg.kv_groups():
-            size = max(1, num_blocks[group.name]) * block_size * slot_bytes
             for layer in group.layers:
-                self.k_pages[layer] = self.mem.alloc(size, f"layer {layer} K pages ({group.name})")
-                self.v_pages[layer] = self.mem.alloc(size, f"layer {layer} V pages ({group.name})")
-        self._kv_blocks = dict(num_blocks)
+                self.k_pages[layer] = self.mem.alloc(sizes[layer], f"layer {layer} K pages ({group.name})")
+                self.v_pages[layer] = self.mem.alloc(sizes[layer], f"layer {layer} V pages ({group.name})")
 
     def reserve(self, max_tokens: int, max_seqs: int, max_blocks: Mapping[str, int]) -> None:
         """Size the step buffers and record the steps for the whole run: a step that outgrows them
