@@ -21,8 +21,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
+from gemma_batch.bench.metrics import prefill_flops  # noqa: E402
 from gemma_batch.bench.report import align  # noqa: E402
-from gemma_batch.bench.shapes import SHAPES  # noqa: E402
+from gemma_batch.bench.shapes import SHAPES, shape_config  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -60,6 +61,7 @@ def main(argv: list[str]) -> None:
 
     ours, peer = (json.loads((out / name).read_text()) for name in ("gemma-batch.json", "transformers.json"))
     rows = []
+    flops_per_token = prefill_flops(shape_config(args.shape), int(args.prompt_len)) / int(args.prompt_len)
     for a, b in zip(ours["cases"], peer["cases"]):
         rows.append({
             "batch": a["batch"],
@@ -69,6 +71,8 @@ def main(argv: list[str]) -> None:
             "gemma_batch_prefill_tokens_per_s": a["prefill_tokens_per_s"],
             "transformers_prefill_tokens_per_s": b["prefill_tokens_per_s"],
             "prefill_ratio": ratio(a["prefill_tokens_per_s"], b["prefill_tokens_per_s"]),
+            "gemma_batch_prefill_tflops": a["prefill_tokens_per_s"] * flops_per_token / 1e12,
+            "transformers_prefill_tflops": b["prefill_tokens_per_s"] * flops_per_token / 1e12,
         })
     (out / "side_by_side.json").write_text(json.dumps({"gemma_batch": ours["run"], "transformers": peer["run"],
                                                        "cases": rows}, indent=2) + "\n")
@@ -76,7 +80,8 @@ def main(argv: list[str]) -> None:
           f"per sequence, greedy\ngemma-batch: {ours['run']['backend']}\ntransformers: {peer['run']['peer']} "
           f"on {peer['run']['device']}\n")
     table = [["batch", "gemma-batch e2e tok/s", "transformers e2e tok/s", "ratio",
-              "gemma-batch prefill tok/s", "transformers prefill tok/s", "ratio"]]
+              "gemma-batch prefill tok/s", "transformers prefill tok/s", "ratio",
+              "gemma-batch prefill TFLOP/s", "transformers prefill TFLOP/s"]]
     for r in rows:
         table.append([str(r["batch"])] + [
             "n/a" if r[k] is None else f"{r[k]:,.2f}" if k.endswith("ratio") else f"{r[k]:,.1f}"

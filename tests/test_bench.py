@@ -18,8 +18,8 @@ from transformers import Gemma3TextConfig
 
 from gemma_batch.backends.base import StepBatch
 from gemma_batch.backends.cpu import CpuBackend
-from gemma_batch.bench.metrics import (CaseRun, StepTiming, case_metrics, decode_kv_bytes, roofline_tokens_per_s,
-                                      slow_steps)
+from gemma_batch.bench.metrics import (CaseRun, StepTiming, case_metrics, decode_kv_bytes, prefill_flops,
+                                      roofline_tokens_per_s, slow_steps)
 from gemma_batch.bench.random_weights import random_tensors, weight_bytes
 from gemma_batch.bench.runner import BenchError, BenchOptions, run_bench
 from gemma_batch.bench.shapes import SHAPES, shape_config
@@ -37,7 +37,7 @@ RUN_FIELDS = {
 }
 CASE_FIELDS = {
     "batch", "prompt_len", "gen_len", "step_token_budget", "steps", "prefill_steps", "decode_steps", "prefill_tokens",
-    "generated_tokens", "preemptions", "wall_s", "e2e_tokens_per_s", "prefill_tokens_per_s", "ttft_mean_s",
+    "generated_tokens", "preemptions", "wall_s", "e2e_tokens_per_s", "prefill_tokens_per_s", "prefill_tflops", "ttft_mean_s",
     "ttft_max_s", "decode_tokens_per_s", "decode_step_ms_median", "decode_device_ms_median", "decode_step_ms_mean",
     "decode_device_ms_mean", "decode_step_ms_max", "slow_decode_steps", "slow_decode_steps_on_device",
     "host_ms_per_decode_step", "host_percent_of_device", "peak_memory_bytes", "mean_decode_context",
@@ -198,6 +198,9 @@ def test_case_metrics_by_hand():
     groups = (KVGroup(FULL, (1,), None), KVGroup(SLIDING, (0,), 8))
     m = case_metrics(run, groups, {FULL: 100, SLIDING: 100}, weight_bytes=10_000, bandwidth=1e6)
     assert m["prefill_tokens_per_s"] == pytest.approx(160)  # 16 tokens in 0.1 s
+    assert m["prefill_tflops"] is None  # no FLOPs given
+    m = case_metrics(run, groups, {FULL: 100, SLIDING: 100}, weight_bytes=10_000, bandwidth=1e6, flops_per_prompt=3e12)
+    assert m["prefill_tflops"] == pytest.approx(2 * 3e12 / 0.1 / 1e12)  # two prompts in 0.1 s
     assert m["ttft_mean_s"] == m["ttft_max_s"] == 0.1
     assert m["decode_tokens_per_s"] == pytest.approx(6 / 0.06)
     assert m["e2e_tokens_per_s"] == pytest.approx(8 / 0.16)
@@ -213,6 +216,21 @@ def test_case_metrics_by_hand():
     assert m["decode_step_ms_max"] == pytest.approx(30)
     # 30 ms > 1.2 x 20 (the median); its device time, 20 ms, is not over 1.2 x 19: the host made it slow
     assert (m["slow_decode_steps"], m["slow_decode_steps_on_device"]) == (1, 0)
+
+
+@pytest.mark.parametrize("prompt_len", [1, 7, 40])
+def test_prefill_flops_counted_token_by_token(prompt_len):
+    """The closed form against a count over every matrix the model stores and every (query, key)
+    pair the masks let through, on a shape whose sliding window (8) is shorter than some prompts."""
+    cfg = shape_config("tiny")
+    per_layer = [shape for name, shape in tensor_shapes(cfg).items()
+                 if name.startswith("layers.0.") and len(shape) == 2]  # the layer's matrices, not its norms
+    linear = 2 * sum(math.prod(s) for s in per_layer) * cfg.num_layers * prompt_len
+    pairs = sum(min(t + 1, cfg.sliding_window) if kind == SLIDING else t + 1
+                for kind in cfg.layer_types for t in range(prompt_len))
+    attention = 2 * 2 * cfg.num_heads * cfg.head_dim * pairs  # Q.K^T and P.V: a multiply-add each per head dim
+    lm_head = 2 * cfg.vocab_size * cfg.hidden_size
+    assert prefill_flops(cfg, prompt_len) == linear + attention + lm_head
 
 
 def test_slow_steps_tell_the_host_from_the_device():

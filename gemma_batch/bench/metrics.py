@@ -14,6 +14,9 @@ it attends to, at the KV dtype's bytes per token (int8's scales included;
 with `context` the mean context of a decode step (prompt + gen/2: a sequence's decode steps see
 prompt + 1 ... prompt + gen - 1 tokens).
 
+Prefill is judged by the matrix units instead: `prefill_tflops` counts the products a prompt needs
+(`prefill_flops`), not what a backend happens to compute, so it compares across engines.
+
 Decode tokens/s (and so the fraction) is over the mean step; the step times shown are medians. Where
 they part, a few steps were slow: `slow_decode_steps` counts the decode steps over SLOW_STEP times the
 median wall step, and `slow_decode_steps_on_device` those of them whose device time was also over
@@ -26,7 +29,7 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..model.config import KVGroup
+from ..model.config import Gemma3Config, KVGroup
 
 SLOW_STEP = 1.2  # a decode step over 1.2x the median: the median step of 4b on the H100 varies ~1% between runs
 
@@ -66,6 +69,23 @@ def decode_kv_bytes(groups: tuple[KVGroup, ...], bytes_per_token: Mapping[str, i
     return round(batch * per_seq)
 
 
+def prefill_flops(cfg: Gemma3Config, prompt_len: int) -> int:
+    """Multiply-adds x 2 that one sequence's prompt of `prompt_len` tokens needs: per token and layer
+    the qkv, o, gate, up and down products, per layer the causal attention (Q.K^T and P.V over the
+    keys each query sees: all before it, at most the window on sliding layers), and the LM head once,
+    for the last token's logits. Norms, RoPE and softmax are left out."""
+    H, I, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+    q, kv = cfg.num_heads * hd, cfg.num_kv_heads * hd
+    linear = 2 * H * (q + 2 * kv) + 2 * q * H + 2 * H * 2 * I + 2 * I * H  # per token and layer
+    keys = {None: prompt_len * (prompt_len + 1) // 2}
+    for g in cfg.kv_groups():
+        if g.window is not None:
+            w = min(g.window, prompt_len)  # token t (0-based) sees min(t + 1, window) keys
+            keys[g.window] = w * (w + 1) // 2 + (prompt_len - w) * w
+    attention = sum(4 * q * keys[g.window] * len(g.layers) for g in cfg.kv_groups())
+    return prompt_len * cfg.num_layers * linear + attention + 2 * H * cfg.vocab_size
+
+
 def roofline_tokens_per_s(batch: int, bytes_per_step: int, bandwidth: float) -> float:
     """Decode tokens/s if each step took only the time to stream its bytes at `bandwidth` bytes/s."""
     return batch * bandwidth / bytes_per_step
@@ -93,14 +113,16 @@ def slow_steps(decode: list[StepTiming]) -> tuple[int, int | None]:
 
 
 def case_metrics(run: CaseRun, groups: tuple[KVGroup, ...], kv_bytes_per_token: Mapping[str, int],
-                 weight_bytes: int, bandwidth: float) -> dict:
+                 weight_bytes: int, bandwidth: float, flops_per_prompt: int | None = None) -> dict:
     """The case's JSON row (units in the names; None where a figure does not apply). `weight_bytes`:
-    every weight in the run's format; `kv_bytes_per_token`: per KV group, at the run's KV dtype."""
+    every weight in the run's format; `kv_bytes_per_token`: per KV group, at the run's KV dtype;
+    `flops_per_prompt`: `prefill_flops` of one request's prompt."""
     steps = run.steps
     prefill = [s for s in steps if s.prefill_tokens]
     decode = [s for s in steps if not s.prefill_tokens]
     wall = steps[-1].end_s
     first_token_times = [s.end_s for s in steps for _ in range(s.first_tokens)]
+    prefill_s = sum(s.wall_s for s in prefill)
     decode_wall = sum(s.wall_s for s in decode)
     decode_tps = sum(s.sampled_tokens for s in decode) / decode_wall if decode else None
     timed = [s for s in decode if s.device_s is not None]
@@ -127,7 +149,8 @@ def case_metrics(run: CaseRun, groups: tuple[KVGroup, ...], kv_bytes_per_token: 
         "preemptions": run.preemptions,
         "wall_s": wall,
         "e2e_tokens_per_s": run.generated_tokens / wall,
-        "prefill_tokens_per_s": run.prefill_tokens / sum(s.wall_s for s in prefill),
+        "prefill_tokens_per_s": run.prefill_tokens / prefill_s,
+        "prefill_tflops": run.batch * flops_per_prompt / prefill_s / 1e12 if flops_per_prompt else None,
         "ttft_mean_s": statistics.fmean(first_token_times),
         "ttft_max_s": max(first_token_times),
         "decode_tokens_per_s": decode_tps,

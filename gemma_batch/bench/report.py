@@ -39,6 +39,7 @@ def binary_size(nbytes: float) -> str:
 COLUMNS: list[Column] = [
     ("batch", lambda c: str(c["batch"])),
     ("prefill tok/s", _num("prefill_tokens_per_s")),
+    ("prefill TFLOP/s", _num("prefill_tflops", digits=1)),
     ("TTFT mean ms", _num("ttft_mean_s", 1000)),
     ("TTFT max ms", _num("ttft_max_s", 1000)),
     ("decode tok/s", _num("decode_tokens_per_s")),

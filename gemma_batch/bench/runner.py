@@ -32,7 +32,7 @@ from ..engine.sampling_params import SamplingParams
 from ..engine.stats import EngineStats
 from ..model.config import Gemma3Config
 from ..model.quant import WeightFormat
-from .metrics import CaseRun, StepTiming, case_metrics
+from .metrics import CaseRun, StepTiming, case_metrics, prefill_flops
 from .random_weights import random_tensors, weight_bytes_by_dtype
 from .report import binary_size
 from .shapes import SHAPES, shape_config
@@ -129,7 +129,8 @@ def run_bench(options: BenchOptions, command: str = "", log: TextIO | None = Non
             "bandwidth_test_bytes": options.bandwidth_bytes,
             "bandwidth_bytes_per_s": bandwidth,
         },
-        "cases": [case_metrics(run, groups, kv_per_token, nbytes, bandwidth) for run in runs],
+        "cases": [case_metrics(run, groups, kv_per_token, nbytes, bandwidth, prefill_flops(cfg, run.prompt_len))
+                  for run in runs],
     }
 
 
