@@ -132,7 +132,7 @@ layout(push_constant) uniform Push {
 // Specialised, the compiler folds their divisions, bounds and loop counts, and the binary shrinks:
 // a workgroup runs its code about once, and a dependent dispatch pays for fetching it (4b on the
 // H100: _split_qk 58 KiB against 79, batch-1 decode step 4.89-4.91 against 5.13-5.15 ms;
-// docs/PERFORMANCE.md, "Code size").
+// the journal, `git show 4d73df3:docs/PERFORMANCE.md`, "Code size").
 layout(constant_id = 7) const uint SPEC_HEAD_DIM = 0u;
 layout(constant_id = 8) const uint SPEC_NUM_HEADS = 0u;
 layout(constant_id = 9) const uint SPEC_NUM_KV_HEADS = 0u;

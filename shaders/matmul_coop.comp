@@ -34,7 +34,7 @@
 // so its x stays in L2 while the weights stream (once per group). Row tiles fastest, as in decode
 // steps, let x (168 MB of hi and lo at 4b's gate/up and 32 x 512 rows) leave L2 before the next
 // column tile reads it again: 4b on the H100, a layer's four matmuls at 16,384 rows took 38.6 ms
-// that way against 29.4-30.3 ms grouped (the 64 x 128 tile; docs/PERFORMANCE.md). The order sets
+// that way against 29.4-30.3 ms grouped (the 64 x 128 tile; docs/EXPERIMENTS.md, "Prefill tiles"). The order sets
 // no sum: every tile's sums are its own.
 //
 // Variants: W_T16 | W_I8 | W_I4; GATED (N = 2 I: output columns [0, I) from W at binding 0, [I, 2 I)

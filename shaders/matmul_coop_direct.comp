@@ -73,7 +73,7 @@ void main() {
     for (uint id = linear_group(); id < total; id += stride) {
         // K chunks fastest, then row tiles: neighbouring workgroups read neighbouring K ranges of the
         // same weight rows (4b on the H100, median step 5.36-5.38 against 5.41 ms at batch 1, 6.40-6.42
-        // against 6.41-6.45 at 32, with column tiles after row tiles and chunks last; docs/PERFORMANCE.md).
+        // against 6.41-6.45 at 32, with column tiles after row tiles and chunks last; the journal, `git show 4d73df3:docs/PERFORMANCE.md`).
         uint c = id % chunks;
         uint m0 = ((id / chunks) % m_groups) * BM;
         uint n0 = (id / (chunks * m_groups)) * BN + gl_SubgroupID * TN * 16;  // this subgroup's first output

@@ -26,7 +26,7 @@
 // The vec4 of a row an invocation holds: rows of up to 6 * 4 * 1024 = variants.GATED_SPLIT_MAX_ROW
 // values, set by kernels.Kernels for the model's (gated_row_vec, whole rounds of ACT_ROUND; 4b: 3).
 // Sized for the model the binary holds no code for vec4 past its rows: 4b on the H100, 40 KiB
-// against 78, median batch-32 decode step 5.64-5.67 against 5.71-5.73 ms (docs/PERFORMANCE.md).
+// against 78, median batch-32 decode step 5.64-5.67 against 5.71-5.73 ms (the journal, `git show 4d73df3:docs/PERFORMANCE.md`).
 layout(constant_id = 5) const uint ACT_VEC = 6u;
 #elif defined(GATED) && defined(SPLIT_NEXT)
 #define WG 512                // a piece of variants.GATED_SPLIT_PIECE = 4 WG columns a workgroup
@@ -200,7 +200,7 @@ void main() {
     // A workgroup per row: the chunks' sums times the row's scale (every chunk's loads in flight
     // at once), then post_norm_add and the next split. Before: a workgroup per 512 columns, the
     // row's last to finish normalising it; 4b on the H100, median decode step about 0.2 ms shorter
-    // at batch 1 and 0.17 ms at 32 (docs/PERFORMANCE.md).
+    // at batch 1 and 0.17 ms at 32 (the journal, `git show 4d73df3:docs/PERFORMANCE.md`).
     uint m = id;
     if (m >= M) return;
     vec4 v[EPI_VEC];
@@ -267,7 +267,7 @@ void main() {
     // The head's chunk sums (gather's, in chunk order) straight into vals, two neighbouring values
     // an invocation, every chunk's load in flight at once (head_dim <= 2 WG); then its epilogue.
     // Before: each value through gather() into y, then read back: 4b batch 32 on the H100, median
-    // decode step 5.927-5.939 against 5.939-5.974 ms (docs/PERFORMANCE.md).
+    // decode step 5.927-5.939 against 5.939-5.974 ms (docs/EXPERIMENTS.md, "The post-norm and gated reduces a workgroup per row").
     uint hd = pc.head_dim;
     if (2 * tid < hd) {
         vec2 s = vec2(0.0);

@@ -99,7 +99,7 @@ def test_matrices_the_cooperative_path_cannot_take_stay_as_they_are(checkpoints)
 
 def test_fragment_order_is_the_order_the_h100_driver_gives():
     """fragment_order.ORDER against the components coop_fragment_probe.comp read on the H100
-    (driver 580.159.04; benchmarks/results/2026-11-24-h100-weight-loads/out/8-probe.txt): lane
+    (driver 580.159.04; `git show 4d73df3:benchmarks/results/2026-11-24-h100-weight-loads/out/8-probe.txt`): lane
     4 g + t holds (g, 2t), (g, 2t + 1), (g, 2t + 8), (g, 2t + 9), then the same columns of row
     g + 8. (PTX's m16n8k16 A fragment has these elements, but a2, a3 in row g + 8.)"""
     expected = []

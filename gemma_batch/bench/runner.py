@@ -52,7 +52,7 @@ def warm_up(one_round: Callable[[], None]) -> None:
     ended (the bench, the peer and benchmarks/decode_profile.py warm up alike). The first round
     builds pipelines and records command buffers, host work during which the GPU idles: counted in
     the warm-up, it left a fresh process's first case (4b batch 1 on the H100) with its first
-    decode steps at low clocks, 15.4 and 7.2 ms against 4.8 (docs/PERFORMANCE.md)."""
+    decode steps at low clocks, 15.4 and 7.2 ms against 4.8 (docs/EXPERIMENTS.md, "Jobs with early stops")."""
     one_round()
     started = time.perf_counter()
     while time.perf_counter() - started < WARMUP_SECONDS:  # (true at once: at least one more round)

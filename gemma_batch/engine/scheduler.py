@@ -12,7 +12,7 @@ Small steps beside a full batch: where the backend names `small_step` (the most 
 hold at about a decode step's cost), a step in which at least half of `max_batch` sequences decode
 takes at most that many tokens, so that a new prompt is fed a chunk at a time beside them instead
 of all at once in a step several times as long (a 128-token prompt beside 31 decoding sequences
-added 15 ms to one step on the H100, 7 ms to four: docs/PERFORMANCE.md, "Steps recorded once per
+added 15 ms to one step on the H100, 7 ms to four: docs/EXPERIMENTS.md, "Steps recorded once per
 run, prompts fed beside a full batch in small steps"). Only while the prompt tokens the batch could
 take now (those of sequences in prefill, and of the waiting ones that would fill its free places)
 fit in SMALL_STEP_ROUNDS such steps: a longer backlog, fed that slowly, would leave places idle.

@@ -116,7 +116,7 @@ class VulkanBackend(Backend):
     def allocate_kv(self, num_blocks: Mapping[str, int], block_size: int) -> None:
         """Pages of the asked sizes. Pages of those sizes already there are kept, with the recorded
         steps (an engine writes every slot before reading it): recording again takes about 2 s at
-        4b, with the GPU clocking down (docs/PERFORMANCE.md, "A new engine on the same pages")."""
+        4b, with the GPU clocking down (docs/EXPERIMENTS.md, "A new engine on the same pages")."""
         cfg = self.cfg
         while self._in_flight:  # an engine left steps running (it stopped early): nobody will take them
             self.device.wait(self._in_flight.popleft().slot)
@@ -139,7 +139,7 @@ class VulkanBackend(Backend):
     def reserve(self, max_tokens: int, max_seqs: int, max_blocks: Mapping[str, int]) -> None:
         """Size the step buffers and record the steps for the whole run: a step that outgrows them
         waits while every step is recorded again (about 2 s at 4b on the H100), and the GPU idles
-        down meanwhile (docs/PERFORMANCE.md, "Steps recorded once per run")."""
+        down meanwhile (docs/EXPERIMENTS.md, "Steps recorded once per run")."""
         need = Capacity(max_tokens, max_seqs, max_seqs, tuple(sorted(max_blocks.items())))
         if self._outgrown(need):
             self._ensure(need)

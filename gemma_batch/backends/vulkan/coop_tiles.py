@@ -23,7 +23,7 @@ COOP_FOLD_TILE_ROWS = 128
 # tiles each in stages of 32 k (x hi and lo of 64 k would not fit in shared memory). 4b on the
 # H100, a layer's four matmuls at 4,096 / 16,384 rows with split inputs: 6.69-6.74 / 26.9-27.0
 # ms against the 64-output tile's 7.13-7.39 / 29.4-30.3 (both with grouped row tiles; with fp16
-# inputs this tile lost to `_wide`, 6.23 against 5.84-5.86 ms at 4,096 rows; docs/PERFORMANCE.md).
+# inputs this tile lost to `_wide`, 6.23 against 5.84-5.86 ms at 4,096 rows; the journal, `git show 4d73df3:docs/PERFORMANCE.md`).
 COOP_WIDE_DEFINES = ("SG_N=4", "SG_M=2", "TN=2", "TM=4")
 COOP_WIDE_SPLIT_DEFINES = ("SG_N=2", "SG_M=4", "TN=4", "TM=2", "KU=32")
 COOP_WIDE_COLS = 128

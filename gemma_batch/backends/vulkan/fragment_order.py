@@ -4,7 +4,7 @@
 a subgroup holds, and in which component. On NVIDIA's driver `coopMatLoad` of a row-major tile
 became four 4-byte loads a lane (580.159.04 on an H100). Stored in fragment order instead, a
 lane's 8 components are 16 contiguous bytes: one 16-byte load, and the 4b decode step took
-0.1 ms less at batch 1 and 0.2 ms less at batch 32 (docs/PERFORMANCE.md). The values multiplied,
+0.1 ms less at batch 1 and 0.2 ms less at batch 32 (docs/EXPERIMENTS.md, "Weight tiles in the matrix units' fragment order"). The values multiplied,
 and so every sum, are the same either way.
 
 The order the tiles are stored in is ORDER: lane l = 4 g + t holds rows g and g + 8, columns

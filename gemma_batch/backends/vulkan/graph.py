@@ -46,7 +46,7 @@ first layer's split before them). In decode steps of up to QK_IN_MAX_TOKENS toke
 attention sums qkv's chunks and runs its epilogue itself (attention.comp QK_IN; which layers may,
 coop_plan.py). Fewer is faster at small batches: on the H100 a dependent dispatch costs about
 9 us at 4b batch 1, whatever its work, most of it the first memory round trips of the kernel
-after the barrier (an empty dispatch costs about 1.6 us; docs/PERFORMANCE.md).
+after the barrier (an empty dispatch costs about 1.6 us; docs/EXPERIMENTS.md, "The post-norm reduce in two stages").
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ from .weights import DeviceWeights
 # Decode steps (each token its sequence's only one) of up to this many tokens make their heads in
 # attention, its sizes specialised in (the "decode" and "decode_rows" recordings). 4b on the H100,
 # median step: 5.33-5.35 against 5.42-5.44 ms at batch 1 before the specialisation; with it,
-# 5.07-5.15 against 5.34-5.35 at 16 and 5.74-5.75 against 5.91-5.93 at 32 (docs/PERFORMANCE.md,
+# 5.07-5.15 against 5.34-5.35 at 16 and 5.74-5.75 against 5.91-5.93 at 32 (docs/EXPERIMENTS.md,
 # "Code size"). Either way the same bits (tests/test_vulkan_attention.py): the choice may follow
 # the batch.
 QK_IN_MAX_TOKENS = 32
@@ -248,7 +248,7 @@ class StepGraph:
             lw, group = w.layers[layer], groups[layer]
             fuse = self.plan.layer(layer)
             # decode steps: attention sums qkv's chunks and runs the QK-norm, RoPE and KV store itself,
-            # its sizes specialised in (push_constants.SPECIALIZED; docs/PERFORMANCE.md, "Code size")
+            # its sizes specialised in (push_constants.SPECIALIZED; docs/EXPERIMENTS.md, "Code size")
             qk_in = self.mode in DECODE_MODES and fuse.heads_in_attention
             self._matmul(f"norm_qk_rope_{self.kv_name}", layer, "qkv", b.x, b.qkv, qkv_n, H,
                          lw["input_layernorm"], {9: lw["qk_norm"], 10: b.q, 11: inp.positions, 12: self.inv_freq[group.name],

@@ -28,7 +28,7 @@ from .variants import MATMUL_ROWS
 GRID_SLOTS = 64  # distinct indirect grids (3 uint32 each)
 # The LM head's decode matmul (2,049 tiles at 4b) as 4 workgroups an SM looping over the tiles,
 # not a workgroup a tile with a last partial wave: 4b on the H100 (132 SMs), median decode step
-# 5.29-5.30 against 5.36-5.37 ms at batch 1, 6.33-6.35 against 6.36-6.38 at 32 (docs/PERFORMANCE.md).
+# 5.29-5.30 against 5.36-5.37 ms at batch 1, 6.33-6.35 against 6.36-6.38 at 32 (the journal, `git show 4d73df3:docs/PERFORMANCE.md`).
 ROWS_GROUPS_PER_SM = 4
 MAX_GROUPS_X = 32768  # larger counts spread over y (common.glsl linear_group)
 
