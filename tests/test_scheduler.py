@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from gemma_batch.backends.base import Backend, StepBatch, StepResult
-from gemma_batch.engine.engine import Engine, Request
+from gemma_batch.engine.engine import AHEAD_ENV, Engine, Request
 from gemma_batch.engine.kv_plan import KVPlan, blocks_per_sequence, plan_kv
 from gemma_batch.engine.sampling_params import SamplingParams
 from gemma_batch.engine.scheduler import SMALL_STEP_ROUNDS
@@ -198,6 +198,24 @@ def test_scheduling_ahead_finishes_identically_with_stops_and_late_requests(seed
         assert done == sync and sorted(done) == list(range(len(requests)))
         assert preemptions > 0
     assert any(reason == "stop" for _, reason in sync.values())  # some sequences stopped early
+
+
+@pytest.mark.parametrize("value, ahead", [(None, 2), ("", 2), (" 1 ", 1), ("0", 0), ("off", ValueError)])
+def test_steps_ahead_from_the_environment(monkeypatch, value, ahead):
+    """GEMMA_BATCH_SCHEDULE_AHEAD: a count of steps; unset or empty is the default (2), a word is
+    refused, not read as a switch."""
+    cfg = tiny_config()
+    if value is None:
+        monkeypatch.delenv(AHEAD_ENV, raising=False)
+    else:
+        monkeypatch.setenv(AHEAD_ENV, value)
+    overlapping = type("Overlapping", (RecordingBackend,), {"overlaps": True})  # as the Vulkan backend
+    make = lambda: Engine(overlapping(cfg), plan_for(cfg, 8, 2, 16, 4), None, 2, 16)  # noqa: E731
+    if ahead is ValueError:
+        with pytest.raises(ValueError, match="GEMMA_BATCH_SCHEDULE_AHEAD='off'"):
+            make()
+    else:
+        assert make().schedule_ahead == ahead
 
 
 def test_a_steps_prefill_tokens_count_when_it_is_waited_for():

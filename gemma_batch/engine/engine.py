@@ -113,7 +113,7 @@ class Engine:
         if schedule_ahead and on_step is not None:
             raise ValueError("an on_step hook needs each step's results before the next is scheduled")
         if schedule_ahead is None:
-            wanted = os.environ.get(AHEAD_ENV, str(DEFAULT_AHEAD))
+            wanted = os.environ.get(AHEAD_ENV, "").strip() or str(DEFAULT_AHEAD)  # unset or empty: the default
             if not wanted.isdigit():
                 raise ValueError(f"{AHEAD_ENV}={wanted!r}: expected the number of steps to submit ahead (0, 1, 2)")
             schedule_ahead = int(wanted) if backend.overlaps and on_step is None else 0
