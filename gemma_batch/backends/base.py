@@ -144,6 +144,13 @@ class Backend(ABC):
         sequences whose block tables hold up to `max_blocks[group]` entries (after `allocate_kv`),
         so that no such step has to wait for it mid-run. Default: nothing to do."""
 
+    def max_step_tokens(self, max_seqs: int, max_blocks: Mapping[str, int]) -> int | None:
+        """The most tokens one step can hold on this device, for steps of up to `max_seqs` sampled
+        sequences whose block tables hold up to `max_blocks[group]` entries (as in `reserve`;
+        after `allocate_kv`), or None for no limit. The engine keeps its step budget within it, so
+        that no step of a planned run fails on a device limit. Default: no limit."""
+        return None
+
     def last_step_device_seconds(self) -> float | None:
         """Time the device spent executing the last step (GPU timestamps), or None where the
         device and the host are the same (the CPU backend): benchmarks subtract it from a step's

@@ -94,6 +94,8 @@ class Engine:
         schedule_ahead: int | None = None,
     ) -> None:
         """`tokenizer` is needed for text and stop strings; without it completions carry ids only.
+        `step_token_budget`: the most tokens a step takes, lowered to what the backend can hold
+        (`Backend.max_step_tokens`; `scheduler.step_token_budget` is the one in force).
         `on_step` sees each step's request ids, batch and result (and asks for all logits).
         `schedule_ahead`: how many steps are scheduled and submitted ahead of the one being
         waited for (0: one step at a time; default: DEFAULT_AHEAD where the backend overlaps,
@@ -104,6 +106,12 @@ class Engine:
         self.groups = backend.cfg.kv_groups()
         self.block_size = plan.block_size
         self.kv = KVCacheManager(self.groups, plan.num_blocks, plan.block_size)
+        backend.allocate_kv(plan.num_blocks, plan.block_size)
+        widths = {g.name: -(-plan.max_model_len // plan.block_size) for g in self.groups}  # tables span every position
+        # A step the device cannot hold is never planned: the budget stays within the backend's limit.
+        limit = backend.max_step_tokens(max_batch, widths)
+        if limit is not None:
+            step_token_budget = max(max_batch, min(step_token_budget, limit))
         small_step = backend.small_step if switched_on(SMALL_STEPS_ENV) else None
         self.scheduler = Scheduler(self.kv, max_batch, step_token_budget, small_step)
         self.stats = EngineStats()
@@ -122,9 +130,7 @@ class Engine:
                              f"{backend.MAX_IN_FLIGHT - 1} besides the one waited for")
         self.schedule_ahead = schedule_ahead
         self._in_flight: deque[_Submitted] = deque()  # submitted ahead by earlier `step`s, not waited for
-        backend.allocate_kv(plan.num_blocks, plan.block_size)
-        backend.reserve(step_token_budget, max_batch, {
-            g.name: -(-plan.max_model_len // plan.block_size) for g in self.groups})  # tables span every position
+        backend.reserve(step_token_budget, max_batch, widths)
 
     @property
     def num_unfinished(self) -> int:

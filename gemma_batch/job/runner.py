@@ -114,6 +114,9 @@ def run_job(spec: JobSpec, log: TextIO | None = None, out: TextIO | None = None)
             store.abandon()
             raise JobFailed(str(e)) from None
         print(f"model: {spec.model} loaded in {time.perf_counter() - load_started:.1f} s", file=log)
+        if (budget := engine.scheduler.step_token_budget) < spec.max_step_tokens:
+            print(f"notice: steps of at most {budget} tokens, not --max-step-tokens {spec.max_step_tokens}: "
+                  f"a longer step's buffers would not fit {backend.identity}", file=log)
         for line in weights.note:
             print(f"  {line}", file=log)
         requests = RowRequests(tokenizer, frozenset(cfg.eos_token_ids), spec.sampling, plan.max_model_len)

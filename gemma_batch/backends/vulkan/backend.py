@@ -40,7 +40,7 @@ from .coop_tiles import COOP_FOLD_ROWS, COOP_MIN_CHUNK
 from .kernels import Kernels
 from .variants import ATTENTION_MAX_GROUP, ATTENTION_MAX_QUERIES, POST_NORM_MAX_ROW, matmul_cols
 from .memory import Memory
-from .step_buffers import Capacity, StepBuffers
+from .step_buffers import MOST_STEP_TOKENS, Capacity, StepBuffers, first_capacity, scratch_sizes
 from .weights import DeviceWeights
 
 # --kv-dtype -> suffix of the KV-page kernel variants (variants.KV_DEFINES)
@@ -144,6 +144,25 @@ class VulkanBackend(Backend):
         if self._outgrown(need):
             self._ensure(need)
 
+    def max_step_tokens(self, max_seqs: int, max_blocks: Mapping[str, int]) -> int | None:
+        """The step buffers grow in doubles of `first_capacity`'s tokens (`_ensure`): the largest such
+        capacity whose every scratch buffer fits the device's largest storage buffer (at 27b with
+        32 attention chunks a query, 8,192 tokens would need a 4 GiB buffer of partial results)."""
+        limit = self.device.info.max_storage_buffer_range
+        coop = self.coop_min_chunk if self.device.coopmat else None
+        widths = tuple(sorted(max_blocks.items()))
+
+        def fits(tokens: int) -> bool:
+            capacity = first_capacity(widths).grown_to(Capacity(tokens, max_seqs, max_seqs, widths))
+            sizes = scratch_sizes(self.cfg, capacity, self.block_size, self.attention_chunk, coop,
+                                  self.device.info.sm_count)
+            return all(size <= limit for size, _ in sizes.values())
+
+        tokens = first_capacity(widths).tokens
+        while tokens < MOST_STEP_TOKENS and fits(2 * tokens):
+            tokens *= 2
+        return tokens
+
     def step(self, batch: StepBatch) -> StepResult:
         if self._in_flight:
             raise RuntimeError("step() with steps in flight: wait() for them first")
@@ -232,8 +251,7 @@ class VulkanBackend(Backend):
         step may be running: `submit` finishes the one before first)."""
         if not self.k_pages:
             raise RuntimeError("allocate_kv must be called before step")
-        start = Capacity(64, 32, 32, tuple((g, 16) for g, _ in need.widths))
-        capacity = (self.buffers.capacity if self.buffers is not None else start).grown_to(need)
+        capacity = (self.buffers.capacity if self.buffers is not None else first_capacity(need.widths)).grown_to(need)
         self._drop_graph()
         coop = self.coop_min_chunk if self.device.coopmat else None
         self.buffers = StepBuffers(self.cfg, self.mem, capacity, self.block_size, self.attention_chunk, coop,

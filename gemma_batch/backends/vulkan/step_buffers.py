@@ -65,6 +65,15 @@ class Capacity:
                         tuple((g, up(mine.get(g, 1), w)) for g, w in need.widths))
 
 
+MOST_STEP_TOKENS = 1 << 20  # where `VulkanBackend.max_step_tokens` stops looking
+
+
+def first_capacity(widths: tuple[tuple[str, int], ...]) -> Capacity:
+    """The capacity the step buffers start from, for block tables of these KV groups; it doubles
+    from there (`Capacity.grown_to`)."""
+    return Capacity(64, 32, 32, tuple((g, 16) for g, _ in widths))
+
+
 def coop_matmuls(cfg: Gemma3Config) -> dict[str, tuple[int, int, int, bool]]:
     """The step's matmuls as the cooperative path sees them: key -> (N per weight, weights, K,
     rows are logits rows); gate and up are one matmul of 2 I outputs."""
@@ -136,6 +145,46 @@ def _fill_params(params: np.ndarray, batch: StepBatch, rows: np.ndarray) -> None
     params["key1"][sampled] = s.keys[take, 1]
 
 
+def scratch_sizes(cfg: Gemma3Config, capacity: Capacity, block_size: int, attention_chunk: int,
+                  coop_min_chunk: int | None, sm_count: int) -> dict[str, tuple[int, str]]:
+    """Each device-local scratch buffer of `StepBuffers` for `capacity`: attribute -> (bytes, label).
+    Arguments as `StepBuffers`'."""
+    T, R = capacity.tokens, capacity.rows
+    H, I, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
+    widths = dict(capacity.widths)
+    chunks = max(most_chunks(np.arange(widths[g.name] * block_size), g.window, attention_chunk)
+                 for g in cfg.kv_groups())
+    records = T * cfg.num_kv_heads * chunks if chunks > 1 else 0
+    heads = cfg.num_heads + 2 * cfg.num_kv_heads
+    # The cooperative path: split rows [hi K | lo K] fp16 with their scales, and partial sums.
+    coop = {} if coop_min_chunk is None else {  # (outputs, K, rows) of each matmul on the path
+        key: (N * weights, K, R if rows else T) for key, (N, weights, K, rows) in coop_matmuls(cfg).items()
+        if coop_fits(N, K)}
+    M = max(T, R) if coop else 0
+
+    def partial_floats(N: int, K: int, rows: int) -> int:
+        chunks = coop_chunks(N, K, coop_min_chunk)
+        return coop_partial_floats(rows, N, chunks, coop_fold_rows_bound(N, chunks, sm_count))
+
+    return {
+        "x": (4 * T * H, "residual stream"),
+        "qkv": (4 * T * (cfg.q_width + 2 * cfg.kv_width), "qkv activations"),
+        "q": (4 * T * cfg.q_width, "queries"),
+        "attn": (4 * T * cfg.q_width, "attention output"),
+        "y": (4 * T * H, "projection output"),
+        "act": (4 * T * I, "MLP activations"),
+        "logits": (4 * R * V, f"logits of {R} rows"),
+        "counters": (4 * -(-T // MATMUL_ROWS) * heads, "epilogue counters"),
+        "part_acc": (4 * records * cfg.q_width // cfg.num_kv_heads, f"attention partials ({chunks} chunks)"),
+        "part_ml": (4 * records * 2 * cfg.num_heads // cfg.num_kv_heads, "attention partial maxima and sums"),
+        "attn_counters": (4 * T * (cfg.num_kv_heads + 1), "attention merge and row counters"),
+        "split": (4 * M * max([K for _, K, _ in coop.values()], default=0), "split matmul inputs"),
+        "split_scale": (4 * M, "split row scales"),
+        "row_sync": (4 * 2 * max(M, 1), "row counters and maxima (reduce.comp)"),
+        "partial": (4 * max([partial_floats(*shape) for shape in coop.values()], default=0), "matmul partial sums"),
+    }
+
+
 class StepBuffers:
     def __init__(self, cfg: Gemma3Config, memory: Memory, capacity: Capacity, block_size: int,
                  attention_chunk: int, coop_min_chunk: int | None, sets: int, sm_count: int) -> None:
@@ -145,39 +194,16 @@ class StepBuffers:
         shape fits, whatever its weights' dtype, on a device of `sm_count` SMs (0: unknown;
         coop_tiles.coop_fold_rows)."""
         self.cfg, self.mem, self.capacity = cfg, memory, capacity
-        T, R = capacity.tokens, capacity.rows
         self.inputs = tuple(StepInputs(memory, capacity, f"set {i}") for i in range(sets))
+        size = scratch_sizes(cfg, capacity, block_size, attention_chunk, coop_min_chunk, sm_count)
         dev = memory.alloc
-        H, I, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
-        qkv_width = cfg.q_width + 2 * cfg.kv_width
-        self.x = dev(4 * T * H, "residual stream")
-        self.qkv = dev(4 * T * qkv_width, "qkv activations")
-        self.q = dev(4 * T * cfg.q_width, "queries")
-        self.attn = dev(4 * T * cfg.q_width, "attention output")
-        self.y = dev(4 * T * H, "projection output")
-        self.act = dev(4 * T * I, "MLP activations")
-        self.logits = dev(4 * R * V, f"logits of {R} rows")
-        heads = cfg.num_heads + 2 * cfg.num_kv_heads
-        self.counters = dev(4 * -(-T // MATMUL_ROWS) * heads, "epilogue counters")
-        widths = dict(capacity.widths)
-        chunks = max(most_chunks(np.arange(widths[g.name] * block_size), g.window, attention_chunk)
-                     for g in cfg.kv_groups())
-        records = T * cfg.num_kv_heads * chunks if chunks > 1 else 0
-        self.part_acc = dev(4 * records * cfg.q_width // cfg.num_kv_heads, f"attention partials ({chunks} chunks)")
-        self.part_ml = dev(4 * records * 2 * cfg.num_heads // cfg.num_kv_heads, "attention partial maxima and sums")
-        self.attn_counters = dev(4 * T * (cfg.num_kv_heads + 1), "attention merge and row counters")
-        # The cooperative path: split rows [hi K | lo K] fp16 with their scales, and partial sums.
-        coop = {} if coop_min_chunk is None else {  # (outputs, K, rows) of each matmul on the path
-            key: (N * weights, K, R if rows else T) for key, (N, weights, K, rows) in coop_matmuls(cfg).items()
-            if coop_fits(N, K)}
-        M = max(T, R) if coop else 0
-        self.split = dev(4 * M * max([K for _, K, _ in coop.values()], default=0), "split matmul inputs")
-        self.split_scale = dev(4 * M, "split row scales")
-        self.row_sync = dev(4 * 2 * max(M, 1), "row counters and maxima (reduce.comp)")
-        def partial_floats(N: int, K: int, rows: int) -> int:
-            chunks = coop_chunks(N, K, coop_min_chunk)
-            return coop_partial_floats(rows, N, chunks, coop_fold_rows_bound(N, chunks, sm_count))
-        self.partial = dev(4 * max([partial_floats(*shape) for shape in coop.values()], default=0), "matmul partial sums")
+        self.x, self.qkv, self.q = dev(*size["x"]), dev(*size["qkv"]), dev(*size["q"])
+        self.attn, self.y, self.act = dev(*size["attn"]), dev(*size["y"]), dev(*size["act"])
+        self.logits, self.counters = dev(*size["logits"]), dev(*size["counters"])
+        self.part_acc, self.part_ml = dev(*size["part_acc"]), dev(*size["part_ml"])
+        self.attn_counters = dev(*size["attn_counters"])
+        self.split, self.split_scale = dev(*size["split"]), dev(*size["split_scale"])
+        self.row_sync, self.partial = dev(*size["row_sync"]), dev(*size["partial"])
         self.dummy = self.inputs[0].meta
 
     def all(self) -> list[Buffer]:
