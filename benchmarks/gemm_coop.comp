@@ -6,7 +6,7 @@
 // of KU = 64 k it copies A and B [128, 64] to shared memory with 16-byte loads (the next stage's
 // loads are issued before this stage's multiplies), then each subgroup multiplies its 32 x 64
 // block (2 x 4 tiles). M, N multiples of the tile, K of KU. The defaults were the fastest of the
-// five shapes tried on the H100 (docs/PERFORMANCE.md); -DBM=.. -DBN=.. -DKU=.. -DSGM=.. build
+// five shapes tried on the H100 (the journal, `git show 4d73df3:docs/PERFORMANCE.md`); -DBM=.. -DBN=.. -DKU=.. -DSGM=.. build
 // others. Not part of the engine: the engine's matmuls are shaders/matmul_coop.comp.
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
