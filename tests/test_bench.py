@@ -20,13 +20,15 @@ from gemma_batch.backends.base import StepBatch
 from gemma_batch.backends.cpu import CpuBackend
 from gemma_batch.bench.metrics import (CaseRun, StepTiming, case_metrics, decode_kv_bytes, prefill_flops,
                                       roofline_tokens_per_s, slow_steps)
+from gemma_batch.bench.random_checkpoint import write_random_checkpoint
 from gemma_batch.bench.random_weights import random_tensors, weight_bytes
 from gemma_batch.bench.runner import BenchError, BenchOptions, run_bench
 from gemma_batch.bench.shapes import SHAPES, shape_config
-from gemma_batch.model.checkpoint import to_float32
+from gemma_batch.model.checkpoint import Checkpoint, to_float32
 from gemma_batch.model.config import FULL, SLIDING, Gemma3Config, KVGroup
 from gemma_batch.model.quant import QuantizedTensor, WeightFormat
 from gemma_batch.model.quant_cache import convert
+from gemma_batch.model.tokenizer import Tokenizer
 from gemma_batch.model.weights import tensor_shapes
 from tests.test_run_job import gemma_batch
 
@@ -320,3 +322,22 @@ def test_shapes_resolve_as_transformers_resolves_them(name):
     """The peer builds its model from the same dict: both sides must run the same shape."""
     theirs = Gemma3TextConfig(**SHAPES[name]).to_dict()
     assert Gemma3Config.from_dict({**theirs, "architectures": ["Gemma3ForCausalLM"]}) == shape_config(name)
+
+
+def test_a_random_checkpoint_loads_as_a_real_one(tmp_path):
+    """`write_random_checkpoint`'s directory is read by the checkpoint loader like a Hugging Face
+    one: the shape's config (but the last id as end of sequence, past the tokenizer's 4,096 pieces at
+    every real shape), every tensor under its Hugging Face name with `random_tensors`' values;
+    written again, it is kept."""
+    directory = write_random_checkpoint("tiny", tmp_path / "tiny")
+    cfg = Gemma3Config.from_dir(directory)
+    assert replace(cfg, eos_token_ids=()) == replace(shape_config("tiny"), eos_token_ids=())
+    assert cfg.eos_token_ids == (cfg.vocab_size - 1,)
+    assert Tokenizer.from_file(directory / "tokenizer.model").vocab_size < shape_config("1b").vocab_size
+    loaded = dict(Checkpoint.open(directory, cfg).tensors())
+    expected = dict(random_tensors(cfg))
+    assert loaded.keys() == expected.keys()
+    assert all(np.array_equal(loaded[n].data, expected[n].data) and loaded[n].dtype == expected[n].dtype for n in loaded)
+    written = (directory / "model.safetensors").stat().st_mtime_ns
+    write_random_checkpoint("tiny", directory)
+    assert (directory / "model.safetensors").stat().st_mtime_ns == written

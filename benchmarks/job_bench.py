@@ -1,0 +1,107 @@
+"""The job users run, timed: `gemma-batch run` over a JSONL of prompts on a random-weight checkpoint
+of a real shape, reading, tokenizing and writing included, once per step budget asked.
+
+    python benchmarks/job_bench.py --shape 4b --rows 32 --prompt-len 1024 --max-tokens 8 \
+        --max-step-tokens 512,4096 --out DIR [--backend vulkan]
+
+DIR gets the checkpoint (`model-SHAPE/`, written once: `gemma_batch.bench.random_checkpoint`), the
+prompts (`prompts-ROWSxLEN.jsonl`: random text of the demo tokenizer's pieces, LEN tokens each with
+the BOS), and per budget the job's output, its stats and its log. Each job is a fresh
+`gemma-batch run --force` process with default flags but those named here. Prints, per budget, the
+job's wall time (the stats' `wall_seconds`: from the first row read to the file written), prompt
+and generated tokens over that time (the stats' `prefill_tokens_per_s` and `decode_tokens_per_s`),
+and generated tokens over the process's whole time (model loading included), and writes them with
+the whole stats row to DIR/job_bench.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
+from gemma_batch.bench.random_checkpoint import DEMO_TOKENIZER, write_random_checkpoint  # noqa: E402
+from gemma_batch.bench.report import align  # noqa: E402
+from gemma_batch.bench.shapes import shape_config  # noqa: E402
+from gemma_batch.model.tokenizer import Tokenizer  # noqa: E402
+
+def one_token_words(tokenizer: Tokenizer, vocab_size: int) -> list[str]:
+    """Words that are one piece of the tokenizer each after a space, with ids under the model's
+    `vocab_size`: a text of n of them, each after a space, is n pieces."""
+    words = []
+    for i in range(min(tokenizer.vocab_size, vocab_size)):
+        word = tokenizer.decode([i]).strip()
+        if word.isalpha() and tokenizer.encode(" " + word, add_bos=False) == [i]:
+            words.append(word)
+    return words
+
+
+def prompt_of(tokenizer: Tokenizer, words: list[str], rng: np.random.Generator, length: int) -> str:
+    """Random text that tokenizes into exactly `length` ids, BOS included."""
+    text = "".join(" " + words[i] for i in rng.integers(0, len(words), length - 1))
+    if len(tokenizer.encode(text)) != length:
+        raise RuntimeError(f"{length - 1} one-piece words did not tokenize into {length - 1} pieces")
+    return text
+
+
+def write_prompts(path: Path, shape: str, rows: int, length: int, seed: int) -> None:
+    tokenizer, rng = Tokenizer.from_file(DEMO_TOKENIZER), np.random.default_rng(seed)
+    words = one_token_words(tokenizer, shape_config(shape).vocab_size)
+    lines = [json.dumps({"id": f"row-{i}", "prompt": prompt_of(tokenizer, words, rng, length)}) for i in range(rows)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def run_job(args: argparse.Namespace, model: Path, prompts: Path, budget: int) -> dict:
+    output = args.out / f"out-{budget}.parquet"
+    command = [sys.executable, "-m", "gemma_batch", "run", str(prompts), "--model", str(model), "--output", str(output),
+               "--max-tokens", str(args.max_tokens), "--max-batch", str(args.rows), "--max-step-tokens", str(budget),
+               "--backend", args.backend, "--force"]
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    (args.out / f"out-{budget}.log").write_text(done.stdout + done.stderr)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    stats = pq.read_table(output.with_suffix(".stats.parquet")).to_pylist()[0]
+    return {"max_step_tokens": budget, "command": " ".join(command), "process_s": seconds, **stats,
+            "generated_tokens_per_s_process": stats["generated_tokens"] / seconds}
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", default="4b")
+    parser.add_argument("--rows", type=int, default=32)
+    parser.add_argument("--prompt-len", type=int, default=1024)
+    parser.add_argument("--max-tokens", type=int, default=8)
+    parser.add_argument("--max-step-tokens", default="512", help="comma-separated step budgets, one job each")
+    parser.add_argument("--backend", default="auto")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    model = write_random_checkpoint(args.shape, args.out / f"model-{args.shape}", args.seed)
+    prompts = args.out / f"prompts-{args.rows}x{args.prompt_len}.jsonl"
+    write_prompts(prompts, args.shape, args.rows, args.prompt_len, args.seed)
+    runs = [run_job(args, model, prompts, int(b)) for b in args.max_step_tokens.split(",")]
+    (args.out / "job_bench.json").write_text(json.dumps({"shape": args.shape, "rows": args.rows,
+                                                         "prompt_len": args.prompt_len, "runs": runs}, indent=1))
+    table = [["max step tokens", "job s", "prompt tok/s (job)", "generated tok/s (job)", "generated tok/s (process)",
+              "backend"]]
+    for r in runs:
+        table.append([str(r["max_step_tokens"]), f"{r['wall_seconds']:.2f}", f"{r['prefill_tokens_per_s']:,.1f}",
+                      f"{r['decode_tokens_per_s']:,.1f}", f"{r['generated_tokens_per_s_process']:,.1f}",
+                      str(r.get("backend"))])
+    print(f"gemma-batch run: shape {args.shape}, {args.rows} prompts of {args.prompt_len} tokens, "
+          f"{args.max_tokens} new each, random bf16 weights")
+    print("\n".join(align(table)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
