@@ -40,7 +40,7 @@ from .coop_tiles import COOP_FOLD_ROWS, COOP_MIN_CHUNK
 from .kernels import Kernels
 from .variants import ATTENTION_MAX_GROUP, ATTENTION_MAX_QUERIES, POST_NORM_MAX_ROW, matmul_cols
 from .memory import Memory
-from .step_buffers import MOST_STEP_TOKENS, Capacity, StepBuffers, first_capacity, scratch_sizes
+from .step_buffers import Capacity, StepBuffers, first_capacity, fitting_step_tokens
 from .weights import DeviceWeights
 
 # --kv-dtype -> suffix of the KV-page kernel variants (variants.KV_DEFINES)
@@ -145,23 +145,9 @@ class VulkanBackend(Backend):
             self._ensure(need)
 
     def max_step_tokens(self, max_seqs: int, max_blocks: Mapping[str, int]) -> int | None:
-        """The step buffers grow in doubles of `first_capacity`'s tokens (`_ensure`): the largest such
-        capacity whose every scratch buffer fits the device's largest storage buffer (at 27b with
-        32 attention chunks a query, 8,192 tokens would need a 4 GiB buffer of partial results)."""
-        limit = self.device.info.max_storage_buffer_range
         coop = self.coop_min_chunk if self.device.coopmat else None
-        widths = tuple(sorted(max_blocks.items()))
-
-        def fits(tokens: int) -> bool:
-            capacity = first_capacity(widths).grown_to(Capacity(tokens, max_seqs, max_seqs, widths))
-            sizes = scratch_sizes(self.cfg, capacity, self.block_size, self.attention_chunk, coop,
-                                  self.device.info.sm_count)
-            return all(size <= limit for size, _ in sizes.values())
-
-        tokens = first_capacity(widths).tokens
-        while tokens < MOST_STEP_TOKENS and fits(2 * tokens):
-            tokens *= 2
-        return tokens
+        return fitting_step_tokens(self.cfg, self.device.info.max_storage_buffer_range, max_seqs, max_blocks,
+                                   self.block_size, self.attention_chunk, coop, self.device.info.sm_count)
 
     def step(self, batch: StepBatch) -> StepResult:
         if self._in_flight:

@@ -24,6 +24,7 @@ backend records its command buffers again; steady state allocates nothing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,7 +66,7 @@ class Capacity:
                         tuple((g, up(mine.get(g, 1), w)) for g, w in need.widths))
 
 
-MOST_STEP_TOKENS = 1 << 20  # where `VulkanBackend.max_step_tokens` stops looking
+MOST_STEP_TOKENS = 1 << 20  # where `fitting_step_tokens` stops looking
 
 
 def first_capacity(widths: tuple[tuple[str, int], ...]) -> Capacity:
@@ -183,6 +184,25 @@ def scratch_sizes(cfg: Gemma3Config, capacity: Capacity, block_size: int, attent
         "row_sync": (4 * 2 * max(M, 1), "row counters and maxima (reduce.comp)"),
         "partial": (4 * max([partial_floats(*shape) for shape in coop.values()], default=0), "matmul partial sums"),
     }
+
+
+def fitting_step_tokens(cfg: Gemma3Config, limit: int, max_seqs: int, max_blocks: Mapping[str, int], block_size: int,
+                        attention_chunk: int, coop_min_chunk: int | None, sm_count: int) -> int:
+    """`VulkanBackend.max_step_tokens`: the step buffers grow in doubles of `first_capacity`'s tokens
+    (`VulkanBackend._ensure`); the largest such capacity whose every scratch buffer is at most `limit`
+    bytes, the device's largest storage buffer (at 27b with 32 attention chunks a query, 8,192 tokens
+    would need a 4 GiB buffer of partial results). Other arguments as `StepBuffers`'."""
+    widths = tuple(sorted(max_blocks.items()))
+
+    def fits(tokens: int) -> bool:
+        capacity = first_capacity(widths).grown_to(Capacity(tokens, max_seqs, max_seqs, widths))
+        sizes = scratch_sizes(cfg, capacity, block_size, attention_chunk, coop_min_chunk, sm_count)
+        return all(size <= limit for size, _ in sizes.values())
+
+    tokens = first_capacity(widths).tokens
+    while tokens < MOST_STEP_TOKENS and fits(2 * tokens):
+        tokens *= 2
+    return tokens
 
 
 class StepBuffers:
