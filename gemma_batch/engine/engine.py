@@ -106,14 +106,6 @@ class Engine:
         self.groups = backend.cfg.kv_groups()
         self.block_size = plan.block_size
         self.kv = KVCacheManager(self.groups, plan.num_blocks, plan.block_size)
-        backend.allocate_kv(plan.num_blocks, plan.block_size)
-        widths = {g.name: -(-plan.max_model_len // plan.block_size) for g in self.groups}  # tables span every position
-        # A step the device cannot hold is never planned: the budget stays within the backend's limit.
-        limit = backend.max_step_tokens(max_batch, widths)
-        if limit is not None:
-            step_token_budget = max(max_batch, min(step_token_budget, limit))
-        small_step = backend.small_step if switched_on(SMALL_STEPS_ENV) else None
-        self.scheduler = Scheduler(self.kv, max_batch, step_token_budget, small_step)
         self.stats = EngineStats()
         self.on_step = on_step
         self._live: dict[int, _Live] = {}
@@ -130,6 +122,14 @@ class Engine:
                              f"{backend.MAX_IN_FLIGHT - 1} besides the one waited for")
         self.schedule_ahead = schedule_ahead
         self._in_flight: deque[_Submitted] = deque()  # submitted ahead by earlier `step`s, not waited for
+        backend.allocate_kv(plan.num_blocks, plan.block_size)
+        widths = {g.name: -(-plan.max_model_len // plan.block_size) for g in self.groups}  # tables span every position
+        # A step the device cannot hold is never planned: the budget stays within the backend's limit.
+        limit = backend.max_step_tokens(max_batch, widths)
+        if limit is not None:
+            step_token_budget = max(max_batch, min(step_token_budget, limit))
+        small_step = backend.small_step if switched_on(SMALL_STEPS_ENV) else None
+        self.scheduler = Scheduler(self.kv, max_batch, step_token_budget, small_step)
         backend.reserve(step_token_budget, max_batch, widths)
 
     @property
