@@ -38,9 +38,9 @@ from .device import Device
 from .graph import StepGraph
 from .coop_tiles import COOP_FOLD_ROWS, COOP_MIN_CHUNK
 from .kernels import Kernels
-from .variants import ATTENTION_MAX_GROUP, ATTENTION_MAX_QUERIES, POST_NORM_MAX_ROW, matmul_cols
 from .memory import Memory
 from .step_buffers import Capacity, StepBuffers, first_capacity, fitting_step_tokens
+from .supported import check_supported
 from .weights import DeviceWeights
 
 # --kv-dtype -> suffix of the KV-page kernel variants (variants.KV_DEFINES)
@@ -63,7 +63,7 @@ class VulkanBackend(Backend):
         `coop_min_chunk`: likewise for the K chunks of the cooperative-matrix matmuls
         (coop_tiles.coop_chunks), on devices that run them (`coopmat.py`)."""
         super().__init__(cfg)
-        _check_supported(cfg)
+        check_supported(cfg)
         if kv_dtype not in KV_VARIANTS:
             raise ValueError(f"KV dtype {kv_dtype!r}: the Vulkan backend has {', '.join(KV_VARIANTS)}")
         if attention_chunk < 1:
@@ -279,25 +279,3 @@ class _InFlight:
     id_rows: np.ndarray
     result: StepResult | None = None
     profile: dict[str, float] = field(default_factory=dict)
-
-
-def _check_supported(cfg: Gemma3Config) -> None:
-    """Refuse, before anything is allocated, the shapes the shaders do not handle."""
-    group = cfg.num_heads // cfg.num_kv_heads
-    cols = matmul_cols("norm_qk_rope_float16")  # a workgroup's outputs stay within one head
-    problems = [
-        (cfg.hidden_size % 8 == 0, f"hidden_size {cfg.hidden_size} is not a multiple of 8"),
-        (cfg.hidden_size <= POST_NORM_MAX_ROW,
-         f"hidden_size {cfg.hidden_size} exceeds the post-norm epilogue's {POST_NORM_MAX_ROW}"),
-        (cfg.q_width % 8 == 0, f"num_heads * head_dim {cfg.q_width} is not a multiple of 8"),
-        (cfg.intermediate_size % 8 == 0, f"intermediate_size {cfg.intermediate_size} is not a multiple of 8"),
-        (cfg.head_dim % cols == 0 and cfg.head_dim <= 256, f"head_dim {cfg.head_dim} must be a multiple of {cols} and at most 256"),
-        (cfg.head_dim % 8 == 0, f"head_dim {cfg.head_dim} is not a multiple of 8 (attention reads rows in 16-byte pieces)"),
-        (group <= ATTENTION_MAX_GROUP, f"{group} query heads per KV head exceed the attention kernel's {ATTENTION_MAX_GROUP}"),
-        (group * cfg.head_dim <= ATTENTION_MAX_QUERIES,
-         f"{group} query heads per KV head of head_dim {cfg.head_dim} ({group * cfg.head_dim} values) exceed "
-         f"the attention kernel's {ATTENTION_MAX_QUERIES}"),
-    ]
-    bad = [message for ok, message in problems if not ok]
-    if bad:
-        raise ValueError(f"the Vulkan backend cannot run this model: {'; '.join(bad)}; use --backend cpu")
