@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 from gemma_batch.bench.random_checkpoint import DEMO_TOKENIZER, write_random_checkpoint  # noqa: E402
 from gemma_batch.bench.report import align  # noqa: E402
 from gemma_batch.bench.shapes import shape_config  # noqa: E402
+from gemma_batch.job.store import stats_path  # noqa: E402
 from gemma_batch.model.tokenizer import Tokenizer  # noqa: E402
 
 def one_token_words(tokenizer: Tokenizer, vocab_size: int) -> list[str]:
@@ -69,7 +70,7 @@ def run_job(args: argparse.Namespace, model: Path, prompts: Path, budget: int) -
     (args.out / f"out-{budget}.log").write_text(done.stdout + done.stderr)
     if done.returncode != 0:
         sys.exit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    stats = pq.read_table(output.with_suffix(".stats.parquet")).to_pylist()[0]
+    stats = pq.read_table(stats_path(output)).to_pylist()[0]
     return {"max_step_tokens": budget, "command": " ".join(command), "process_s": seconds, **stats,
             "generated_tokens_per_s_process": stats["generated_tokens"] / seconds}
 

@@ -25,11 +25,13 @@ SLOW_STEP times its median (the GPU itself was slow; the others waited on the ho
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..model.config import Gemma3Config, KVGroup
+from ..model.weights import layer_tensor_shapes
 
 SLOW_STEP = 1.2  # a decode step over 1.2x the median: the median step of 4b on the H100 varies ~1% between runs
 
@@ -74,16 +76,14 @@ def prefill_flops(cfg: Gemma3Config, prompt_len: int) -> int:
     the qkv, o, gate, up and down products, per layer the causal attention (Q.K^T and P.V over the
     keys each query sees: all before it, at most the window on sliding layers), and the LM head once,
     for the last token's logits. Norms, RoPE and softmax are left out."""
-    H, I, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
-    q, kv = cfg.num_heads * hd, cfg.num_kv_heads * hd
-    linear = 2 * H * (q + 2 * kv) + 2 * q * H + 2 * H * 2 * I + 2 * I * H  # per token and layer
+    linear = 2 * sum(math.prod(shape) for shape in layer_tensor_shapes(cfg).values() if len(shape) == 2)  # a token, a layer
     keys = {None: prompt_len * (prompt_len + 1) // 2}
     for g in cfg.kv_groups():
         if g.window is not None:
             w = min(g.window, prompt_len)  # token t (0-based) sees min(t + 1, window) keys
             keys[g.window] = w * (w + 1) // 2 + (prompt_len - w) * w
-    attention = sum(4 * q * keys[g.window] * len(g.layers) for g in cfg.kv_groups())
-    return prompt_len * cfg.num_layers * linear + attention + 2 * H * cfg.vocab_size
+    attention = sum(4 * cfg.q_width * keys[g.window] * len(g.layers) for g in cfg.kv_groups())
+    return prompt_len * cfg.num_layers * linear + attention + 2 * cfg.hidden_size * cfg.vocab_size
 
 
 def roofline_tokens_per_s(batch: int, bytes_per_step: int, bandwidth: float) -> float:

@@ -16,11 +16,12 @@ import json
 import shutil
 from pathlib import Path
 
+from ..model.checkpoint import DEMO_MODEL
 from ..model.safetensors_file import SafetensorsWriter
 from .random_weights import layout, random_tensors
 from .shapes import SHAPES, shape_config
 
-DEMO_TOKENIZER = Path(__file__).resolve().parent.parent.parent / "sample_data" / "demo-model" / "tokenizer.model"
+DEMO_TOKENIZER = DEMO_MODEL / "tokenizer.model"
 PREFIX = "model."  # Gemma3ForCausalLM's names: model.<name>
 
 

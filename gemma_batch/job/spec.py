@@ -19,8 +19,8 @@ from ..backends import BACKENDS
 from ..backends.kv_formats import KV_DTYPES
 from ..model.quant import FORMATS, INT4_GROUPS, WeightFormat
 from ..engine.sampling_params import SamplingParams
+from ..model.checkpoint import DEMO_MODEL
 
-DEMO_MODEL = Path(__file__).resolve().parent.parent.parent / "sample_data" / "demo-model"
 PATH_FIELDS = ("input", "output", "model")
 
 

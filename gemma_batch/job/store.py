@@ -47,6 +47,10 @@ _JOURNAL = "pending.jsonl"
 _PART = re.compile(r"part-(\d{12})-(\d{12})\.parquet")
 
 
+def stats_path(output: Path) -> Path:
+    """Where the job writing `output` puts its one-row statistics: "<output stem>.stats.parquet"."""
+    return output.with_suffix(".stats.parquet")
+
 class JobMismatch(Exception):
     """The output (or its partial folder) belongs to a job with a different fingerprint."""
 
@@ -89,7 +93,7 @@ class ResultStore:
             raise ValueError(f"unknown output format {output_format!r}")
         self.output = Path(output)
         self.partial_dir = self.output.with_name(self.output.name + ".partial")
-        self.stats_path = self.output.with_suffix(".stats.parquet")
+        self.stats_path = stats_path(self.output)
         self._sidecar = self.output.with_name(self.output.name + ".job.json")
         self._schema = schema
         self._part_schema = schema

@@ -29,6 +29,7 @@ from .config import Gemma3Config
 from .safetensors_file import SafetensorsError, TensorEntry, read_header, read_tensor
 from .weights import tensor_shapes
 
+DEMO_MODEL = Path(__file__).resolve().parent.parent.parent / "sample_data" / "demo-model"  # bundled (README)
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 HEAD = "lm_head.weight"
