@@ -38,6 +38,8 @@
 // barrier per layer (26 per step for the 1b), and the partials are merged while they are still
 // in cache.
 //
+// Tokens whose token_seq is -1 (prompt tokens, where attention_flash.comp runs) are skipped.
+//
 // Variants: KV_F16 | KV_BF16 | KV_F32 | KV_I8 (the page storage), each also with SPLIT_OUT (on the
 // cooperative path: the o projection's input written here, attention_merge.glsl), and with SPLIT_OUT
 // and QK_IN (small decode steps: the heads made here from qkv's K-chunk sums, attention_heads.glsl). Limits
@@ -92,28 +94,7 @@ layout(std430, binding = 10) coherent buffer Cb { uint counters[]; };  // [T * n
 #else
 #define PAGE_ACCESS readonly
 #endif
-// LOAD8: piece `piece` (elements 8 piece .. 8 piece + 7) of page row `row` (slot * nkv + j), as two vec4.
-#if defined(KV_F16) || defined(KV_BF16)
-layout(std430, binding = 6) PAGE_ACCESS buffer Kb { uvec4 k4[]; };  // [slots, nkv, hd / 8]
-layout(std430, binding = 8) PAGE_ACCESS buffer Vb { uvec4 v4[]; };
-#ifdef KV_F16
-#define LOAD8(buf, row, piece, lo, hi) { uvec4 w_ = buf[(row) * hd8 + (piece)]; \
-    lo = vec4(unpackHalf2x16(w_.x), unpackHalf2x16(w_.y)); hi = vec4(unpackHalf2x16(w_.z), unpackHalf2x16(w_.w)); }
-#else
-#define LOAD8(buf, row, piece, lo, hi) { uvec4 w_ = buf[(row) * hd8 + (piece)]; \
-    lo = vec4(bf16_lo(w_.x), bf16_hi(w_.x), bf16_lo(w_.y), bf16_hi(w_.y)); \
-    hi = vec4(bf16_lo(w_.z), bf16_hi(w_.z), bf16_lo(w_.w), bf16_hi(w_.w)); }
-#endif
-#elif defined(KV_I8)
-layout(std430, binding = 6) PAGE_ACCESS buffer Kb { uint k4[]; };   // [slots * nkv, hd / 4 + 1] words
-layout(std430, binding = 8) PAGE_ACCESS buffer Vb { uint v4[]; };
-#define LOAD8(buf, row, piece, lo, hi) { uint r_ = (row) * kv_i8_row_words(hd); float s_ = uintBitsToFloat(buf[r_ + 2u * hd8]); \
-    lo = int8x4(buf[r_ + 2u * (piece)]) * s_; hi = int8x4(buf[r_ + 2u * (piece) + 1u]) * s_; }
-#else
-layout(std430, binding = 6) PAGE_ACCESS buffer Kb { vec4 k4[]; };   // [slots, nkv, hd / 4]
-layout(std430, binding = 8) PAGE_ACCESS buffer Vb { vec4 v4[]; };
-#define LOAD8(buf, row, piece, lo, hi) { uint i_ = 2u * ((row) * hd8 + (piece)); lo = buf[i_]; hi = buf[i_ + 1u]; }
-#endif
+#include "kv_rows.glsl"
 
 layout(push_constant) uniform Push {
     uint num_heads;
@@ -178,6 +159,7 @@ void main() {
     uint id = linear_group();
     uint tj = id % tokens_heads, ci = id / tokens_heads;
     uint t = tj / nkv, j = tj % nkv;
+    if (token_seq[t] < 0) return;  // a prompt token on attention_flash.comp
     uint hd = HEAD_DIM, hd8 = hd / 8u, G = NUM_HEADS / nkv;
     uint p = uint(positions[t]);
     uint lo = pc.window == 0u ? 0u : uint(max(0, int(p) - int(pc.window) + 1));

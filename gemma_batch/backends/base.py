@@ -67,6 +67,10 @@ class StepBatch:
     # the step submitted just before this one samples for its sequence s (token_ids has
     # sequence.PENDING there). Lets the engine submit a step before the one before it finished.
     token_sources: np.ndarray | None = None
+    # [S] int32 or None: each sequence's prompt length. A backend may run the attention of prompt
+    # tokens (positions below it) on another kernel than that of the rest, as long as the choice
+    # depends on the token alone (batch invariance). None: no token counts as a prompt token.
+    prompt_lens: np.ndarray | None = None
 
     def sourced_tokens(self, values: np.ndarray) -> np.ndarray:
         """`token_ids` with each token named by `token_sources` taken from `values` [S of the

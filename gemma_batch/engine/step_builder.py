@@ -57,5 +57,6 @@ def build_step(
         slots=slots,
         sample=np.asarray(sample, bool),
         return_logits=return_logits,
+        prompt_lens=np.asarray([seq.num_prompt_tokens for seq, _ in scheduled], np.int32),
     )
 

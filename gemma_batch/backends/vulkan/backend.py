@@ -33,7 +33,7 @@ from ..cpu import rope_inv_freq
 from ..kv_formats import kv_slot_bytes, kv_token_bytes
 from .attention import DEFAULT_CHUNK
 from .bandwidth import measure_read_bandwidth
-from . import fragment_order
+from . import flash, fragment_order
 from .device import Device
 from .graph import StepGraph
 from .coop_tiles import COOP_FOLD_ROWS, COOP_MIN_CHUNK
@@ -77,6 +77,7 @@ class VulkanBackend(Backend):
         self.kernels = fragment_order.model_kernels(Kernels.for_model(self.device, cfg), self.mem, cfg)
         self.weights = DeviceWeights(cfg, self.mem, tiles=self.device.coopmat, fragment_order=self.kernels.fragment_loads)
         self.small_step = COOP_FOLD_ROWS if self.device.coopmat else None  # steps up to it run on the decode tiles
+        self.flash = self.device.coopmat and flash.flash_fits(cfg, kv_dtype) and flash.wanted()  # prompt tokens' attention
         self.k_pages: dict = {}
         self.v_pages: dict = {}
         self.block_size = 0
@@ -96,6 +97,7 @@ class VulkanBackend(Backend):
         chunk = "" if self.attention_chunk == DEFAULT_CHUNK else f", attention chunk {self.attention_chunk}"
         if self.device.coopmat:
             chunk += ", cooperative matrices" + ("" if self.kernels.x_lo else " on fp16 inputs")
+            chunk += ", flash attention" if self.flash else ""
             chunk += "" if self.coop_min_chunk == COOP_MIN_CHUNK else f" (K chunks of {self.coop_min_chunk}+)"
         return f"vulkan on {self.device.info.name} ({self.device.info.driver}), KV {self.kv_dtype}{chunk}"
 
@@ -182,8 +184,12 @@ class VulkanBackend(Backend):
         self._next_slot = (slot + 1) % self.MAX_IN_FLIGHT
         graph = self.graphs[slot]
         vocab_limit = batch.sampling.vocab_size if batch.sampling is not None and batch.sampling.vocab_size else cfg.vocab_size
-        self.buffers.inputs[slot].write(batch, token_ids, rows, vocab_limit, graph.grids(T, len(rows), batch.positions))
-        self.device.submit(graph.command_buffer(T, S), slot)
+        prompt = flash.prompt_tokens(batch) if self.flash else np.zeros(T, bool)
+        on_flash = bool(prompt.any())
+        tiles = flash.tiles(batch, prompt, flash.tokens_per_tile(cfg)) if on_flash else None
+        grids = graph.grids(T, len(rows), batch.positions[~prompt], 0 if tiles is None else len(tiles))
+        self.buffers.inputs[slot].write(batch, token_ids, rows, vocab_limit, grids, prompt if on_flash else None, tiles)
+        self.device.submit(graph.command_buffer(T, S, on_flash), slot)
         id_rows = last if batch.return_logits else np.cumsum(batch.sample) - 1  # each sequence's sampled id
         self._in_flight.append(_InFlight(slot, batch, rows, id_rows))
 
@@ -244,7 +250,7 @@ class VulkanBackend(Backend):
                                    sets=self.MAX_IN_FLIGHT, sm_count=self.device.info.sm_count)
         self.graphs = [StepGraph(self.cfg, self.kernels, self.weights, self.buffers, self.k_pages, self.v_pages,
                                  self.inv_freq, KV_VARIANTS[self.kv_dtype], self.block_size, self.attention_chunk,
-                                 self.profile, coop, slot) for slot in range(self.MAX_IN_FLIGHT)]
+                                 self.profile, coop, slot, self.flash) for slot in range(self.MAX_IN_FLIGHT)]
 
     def _drop_graph(self) -> None:
         """Free the recorded steps and their buffers; the next step records them again."""

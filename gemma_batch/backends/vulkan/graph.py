@@ -80,6 +80,7 @@ QK_IN_MAX_TOKENS = 32
 # 6.35-6.39, and in decode steps with heads made in attention 5.74-5.75 against 6.14-6.16 at 32.
 GATED_PIECES_MAX_TOKENS = 8
 DECODE_MODES = ("decode", "decode_rows")  # up to GATED_PIECES_MAX_TOKENS tokens, and more
+FLASH = "+flash"  # suffix of the recordings of steps with prompt tokens on attention_flash.comp
 
 
 class StepGraph:
@@ -101,10 +102,12 @@ class StepGraph:
         profile: bool = False,
         coop_min_chunk: int | None = None,
         slot: int = 0,
+        flash: bool = False,
     ) -> None:
         """`coop_min_chunk`: the cooperative-matrix path's shortest K chunk (coop_tiles.coop_chunks),
         None to run every matmul on matmul.comp. `slot`: which of the buffers' input sets
-        this recording reads (the previous set's sampled ids feed its sourced tokens)."""
+        this recording reads (the previous set's sampled ids feed its sourced tokens). `flash`:
+        prompt tokens run attention_flash.comp (flash.py; needs the cooperative path)."""
         self.cfg, self.kernels, self.w, self.b = cfg, kernels, weights, buffers
         self.inp, self.prev_ids = buffers.inputs[slot], buffers.inputs[slot - 1].ids
         self.attention_chunk = attention_chunk  # the smallest chunk span (attention.py)
@@ -122,29 +125,35 @@ class StepGraph:
         # K-chunk sums itself (one dispatch a layer fewer), up to GATED_PIECES_MAX_TOKENS and more.
         self._recorded: dict[str, tuple[object, list[str]]] = {}
         modes = ("small", "prefill") if coop_min_chunk is not None else ("small",)
+        if flash:  # steps with prompt tokens: attention_flash.comp beside attention.comp
+            modes += tuple(f"{mode}{FLASH}" for mode in modes)
         if any(self.plan.layer(layer).heads_in_attention for layer in range(cfg.num_layers)):
             modes += DECODE_MODES
         for mode in modes:
-            self.mode = mode  # which one `_record` is recording
+            self.mode = mode.removesuffix(FLASH)  # which one `_record` is recording
+            self.flash = mode.endswith(FLASH)
             self.cb = kernels.dev.command_buffer()
             self.stamped: list[str] = []  # the kernel before each timestamp after the first
             self._record()
             self._recorded[mode] = (self.cb, self.stamped)
 
-    def command_buffer(self, num_tokens: int, num_seqs: int):
-        """The recording to submit for a step of `num_tokens` tokens of `num_seqs` sequences
-        (`profile_seconds` then reads its timestamps)."""
+    def command_buffer(self, num_tokens: int, num_seqs: int, flash: bool = False):
+        """The recording to submit for a step of `num_tokens` tokens of `num_seqs` sequences, with
+        prompt tokens on the flash kernel or none (`profile_seconds` then reads its timestamps)."""
         mode = "small"
         if num_tokens > COOP_FOLD_ROWS and "prefill" in self._recorded:
             mode = "prefill"
-        elif num_tokens == num_seqs <= QK_IN_MAX_TOKENS and "decode" in self._recorded:
+        elif num_tokens == num_seqs <= QK_IN_MAX_TOKENS and "decode" in self._recorded and not flash:
             mode = "decode" if num_tokens <= GATED_PIECES_MAX_TOKENS else "decode_rows"
+        if flash:
+            mode += FLASH
         self.cb, self.stamped = self._recorded[mode]
         return self.cb
 
-    def grids(self, num_tokens: int, num_rows: int, positions: np.ndarray) -> np.ndarray:
-        """The indirect grids of a step of T tokens at `positions` and R logits rows (grids.py)."""
-        return self.grid_slots.counts(num_tokens, num_rows, positions)
+    def grids(self, num_tokens: int, num_rows: int, positions: np.ndarray, flash_tiles: int = 0) -> np.ndarray:
+        """The indirect grids of a step of T tokens and R logits rows, whose tokens on attention.comp
+        are at `positions`, with `flash_tiles` tiles on attention_flash.comp (grids.py)."""
+        return self.grid_slots.counts(num_tokens, num_rows, positions, flash_tiles)
 
     def _dispatch(self, name: str, buffers: dict[int, Buffer], push: dict, grid: tuple[str, int],
                   specialize: bool = False) -> None:
@@ -255,20 +264,27 @@ class StepGraph:
                                                  13: inp.slots[group.name], 14: self.k_pages[layer], 15: self.v_pages[layer]},
                          presplit=qkv_presplit, reduce_chunks=not qk_in)
             width = dict(b.capacity.widths)[group.name]
-            split_o = {11: b.split, 12: b.split_scale} if fuse.split_o else {}  # attention writes o's split itself
+            split_o = fuse.split_o and not self.flash  # attention writes o's split itself (not beside the flash kernel)
             heads = {0: b.partial, 13: lw["qk_norm"], 14: self.inv_freq[group.name], 15: inp.slots[group.name]} if qk_in else {0: b.q}
-            self._dispatch(f"attention_{self.kv_name}{'_split' if fuse.split_o else ''}{'_qk' if qk_in else ''}",
+            self._dispatch(f"attention_{self.kv_name}{'_split' if split_o else ''}{'_qk' if qk_in else ''}",
                            {**heads, 1: b.attn, 2: inp.positions, 3: inp.token_seq, 4: inp.tables[group.name],
                             5: b.part_acc, 6: self.k_pages[layer], 8: self.v_pages[layer], 9: b.part_ml,
-                            10: b.attn_counters, **split_o},
+                            10: b.attn_counters, **({11: b.split, 12: b.split_scale} if split_o else {})},
                            {"num_heads": cfg.num_heads, "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
                             "window": group.window or 0, "block_size": self.block_size, "table_stride": width,
                             "chunk": self.attention_chunk, "scale": cfg.attn_scale,
                             "qkv_chunks": coop_chunks(qkv_n, H, self.plan.coop_min_chunk) if qk_in else 0,
                             "eps": cfg.rms_norm_eps},
                            (f"attention {group.name}", cfg.num_kv_heads), specialize=qk_in)
+            if self.flash:
+                self._dispatch(f"attention_flash_{self.kv_name}",
+                               {0: b.q, 1: b.attn, 2: inp.positions, 3: inp.flash_tiles, 4: inp.tables[group.name],
+                                6: self.k_pages[layer], 8: self.v_pages[layer]},
+                               {"num_heads": cfg.num_heads, "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
+                                "window": group.window or 0, "block_size": self.block_size, "table_stride": width,
+                                "scale": cfg.attn_scale}, ("flash", cfg.num_kv_heads), specialize=True)
             self._matmul("post_norm", layer, "o_proj", b.attn, b.y, H, cfg.q_width,
-                         extra={9: lw["post_attention_layernorm"], 10: b.x}, presplit=fuse.split_o,
+                         extra={9: lw["post_attention_layernorm"], 10: b.x}, presplit=split_o,
                          split_next={3: lw["pre_feedforward_layernorm"]} if fuse.split_gate else None)
             self._matmul("norm_gated", layer, "gate_proj", b.x, b.act, I, H, lw["pre_feedforward_layernorm"],
                          {4: w.buffer(layer, "up_proj")}, presplit=fuse.split_gate, split_next={} if fuse.split_down else None)

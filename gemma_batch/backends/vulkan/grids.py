@@ -13,7 +13,9 @@ on T, R or the positions. Kinds:
                                      the device says how many SMs it has
     "coopfold_tokens C F" / "coopfold_rows C F"  the prefill tiles, times their C chunks of K up to
                                      F rows (coop_tiles.coop_fold_rows); none up to COOP_FOLD_ROWS rows
-    "attention <group>"              T * n times the step's most chunks of a token in that KV group
+    "attention <group>"              T * n times the step's most chunks of a token attention.comp
+                                     serves in that KV group
+    "flash"                          the step's flash tiles (flash.py) times n
 """
 
 from __future__ import annotations
@@ -60,9 +62,10 @@ class DispatchGrids:
             self._parsed.append((words[0].endswith("rows"), words[0], n, chunks, fold_rows, window, capped))
         return 12 * self._specs.index(spec)
 
-    def counts(self, num_tokens: int, num_rows: int, positions: np.ndarray) -> np.ndarray:
-        """[GRID_SLOTS, 3] uint32 workgroup counts for a step of T tokens at `positions` [T] and R
-        logits rows."""
+    def counts(self, num_tokens: int, num_rows: int, positions: np.ndarray, flash_tiles: int = 0) -> np.ndarray:
+        """[GRID_SLOTS, 3] uint32 workgroup counts for a step of T tokens and R logits rows, whose
+        tokens that attention.comp serves are at `positions` (all T, but for prompt tokens on
+        the flash kernel), with `flash_tiles` tiles of those (flash.py)."""
         out = np.zeros((GRID_SLOTS, 3), np.uint32)
         for i, (rows, kind, n, chunks, fold_rows, window, capped) in enumerate(self._parsed):
             m = num_rows if rows else num_tokens
@@ -74,6 +77,8 @@ class DispatchGrids:
                 count = -(-m // COOP_ROWS) * n * chunks if m <= COOP_FOLD_ROWS else 0
                 if capped:
                     count = min(count, self.rows_cap)
+            elif kind == "flash":
+                count = flash_tiles * n
             else:
                 count = m * n
             if window is not False:

@@ -19,6 +19,10 @@ PUSH = {
         ("num_heads", _u), ("num_kv_heads", _u), ("head_dim", _u), ("window", _u),
         ("block_size", _u), ("table_stride", _u), ("chunk", _u), ("scale", _f), ("qkv_chunks", _u), ("eps", _f),
     ]),
+    "attention_flash": np.dtype([
+        ("num_heads", _u), ("num_kv_heads", _u), ("head_dim", _u), ("window", _u),
+        ("block_size", _u), ("table_stride", _u), ("scale", _f),
+    ]),
     "sample": np.dtype([("row_stride", _u)]),
     "read_bandwidth": np.dtype([("n", _u), ("iterations", _u)]),
     "coop_fragment_probe": np.dtype([("words", _u)]),
@@ -32,5 +36,7 @@ PUSH = {
 # Push constants that a pipeline may also take as specialization constants, in this order after
 # Kernels.constants (7, 8, ...), by source: `Kernels.record(..., specialize=True)` builds one
 # pipeline per distinct set of their values (attention.comp: the decode variant, graph.py), and
-# the compiler folds them.
-SPECIALIZED = {"attention": ("head_dim", "num_heads", "num_kv_heads", "block_size", "chunk", "qkv_chunks")}
+# the compiler folds them
+# (attention_flash.comp: always, its register arrays are sized by them).
+SPECIALIZED = {"attention": ("head_dim", "num_heads", "num_kv_heads", "block_size", "chunk", "qkv_chunks"),
+               "attention_flash": ("head_dim", "num_heads", "num_kv_heads")}

@@ -2,7 +2,8 @@
 
 Host-visible inputs (`StepInputs`), written by the host before each submit (a few KiB per step):
 `meta` (the step header of common.glsl), `tokens`, `positions`, `token_seq` (sequence of each
-token), per KV group `slots` and `tables` ([S, width] block ids), `rows` (the flat token of each
+token; -1 for a prompt token on the flash kernel, which attention.comp skips), `flash_tiles`
+(flash.py), per KV group `slots` and `tables` ([S, width] block ids), `rows` (the flat token of each
 logits row), `params` (per-row sampling parameters), `grids` (the indirect dispatch sizes) and
 the output `ids`. There is a set per step in flight (`sets`, the backend's MAX_IN_FLIGHT), used
 by turns, so that a step can be written and submitted while the one before it runs (its tokens
@@ -99,6 +100,7 @@ class StepInputs:
         self.tokens = host(4 * T, "token ids")
         self.positions = host(4 * T, "positions")
         self.token_seq = host(4 * T, "token sequences")
+        self.flash_tiles = host(16 * (T + S), "flash tiles")  # at most T / tile + S tiles
         self.rows = host(4 * R, "logits rows")
         self.params = host(PARAMS_DTYPE.itemsize * R, "sampling parameters")
         self.grids = host(12 * GRID_SLOTS, "dispatch grids")
@@ -107,14 +109,19 @@ class StepInputs:
         self.tables = {g: host(4 * S * w, f"{g} block tables") for g, w in capacity.widths}
 
     def write(self, batch: StepBatch, token_ids: np.ndarray, rows: np.ndarray, vocab_limit: int,
-              grids: np.ndarray) -> None:
+              grids: np.ndarray, flash: np.ndarray | None = None, tiles: np.ndarray | None = None) -> None:
         """The step's inputs: `token_ids` [T] as embed.comp reads them, the flat token of each of
-        the R logits rows, the largest id to sample plus one, the indirect grids (grids.py)."""
+        the R logits rows, the largest id to sample plus one, the indirect grids (grids.py); with
+        the flash kernel, which tokens it serves [T] and its `tiles` (flash.py)."""
         T, S, R = batch.num_tokens, batch.num_seqs, len(rows)
         StepBuffers.view(self.meta, np.uint32, 4)[:] = (T, S, R, vocab_limit)
         StepBuffers.view(self.tokens, np.int32, T)[:] = token_ids
         StepBuffers.view(self.positions, np.int32, T)[:] = batch.positions
-        StepBuffers.view(self.token_seq, np.int32, T)[:] = np.repeat(np.arange(S, dtype=np.int32), np.diff(batch.seq_starts))
+        seqs = StepBuffers.view(self.token_seq, np.int32, T)
+        seqs[:] = np.repeat(np.arange(S, dtype=np.int32), np.diff(batch.seq_starts))
+        if flash is not None:
+            seqs[flash] = -1
+            StepBuffers.view(self.flash_tiles, np.int32, tiles.size)[:] = tiles.ravel()
         StepBuffers.view(self.rows, np.int32, R)[:] = rows
         for group, table in batch.block_tables.items():
             StepBuffers.view(self.slots[group], np.int32, T)[:] = batch.slots[group]
@@ -124,8 +131,8 @@ class StepInputs:
         StepBuffers.view(self.grids, np.uint32, self.grids.size // 4)[:] = grids.ravel()
 
     def all(self) -> list[Buffer]:
-        return [self.meta, self.tokens, self.positions, self.token_seq, self.rows, self.params, self.grids,
-                self.ids, *self.slots.values(), *self.tables.values()]
+        return [self.meta, self.tokens, self.positions, self.token_seq, self.flash_tiles, self.rows, self.params,
+                self.grids, self.ids, *self.slots.values(), *self.tables.values()]
 
 
 def _fill_params(params: np.ndarray, batch: StepBatch, rows: np.ndarray) -> None:

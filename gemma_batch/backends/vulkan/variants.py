@@ -102,7 +102,8 @@ def _variants() -> dict[str, Variant]:
         # split input; _split_qk: and makes its heads from qkv's K-chunk sums itself (decode steps)
         out += [Variant(f"attention_{kv}", "attention", (define,)),
                 Variant(f"attention_{kv}_split", "attention", (define, "SPLIT_OUT")),
-                Variant(f"attention_{kv}_split_qk", "attention", (define, "SPLIT_OUT", "QK_IN"))]
+                Variant(f"attention_{kv}_split_qk", "attention", (define, "SPLIT_OUT", "QK_IN")),
+                Variant(f"attention_flash_{kv}", "attention_flash", (define,), "glslang")]  # prompt tokens (flash.py)
     for dtype in COOP_DTYPES:
         for gemm in dict.fromkeys(defines for _, defines, _ in COOP_KINDS.values()):
             if dtype in COOP_DIRECT_DTYPES:
