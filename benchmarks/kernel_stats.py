@@ -5,7 +5,7 @@ many of its workgroups an NVIDIA Hopper SM holds at once.
 
 The statistics come from VK_KHR_pipeline_executable_properties (pipeline_stats.py), built with
 the shape's specialization constants (query heads per KV head, hidden size) and the run's input
-mode (GEMMA_BATCH_VK_COOPMAT_INPUTS) and, where the device's fragment order is known, weight tiles in
+mode (GEMMA_BATCH_VK_COOPMAT_INPUTS, else the default fp16 KV pages') and, where the device's fragment order is known, weight tiles in
 fragment order (fragment_order.py), as the backend builds them. On an NVIDIA device it also prints the workgroups resident
 per SM under Hopper's limits (65,536 registers allocated per warp in units of 256, 227 KiB of
 shared memory plus 1 KiB reserved per workgroup, 64 warps, 32 workgroups): the first wave of a
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from gemma_batch.backends.vulkan import fragment_order, pipeline_stats
+from gemma_batch.backends.vulkan import coopmat, fragment_order, pipeline_stats
 from gemma_batch.backends.vulkan.device import Device
 from gemma_batch.backends.vulkan.kernels import Kernels
 from gemma_batch.backends.vulkan.memory import Memory
@@ -46,7 +46,7 @@ def main() -> None:
     if not dev.statistics:
         raise SystemExit(f"{dev.info.name} does not expose {pipeline_stats.EXTENSION}")
     mem = Memory(dev)
-    kernels = fragment_order.model_kernels(Kernels.for_model(dev, cfg), mem, cfg)  # as the backend builds them
+    kernels = fragment_order.model_kernels(Kernels.for_model(dev, cfg, coopmat.split_inputs("fp16")), mem, cfg)  # as the backend builds them
     nvidia = dev.info.vendor_id == NVIDIA
     names = args.kernels.split(",") if args.kernels else list(VARIANTS)
     print(f"{dev.info.name}; specialization constants of shape {args.shape}")

@@ -163,14 +163,17 @@ def test_fp16_inputs_stay_within_their_rounding_of_the_cpu_backend(monkeypatch):
     assert completions == ref_completions
 
 
-def test_the_inputs_switch_takes_split_or_fp16(monkeypatch):
+def test_the_inputs_follow_the_kv_dtype_unless_the_switch_says(monkeypatch):
     monkeypatch.delenv(INPUTS_ENV, raising=False)
-    assert split_inputs()
+    assert split_inputs("fp32")  # fp32 pages: fp32 numerics
+    assert not any(split_inputs(kv) for kv in ("fp16", "bf16", "int8"))
     monkeypatch.setenv(INPUTS_ENV, "FP16")
-    assert not split_inputs()
+    assert not split_inputs("fp32")
+    monkeypatch.setenv(INPUTS_ENV, "split")
+    assert split_inputs("fp16")
     monkeypatch.setenv(INPUTS_ENV, "bf16")
     with pytest.raises(ValueError, match="GEMMA_BATCH_VK_COOPMAT_INPUTS='bf16': expected one of split, fp16"):
-        split_inputs()
+        split_inputs("fp16")
 
 
 def test_negative_control_plain_fp16_inputs_miss_the_tolerance():

@@ -33,7 +33,7 @@ from ..cpu import rope_inv_freq
 from ..kv_formats import kv_slot_bytes, kv_token_bytes
 from .attention import DEFAULT_CHUNK
 from .bandwidth import measure_read_bandwidth
-from . import flash, fragment_order
+from . import coopmat, flash, fragment_order
 from .device import Device
 from .graph import StepGraph
 from .coop_tiles import COOP_FOLD_ROWS, COOP_MIN_CHUNK
@@ -74,7 +74,8 @@ class VulkanBackend(Backend):
         self.coop_min_chunk = coop_min_chunk
         self.device = Device(device)
         self.mem = Memory(self.device)
-        self.kernels = fragment_order.model_kernels(Kernels.for_model(self.device, cfg), self.mem, cfg)
+        self.kernels = fragment_order.model_kernels(
+            Kernels.for_model(self.device, cfg, coopmat.split_inputs(kv_dtype)), self.mem, cfg)
         self.weights = DeviceWeights(cfg, self.mem, tiles=self.device.coopmat, fragment_order=self.kernels.fragment_loads)
         self.small_step = COOP_FOLD_ROWS if self.device.coopmat else None  # steps up to it run on the decode tiles
         self.flash = self.device.coopmat and flash.flash_fits(cfg, kv_dtype) and flash.wanted()  # prompt tokens' attention

@@ -7,10 +7,14 @@ shaderFloat16 and vulkanMemoryModel features, and runs compute shaders in subgro
 (the kernel's workgroups are 4 subgroups of 32). Everywhere else the portable `matmul.comp`
 runs. `GEMMA_BATCH_VK_DISABLE_COOPMAT=1` turns the fast path off on any device.
 
-Inputs (`GEMMA_BATCH_VK_COOPMAT_INPUTS`): `split` (the default) multiplies each input row as
-fp16 hi + lo halves of the row scaled by a power of two (22 significant bits, near-fp32 sums);
-`fp16` multiplies the hi halves alone (11 significant bits, as fp16 activations elsewhere but
-with the row's own scale, so nothing overflows), half the matrix work.
+Inputs (`GEMMA_BATCH_VK_COOPMAT_INPUTS`): `split` multiplies each input row as fp16 hi + lo
+halves of the row scaled by a power of two (22 significant bits, near-fp32 sums); `fp16`
+multiplies the hi halves alone (11 significant bits, as fp16 activations elsewhere but with the
+row's own scale, so nothing overflows), half the matrix work. Unset, the KV dtype decides: fp32
+pages ask for fp32 numerics and get `split`; fp16 (the default), bf16 and int8 pages get `fp16`,
+whose error is of the size those pages' own rounding already has (4b prefill on the H100: the
+8,192-token step 410.5 against 501.5 ms; the demo model's held-out perplexity +0.0001% against
+the CPU backend, docs/EXPERIMENTS.md, "fp16 inputs by default").
 
 The choice is made once per device, never per step: the two paths sum in different orders, and
 a row's result must not depend on what else is in its batch.
@@ -67,9 +71,10 @@ def wanted() -> bool:
     return not switched_on(DISABLE_ENV, default=False)
 
 
-def split_inputs() -> bool:
-    """The user's choice of inputs (GEMMA_BATCH_VK_COOPMAT_INPUTS): True for hi + lo, False for fp16."""
-    value = os.environ.get(INPUTS_ENV, "").strip().lower() or INPUTS[0]
+def split_inputs(kv_dtype: str) -> bool:
+    """The inputs for a backend with KV pages of `kv_dtype` (--kv-dtype): True for hi + lo, False
+    for fp16; the user's GEMMA_BATCH_VK_COOPMAT_INPUTS if set, else split for fp32 pages only."""
+    value = os.environ.get(INPUTS_ENV, "").strip().lower() or ("split" if kv_dtype == "fp32" else "fp16")
     if value not in INPUTS:
         raise ValueError(f"{INPUTS_ENV}={value!r}: expected one of {', '.join(INPUTS)}")
     return value == "split"

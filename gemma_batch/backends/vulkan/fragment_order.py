@@ -94,4 +94,4 @@ def model_kernels(kernels: Kernels, mem: Memory, cfg: Gemma3Config) -> Kernels:
     if not (kernels.dev.coopmat and wanted() and probe(kernels, mem)):
         return kernels
     kernels.close()  # only the probe's pipeline was built
-    return Kernels.for_model(kernels.dev, cfg, fragment_loads=True)
+    return Kernels.for_model(kernels.dev, cfg, kernels.x_lo, fragment_loads=True)

@@ -23,6 +23,8 @@ Per step (shapes for T tokens, R logits rows):
       attention      attn [T, nh, hd]  over each token's visible keys, split into chunks of
                                          positions (a workgroup per chunk, token and kv head; the
                                          last chunk to finish merges them, see attention.comp)
+      attention_flash                    the same for the step's prompt tokens, on the matrix units
+                                         (recordings "+flash", steps with prompt tokens; flash.py)
       matmul post_norm
                      y [T, H]          = attn . Wo, then x += rms(y)(1 + post_attention_ln)
       matmul gated   act [T, I]        = gelu(rms(x)(1 + pre_ff_ln) . Wgate) * (... . Wup)

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import coopmat
 from .device import Device
 from .push_constants import PUSH, PUSH_BYTES, SPECIALIZED
 from .variants import (ATTENTION_MAX_GROUP, GATED_SPLIT_MAX_ROW, POST_NORM_MAX_ROW, POST_NORM_WG, VARIANTS,
@@ -77,11 +76,11 @@ class Kernels:
         return bool(self.constants[6])
 
     @classmethod
-    def for_model(cls, device: Device, cfg: Gemma3Config, fragment_loads: bool = False) -> Kernels:
+    def for_model(cls, device: Device, cfg: Gemma3Config, x_lo: bool, fragment_loads: bool = False) -> Kernels:
         """The kernels as the backend builds them for `cfg`: its query heads per KV head, hidden and
-        intermediate sizes, the run's input mode (coopmat.split_inputs), and whether the weight tiles
-        are in fragment order (fragment_order.py decides)."""
-        return cls(device, x_lo=coopmat.split_inputs(), kv_group=cfg.num_heads // cfg.num_kv_heads,
+        intermediate sizes, the run's input mode (`x_lo`: coopmat.split_inputs), and whether the
+        weight tiles are in fragment order (fragment_order.py decides)."""
+        return cls(device, x_lo=x_lo, kv_group=cfg.num_heads // cfg.num_kv_heads,
                    hidden=cfg.hidden_size, intermediate=cfg.intermediate_size, fragment_loads=fragment_loads)
 
     def pipeline(self, name: str, special: tuple[int, ...] = ()):

@@ -1,0 +1,113 @@
+"""How far the Vulkan backend's numerics move from the CPU backend's, per choice of the fast paths.
+
+    python benchmarks/fidelity.py [--passages 48] [--tokens 256] [--kv-dtype fp16] [--json out.json]
+
+On the demo model (bf16 weights, `sample_data/`): the held-out passages (`sample_data/kjv-heldout.txt`)
+are scored through the engine, every token's logits returned, on the CPU backend (the reference)
+and on the Vulkan backend once per setting of its switches (each in its own process, as a user
+sets them): split or fp16 inputs of the matrix units (GEMMA_BATCH_VK_COOPMAT_INPUTS) and prefill
+attention on the matrix units or not (GEMMA_BATCH_VK_FLASH). Per setting: the largest logit
+difference from the CPU backend, the perplexity change, the top-1 agreement, and whether greedy
+completions of the sample prompts (`sample_data/prompts.jsonl`'s plain prompts, 32 new tokens) equal the CPU's.
+Both backends use the same KV dtype, so only the kernels' arithmetic differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from gemma_batch.backends import create_backend
+from gemma_batch.engine.generate import generate_greedy
+from gemma_batch.engine.score import heldout_sequences
+from gemma_batch.model.checkpoint import DEMO_MODEL, Checkpoint
+from gemma_batch.model.config import Gemma3Config
+from gemma_batch.model.tokenizer import Tokenizer
+
+SETTINGS = {  # name -> environment
+    "split inputs, flash attention": {"GEMMA_BATCH_VK_COOPMAT_INPUTS": "split", "GEMMA_BATCH_VK_FLASH": "1"},
+    "fp16 inputs, flash attention": {"GEMMA_BATCH_VK_COOPMAT_INPUTS": "fp16", "GEMMA_BATCH_VK_FLASH": "1"},
+    "split inputs, attention.comp": {"GEMMA_BATCH_VK_COOPMAT_INPUTS": "split", "GEMMA_BATCH_VK_FLASH": "0"},
+    "fp16 inputs, attention.comp": {"GEMMA_BATCH_VK_COOPMAT_INPUTS": "fp16", "GEMMA_BATCH_VK_FLASH": "0"},
+}
+NEW_TOKENS = 32
+
+
+def outputs(backend_name: str, kv_dtype: str, passages: int, tokens: int) -> dict:
+    """Every fed token's logits over the passages, and greedy completions of the sample prompts."""
+    cfg = Gemma3Config.from_dir(DEMO_MODEL)
+    backend = create_backend(backend_name, cfg, kv_dtype=kv_dtype)
+    backend.load_weights(Checkpoint.open(DEMO_MODEL, cfg).tensors())
+    tokenizer = Tokenizer.from_dir(DEMO_MODEL)
+    sequences = heldout_sequences(DEMO_MODEL.parent / "kjv-heldout.txt", tokenizer, tokens, passages)
+    rows: list[dict[int, np.ndarray]] = [{} for _ in sequences]
+
+    def record(indices, batch, result) -> None:
+        for s, i in enumerate(indices):
+            for t in range(batch.seq_starts[s], batch.seq_starts[s + 1]):
+                rows[i][int(batch.positions[t])] = result.logits[t]
+
+    generate_greedy(backend, sequences, 1, step_token_budget=512, on_step=record)
+    logits = [np.stack([r[p] for p in range(len(seq) - 1)]) for seq, r in zip(sequences, rows)]
+    rows_in = [json.loads(line) for line in (DEMO_MODEL.parent / "prompts.jsonl").read_text().splitlines()]
+    ids = [tokenizer.encode(r["prompt"], add_bos=True) for r in rows_in if "prompt" in r]  # (the plain prompts)
+    completions = generate_greedy(backend, ids, NEW_TOKENS, stop_token_ids=frozenset(cfg.eos_token_ids))
+    return {"sequences": sequences, "logits": logits, "completions": completions, "identity": backend.identity}
+
+
+def perplexity_top1(sequences, logits) -> tuple[float, np.ndarray]:
+    nll, top1 = [], []
+    for seq, z in zip(sequences, logits):
+        z = z.astype(np.float64)
+        z = z - z.max(axis=1, keepdims=True)
+        logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        nll.append(-logp[np.arange(len(seq) - 1), seq[1:]])
+        top1.append(z.argmax(axis=1))
+    return float(np.exp(np.concatenate(nll).mean())), np.concatenate(top1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--passages", type=int, default=48)
+    parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--kv-dtype", default="fp16")
+    parser.add_argument("--json")
+    parser.add_argument("--dump", help=argparse.SUPPRESS)  # (a child process: write this backend's outputs here)
+    parser.add_argument("--backend", default="vulkan", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.dump:
+        np.save(args.dump, np.array(outputs(args.backend, args.kv_dtype, args.passages, args.tokens), dtype=object),
+                allow_pickle=True)
+        return
+    ref = outputs("cpu", args.kv_dtype, args.passages, args.tokens)
+    ref_ppl, ref_top1 = perplexity_top1(ref["sequences"], ref["logits"])
+    print(f"demo model, {len(ref['sequences'])} passages of up to {args.tokens} tokens, KV {args.kv_dtype}; "
+          f"CPU backend perplexity {ref_ppl:.4f}")
+    report = {"kv_dtype": args.kv_dtype, "cpu_perplexity": ref_ppl, "settings": {}}
+    for name, env in SETTINGS.items():
+        dump = f"/tmp/fidelity-{os.getpid()}.npy"
+        base = [sys.executable, __file__, "--dump", dump, "--passages", str(args.passages), "--tokens", str(args.tokens),
+                "--kv-dtype", args.kv_dtype]
+        subprocess.run(base, env={**os.environ, **env}, check=True)
+        got = np.load(dump, allow_pickle=True).item()
+        os.unlink(dump)
+        ppl, top1 = perplexity_top1(got["sequences"], got["logits"])
+        row = {"identity": got["identity"],
+               "max_logit_diff": float(max(np.abs(a - b).max() for a, b in zip(got["logits"], ref["logits"]))),
+               "perplexity_change": ppl / ref_ppl - 1, "top1_agreement": float((top1 == ref_top1).mean()),
+               "greedy_equal": got["completions"] == ref["completions"]}
+        report["settings"][name] = row
+        print(f"{name:32s} max logit diff {row['max_logit_diff']:.2e}  perplexity {100 * row['perplexity_change']:+.4f}%  "
+              f"top-1 {100 * row['top1_agreement']:.2f}%  greedy equal: {row['greedy_equal']}  ({got['identity']})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
