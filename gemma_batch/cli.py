@@ -106,7 +106,7 @@ def run(
     max_model_len: int = _opt("Bound on prompt + completion tokens. [default: the model's context]"),
     kv_memory: str = _opt("KV cache memory: a size (4GiB, 512MB) or a share of free memory (50%). [default: 50%]"),
     block_size: int = _opt("Tokens per KV block. [default: 16]"),
-    max_step_tokens: int = _opt("Token budget of one step (prefill is chunked to it). [default: 512]"),
+    max_step_tokens: int = _opt("Token budget of one step (prefill is chunked to it). [default: the backend's: 8192 on GPUs with cooperative matrices, else 512]"),
     force: bool = typer.Option(False, "--force", help="Start over when the output belongs to a job with other settings."),
     fail_on_row_error: bool = typer.Option(False, "--fail-on-row-error", help="Exit 1 when any row failed (the output is still written)."),
 ) -> None:

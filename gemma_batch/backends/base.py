@@ -148,6 +148,13 @@ class Backend(ABC):
         sequences whose block tables hold up to `max_blocks[group]` entries (after `allocate_kv`),
         so that no such step has to wait for it mid-run. Default: nothing to do."""
 
+    @property
+    def default_step_tokens(self) -> int:
+        """The step budget a job takes when the user names none (--max-step-tokens): what runs
+        prefill fastest here. Every step reads all the weights once, so a device whose products
+        gain from many rows wants long steps. Default: 512."""
+        return 512
+
     def max_step_tokens(self, max_seqs: int, max_blocks: Mapping[str, int]) -> int | None:
         """The most tokens one step can hold on this device, for steps of up to `max_seqs` sampled
         sequences whose block tables hold up to `max_blocks[group]` entries (as in `reserve`;

@@ -76,10 +76,11 @@ def run_job(spec: JobSpec, log: TextIO | None = None, out: TextIO | None = None)
                         f"but only {available / 2**30:.2f} GiB is free there; use --backend cpu or a smaller model")
     free = available - weight_bytes
     budget = parse_size(spec.kv_memory, free)
+    step_tokens = spec.max_step_tokens or max(spec.max_batch, backend.default_step_tokens)
     groups = cfg.kv_groups()
     plan = plan_kv(
         groups, {g.name: backend.kv_bytes_per_token(g.name) for g in groups}, budget,
-        spec.block_size, max_model_len, spec.max_batch, spec.max_step_tokens,
+        spec.block_size, max_model_len, spec.max_batch, step_tokens,
         {g.name: backend.max_kv_blocks(g.name, spec.block_size) for g in groups},
     )
     if plan.notice:
@@ -109,14 +110,16 @@ def run_job(spec: JobSpec, log: TextIO | None = None, out: TextIO | None = None)
         try:
             weights = load_converted(checkpoint, fmt, cache_root())
             backend.load_weights(weights.tensors)
-            engine = Engine(backend, plan, tokenizer, spec.max_batch, spec.max_step_tokens)  # allocates the KV cache
+            engine = Engine(backend, plan, tokenizer, spec.max_batch, step_tokens)  # allocates the KV cache
         except DeviceMemoryError as e:
             store.abandon()
             raise JobFailed(str(e)) from None
         print(f"model: {spec.model} loaded in {time.perf_counter() - load_started:.1f} s", file=log)
-        if (budget := engine.scheduler.step_token_budget) < spec.max_step_tokens:
+        if (budget := engine.scheduler.step_token_budget) < step_tokens and spec.max_step_tokens:
             print(f"notice: steps of at most {budget} tokens, not --max-step-tokens {spec.max_step_tokens}: "
                   f"a longer step's buffers would not fit {backend.identity}", file=log)
+        elif not spec.max_step_tokens:
+            print(f"steps: up to {budget} tokens (the backend's choice; --max-step-tokens sets it)", file=log)
         for line in weights.note:
             print(f"  {line}", file=log)
         requests = RowRequests(tokenizer, frozenset(cfg.eos_token_ids), spec.sampling, plan.max_model_len)

@@ -54,7 +54,7 @@ class JobSpec:
     max_model_len: int | None = None  # None: the model's context
     kv_memory: str = "50%"  # bytes ("4GiB", "512MB") or a share of the backend's free memory ("50%")
     block_size: int = 16
-    max_step_tokens: int = 512
+    max_step_tokens: int | None = None  # None: the backend's (Backend.default_step_tokens)
     force: bool = False
     fail_on_row_error: bool = False
 
@@ -163,7 +163,7 @@ def make_spec(settings: Mapping[str, Any], where: str = "command line") -> JobSp
         (spec.output_format in ("parquet", "openai"), f"output format {spec.output_format!r}: expected parquet or openai"),
         (spec.max_batch >= 1, "max-batch must be >= 1"),
         (spec.block_size >= 1, "block-size must be >= 1"),
-        (spec.max_step_tokens >= spec.max_batch, "max-step-tokens must be >= max-batch"),
+        (spec.max_step_tokens is None or spec.max_step_tokens >= spec.max_batch, "max-step-tokens must be >= max-batch"),
         (spec.max_model_len is None or spec.max_model_len >= 2, "max-model-len must be >= 2"),
         (spec.weights in FORMATS, f"weights {spec.weights!r}: expected one of {', '.join(FORMATS)}"),
         (spec.int4_group in INT4_GROUPS, f"int4-group {spec.int4_group}: expected one of {', '.join(map(str, INT4_GROUPS))}"),

@@ -46,6 +46,12 @@ from .weights import DeviceWeights
 # --kv-dtype -> suffix of the KV-page kernel variants (variants.KV_DEFINES)
 KV_VARIANTS = {"fp16": "float16", "fp32": "float32", "bf16": "bfloat16", "int8": "int8"}
 SCRATCH_RESERVE = 0.1  # share of free device memory left out of `available_memory` for step buffers
+# The step budget of a job on the cooperative path (`default_step_tokens`), where the prefill
+# products want many rows: 4b labelling job (32 x 1,024-token prompts) on the H100 through
+# `gemma-batch run`, 3.58 / 3.34 / 3.11 s with steps of 512 / 2,048 / 8,192 tokens
+# (docs/EXPERIMENTS.md, "The step budget"); the portable kernels keep the base's 512.
+PREFILL_STEP_TOKENS = 8192
+STEP_MEMORY_SHARE = 0.9  # of the memory left after the KV pages, the most the step buffers take
 
 
 class VulkanBackend(Backend):
@@ -147,10 +153,21 @@ class VulkanBackend(Backend):
         if self._outgrown(need):
             self._ensure(need)
 
+    @property
+    def default_step_tokens(self) -> int:
+        return PREFILL_STEP_TOKENS if self.device.coopmat else super().default_step_tokens
+
     def max_step_tokens(self, max_seqs: int, max_blocks: Mapping[str, int]) -> int | None:
+        """The largest step whose buffers each fit the device's largest storage buffer and
+        together STEP_MEMORY_SHARE of the memory the KV pages left."""
         coop = self.coop_min_chunk if self.device.coopmat else None
+        total = int(STEP_MEMORY_SHARE * (self.mem.free_bytes() + self._step_buffer_bytes()))
         return fitting_step_tokens(self.cfg, self.device.info.max_storage_buffer_range, max_seqs, max_blocks,
-                                   self.block_size, self.attention_chunk, coop, self.device.info.sm_count)
+                                   self.block_size, self.attention_chunk, coop, self.device.info.sm_count, total)
+
+    def _step_buffer_bytes(self) -> int:
+        """Device bytes the step buffers hold now (they are given back before larger ones are made)."""
+        return 0 if self.buffers is None else sum(buf.reserved for buf in self.buffers.all() if buf.array is None)
 
     def step(self, batch: StepBatch) -> StepResult:
         if self._in_flight:

@@ -194,17 +194,19 @@ def scratch_sizes(cfg: Gemma3Config, capacity: Capacity, block_size: int, attent
 
 
 def fitting_step_tokens(cfg: Gemma3Config, limit: int, max_seqs: int, max_blocks: Mapping[str, int], block_size: int,
-                        attention_chunk: int, coop_min_chunk: int | None, sm_count: int) -> int:
+                        attention_chunk: int, coop_min_chunk: int | None, sm_count: int, total: int | None = None) -> int:
     """`VulkanBackend.max_step_tokens`: the step buffers grow in doubles of `first_capacity`'s tokens
     (`VulkanBackend._ensure`); the largest such capacity whose every scratch buffer is at most `limit`
     bytes, the device's largest storage buffer (at 27b with 32 attention chunks a query, 8,192 tokens
-    would need a 4 GiB buffer of partial results). Other arguments as `StepBuffers`'."""
+    would need a 4 GiB buffer of partial results), and all of them together at most `total` bytes
+    (None: no such bound). Other arguments as `StepBuffers`'."""
     widths = tuple(sorted(max_blocks.items()))
 
     def fits(tokens: int) -> bool:
         capacity = first_capacity(widths).grown_to(Capacity(tokens, max_seqs, max_seqs, widths))
-        sizes = scratch_sizes(cfg, capacity, block_size, attention_chunk, coop_min_chunk, sm_count)
-        return all(size <= limit for size, _ in sizes.values())
+        sizes = [size for size, _ in scratch_sizes(cfg, capacity, block_size, attention_chunk, coop_min_chunk,
+                                                   sm_count).values()]
+        return max(sizes) <= limit and (total is None or sum(sizes) <= total)
 
     tokens = first_capacity(widths).tokens
     while tokens < MOST_STEP_TOKENS and fits(2 * tokens):
