@@ -2,7 +2,7 @@
 of a real shape, reading, tokenizing and writing included, once per step budget asked.
 
     python benchmarks/job_bench.py --shape 4b --rows 32 --prompt-len 1024 --max-tokens 8 \
-        --max-step-tokens 512,4096 --out DIR [--backend vulkan]
+        --max-step-tokens default,512,4096 --out DIR [--backend vulkan]
 
 DIR gets the checkpoint (`model-SHAPE/`, written once: `gemma_batch.bench.random_checkpoint`), the
 prompts (`prompts-ROWSxLEN.jsonl`: random text of the demo tokenizer's pieces, LEN tokens each with
@@ -59,10 +59,12 @@ def write_prompts(path: Path, shape: str, rows: int, length: int, seed: int) -> 
     path.write_text("\n".join(lines) + "\n")
 
 
-def run_job(args: argparse.Namespace, model: Path, prompts: Path, budget: int) -> dict:
+def run_job(args: argparse.Namespace, model: Path, prompts: Path, budget: str) -> dict:
+    """One job; `budget` a number of tokens, or "default" (no --max-step-tokens: the backend's)."""
     output = args.out / f"out-{budget}.parquet"
+    flag = [] if budget == "default" else ["--max-step-tokens", budget]
     command = [sys.executable, "-m", "gemma_batch", "run", str(prompts), "--model", str(model), "--output", str(output),
-               "--max-tokens", str(args.max_tokens), "--max-batch", str(args.rows), "--max-step-tokens", str(budget),
+               "--max-tokens", str(args.max_tokens), "--max-batch", str(args.rows), *flag,
                "--backend", args.backend, "--force"]
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True)
@@ -81,7 +83,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--rows", type=int, default=32)
     parser.add_argument("--prompt-len", type=int, default=1024)
     parser.add_argument("--max-tokens", type=int, default=8)
-    parser.add_argument("--max-step-tokens", default="512", help="comma-separated step budgets, one job each")
+    parser.add_argument("--max-step-tokens", default="default",
+                        help="comma-separated step budgets, one job each; `default`: the flag left out")
     parser.add_argument("--backend", default="auto")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True)
@@ -90,7 +93,7 @@ def main(argv: list[str]) -> None:
     model = write_random_checkpoint(args.shape, args.out / f"model-{args.shape}", args.seed)
     prompts = args.out / f"prompts-{args.rows}x{args.prompt_len}.jsonl"
     write_prompts(prompts, args.shape, args.rows, args.prompt_len, args.seed)
-    runs = [run_job(args, model, prompts, int(b)) for b in args.max_step_tokens.split(",")]
+    runs = [run_job(args, model, prompts, b) for b in args.max_step_tokens.split(",")]
     (args.out / "job_bench.json").write_text(json.dumps({"shape": args.shape, "rows": args.rows,
                                                          "prompt_len": args.prompt_len, "runs": runs}, indent=1))
     table = [["max step tokens", "job s", "prompt tok/s (job)", "generated tok/s (job)", "generated tok/s (process)",

@@ -105,16 +105,27 @@ def test_the_vulkan_backend_scores_as_the_cpu_backend(sequences, weights, group)
     assert ours.top1_agreement(ref) >= 0.99
 
 
-def test_the_vulkan_backend_with_an_int8_kv_cache_scores_as_the_cpu_backend_with_one(sequences):
-    """Vulkan against the CPU backend, both with int8 KV pages, on the 4 passages above:
-    perplexity within 0.01% and top-1 agreement of at least 99%. The backends differ by fp32
-    summation orders and the odd value rounded to the neighbouring int8 level (measured on
-    llvmpipe: 1e-6 relative); the int8 rounding itself moves perplexity by 0.1% on these passages."""
+@pytest.mark.parametrize("path, tolerance", [("fp32 numerics", 1e-4), ("default", 1e-3)])
+def test_the_vulkan_backend_with_an_int8_kv_cache_scores_as_the_cpu_backend_with_one(sequences, monkeypatch, path, tolerance):
+    """Vulkan against the CPU backend, both with int8 KV pages, on the 4 passages above, top-1
+    agreement of at least 99%, perplexity within 0.01% where the Vulkan backend's arithmetic is
+    fp32 (split inputs, attention.comp: all of it on llvmpipe): the backends differ by fp32
+    summation orders and the odd value rounded to the neighbouring int8 level (measured on llvmpipe:
+    1e-6 relative). On a device with cooperative matrices the default multiplies fp16 inputs and
+    runs prompt attention in fp16 (flash.py), which moves K and V by about 2^-11 relative before
+    their int8 rounding and flips more codes: there the bound is 0.1%, the other Vulkan scores'
+    (the int8 rounding itself moves perplexity by 0.1% on these passages)."""
     from gemma_batch.backends import create_backend
+    from gemma_batch.backends.vulkan.coopmat import INPUTS_ENV
+    from gemma_batch.backends.vulkan.flash import ENV as FLASH_ENV
 
+    if path == "fp32 numerics":
+        monkeypatch.setenv(INPUTS_ENV, "split")
+        monkeypatch.setenv(FLASH_ENV, "0")
     short = [s[:128] for s in sequences[:4]]
     backend = create_backend("vulkan", CFG, kv_dtype="int8")
     backend.load_weights(load_converted(Checkpoint.open(DEMO_MODEL, CFG), WeightFormat.parse("bf16"), None).tensors)
     ours, ref = score(backend, short), cpu_scores(short, kv_dtype="int8")
-    assert abs(ours.perplexity / ref.perplexity - 1) < 1e-4
+    print(f"{path}: perplexity {ours.perplexity / ref.perplexity - 1:+.2e} relative, top-1 {ours.top1_agreement(ref):.4f}")
+    assert abs(ours.perplexity / ref.perplexity - 1) < tolerance
     assert ours.top1_agreement(ref) >= 0.99
