@@ -48,8 +48,8 @@ KV_VARIANTS = {"fp16": "float16", "fp32": "float32", "bf16": "bfloat16", "int8":
 SCRATCH_RESERVE = 0.1  # share of free device memory left out of `available_memory` for step buffers
 # The step budget of a job on the cooperative path (`default_step_tokens`), where the prefill
 # products want many rows: 4b labelling job (32 x 1,024-token prompts) on the H100 through
-# `gemma-batch run`, 3.58 / 3.34 / 3.11 s with steps of 512 / 2,048 / 8,192 tokens
-# (docs/EXPERIMENTS.md, "The step budget"); the portable kernels keep the base's 512.
+# `gemma-batch run`, 2.00 s with steps of up to 8,192 tokens against 2.69 s with 512
+# (docs/EXPERIMENTS.md, "The step budget of a job"); the portable kernels keep the base's 512.
 PREFILL_STEP_TOKENS = 8192
 STEP_MEMORY_SHARE = 0.9  # of the memory left after the KV pages, the most the step buffers take
 
