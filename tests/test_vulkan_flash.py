@@ -1,7 +1,8 @@
 """Prefill attention on the matrix units (attention_flash.comp) against a float64 reference, and
 its batch invariance: a token's output bits do not depend on how its prompt is cut into tiles.
 
-Runs only on a device with fp16 cooperative matrices (the GPU machine); llvmpipe in CI has none.
+The kernel runs only on a device with fp16 cooperative matrices (the GPU machine); llvmpipe in CI
+has none. Which tokens it takes and in which tiles (flash.py) is tested everywhere.
 
 Tolerance of the kernel against the reference: the kernel rounds the scaled queries to fp16 (the
 reference does the same, so the scores differ only by fp32 sums, ~1e-6 relative) and the
@@ -17,9 +18,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gemma_batch.backends.base import StepBatch
 from gemma_batch.backends.kv_formats import bf16_round
 from gemma_batch.backends.vulkan import VulkanBackend
-from gemma_batch.backends.vulkan.flash import ENV as FLASH_ENV, FLASH_ROWS
+from gemma_batch.backends.vulkan.flash import ENV as FLASH_ENV, FLASH_ROWS, prompt_tokens, tiles
 from gemma_batch.model.checkpoint import DEMO_MODEL, Checkpoint
 from gemma_batch.model.config import Gemma3Config
 from tests.test_cpu_vs_transformers import cpu_backend, run_batched
@@ -150,3 +152,19 @@ def test_prompts_on_the_flash_kernel_match_the_cpu_backend(monkeypatch, flash):
     print(f"flash {flash}: logits max abs difference {err:.3g}")
     assert completions == ref_completions
     assert err < FP16_TOL
+
+
+def test_prompt_tokens_and_their_tiles():
+    """Three sequences in one step: a whole 70-token prompt, a decode token, and the end of a
+    prompt followed by two generated tokens recomputed after a preemption (positions 43 and 44
+    are not prompt tokens: they stay on attention.comp, as when they were first decoded)."""
+    positions = np.concatenate([np.arange(70), [80], np.arange(40, 45)]).astype(np.int32)
+    starts = np.array([0, 70, 71, 76], np.int32)
+    batch = StepBatch(token_ids=np.zeros(76, np.int32), positions=positions, seq_starts=starts,
+                      context_lens=np.array([70, 81, 45], np.int32), block_tables={}, slots={},
+                      sample=np.ones(3, bool), prompt_lens=np.array([70, 50, 43], np.int32))
+    prompt = prompt_tokens(batch)
+    assert prompt.tolist() == [True] * 70 + [False] + [True] * 3 + [False] * 2
+    assert tiles(batch, prompt, 32).tolist() == [[0, 32, 0, 0], [32, 32, 0, 0], [64, 6, 0, 0], [71, 3, 2, 0]]
+    batch.prompt_lens = None  # (a caller that names no prompts: every token on attention.comp)
+    assert not prompt_tokens(batch).any()
