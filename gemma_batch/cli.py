@@ -145,7 +145,7 @@ def inspect(
     memory: str = typer.Option(None, help="Device memory budget (16GiB, 8GB) to plan sequences in."),
     seq_len: int = typer.Option(2048, min=1, help="Tokens per sequence (prompt + completion)."),
     batch: int = typer.Option(32, min=1, help="Sequences to check against --memory."),
-    max_step_tokens: int = typer.Option(512, min=1, help="Prefill chunk (sliding-window layers hold the window plus one)."),
+    max_step_tokens: int = typer.Option(512, min=1, help="Prefill chunk (sliding-window layers hold the window plus one); a job's is 8192 on GPUs with cooperative matrices, 512 elsewhere."),
 ) -> None:
     """Print what MODEL takes in a weight format and KV dtype, and how many sequences fit in --memory."""
     try:
