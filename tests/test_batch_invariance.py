@@ -7,8 +7,11 @@ force preemptions; every row's completion must be identical, token for token.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
+from threadpoolctl import ThreadpoolController
 
 from gemma_batch.backends import create_backend
 from gemma_batch.backends.base import Backend
@@ -85,13 +88,19 @@ def test_rows_are_identical_alone_together_and_shuffled_with_preemption(backend)
     assert run(backend, [Request(**greedy_twin)], 1, 512, 1)[0][sampled[0]] != alone[sampled[0]]  # sampling is live
 
 
-@pytest.mark.parametrize("shape", [(96, 64), (128, 128), (192, 128), (384, 128), (2048, 128)])
+@pytest.mark.parametrize("shape", [(96, 64), (128, 128), (192, 128), (384, 128), (2048, 128), (2304, 1152)])
 def test_row_tiled_products_do_not_depend_on_the_other_rows(shape):
+    """Also with the products' blocks on threads (the last shape is one of THREADED_WEIGHTS or
+    more: 3 blocks of output rows); BLAS on one thread, as the CPU backend runs its steps (with two
+    threads OpenBLAS sums some shapes in another order, so the count is fixed)."""
     rng = np.random.default_rng(0)
     w = rng.standard_normal(shape).astype(np.float32)
     x = rng.standard_normal((40, shape[1])).astype(np.float32)
-    alone = np.stack([matmul_rows(x[i : i + 1], w)[0] for i in range(40)])
-    for n in (1, 2, 7, 16, 17, 40):
-        assert np.array_equal(matmul_rows(x[:n], w), alone[:n])
-    perm = rng.permutation(40)
-    assert np.array_equal(matmul_rows(x[perm], w), alone[perm])
+    with ThreadpoolController().limit(limits=1, user_api="blas"):
+        alone = np.stack([matmul_rows(x[i : i + 1], w)[0] for i in range(40)])
+        with ThreadPoolExecutor(3) as pool:
+            for n in (1, 2, 7, 16, 17, 40):
+                assert np.array_equal(matmul_rows(x[:n], w), alone[:n])
+                assert np.array_equal(matmul_rows(x[:n], w, pool), alone[:n])
+        perm = rng.permutation(40)
+        assert np.array_equal(matmul_rows(x[perm], w), alone[perm])

@@ -21,9 +21,11 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from ..model.checkpoint import Tensor, to_float32
 from ..model.config import Gemma3Config, RopeSpec
@@ -35,24 +37,39 @@ from .sampler import sample_tokens
 
 F32 = np.float32
 ROW_TILE = 16  # rows per weight product: a fixed shape keeps BLAS on one code path
-W_ROWS = 1024  # output rows of a quantized matrix dequantized at a time
+W_ROWS = 1024  # output rows of a matrix multiplied at a time (a quantized one: dequantized at a time)
+# Matrices of at least this many weights are multiplied in blocks of W_ROWS output rows on the
+# backend's threads; the blocks are the same whatever the number of threads, so are the sums.
+THREADED_WEIGHTS = 1 << 21
+MAX_THREADS = 8
 Matrix = np.ndarray | QuantizedTensor
 
 
-def matmul_rows(x: np.ndarray, w: Matrix) -> np.ndarray:
-    """x [T, K] @ w.T for w [N, K], in tiles of ROW_TILE rows so each row's result is batch-invariant."""
-    T = x.shape[0]
+def matmul_rows(x: np.ndarray, w: Matrix, pool: ThreadPoolExecutor | None = None) -> np.ndarray:
+    """x [T, K] @ w.T for w [N, K], in tiles of ROW_TILE rows so each row's result is batch-invariant;
+    a quantized matrix, or one of THREADED_WEIGHTS or more, in blocks of W_ROWS output rows (on
+    `pool`'s threads where given: the same blocks, so the same bits, as without)."""
+    T, N = x.shape[0], w.shape[0]
     padded = np.zeros((-(-T // ROW_TILE) * ROW_TILE, x.shape[1]), F32)
     padded[:T] = x
-    out = np.empty((padded.shape[0], w.shape[0]), F32)
-    blocks = iter([(slice(None), w)]) if isinstance(w, np.ndarray) else (
-        (slice(r, r + W_ROWS), w.dequantize(slice(r, r + W_ROWS))) for r in range(0, w.shape[0], W_ROWS))
-    for rows, block in blocks:  # a quantized matrix: W_ROWS rows in float32 at a time, made as needed
+    out = np.empty((padded.shape[0], N), F32)
+    blocked = not isinstance(w, np.ndarray) or w.size >= THREADED_WEIGHTS
+    starts = range(0, N, W_ROWS) if blocked else [0]
+
+    def block(r: int) -> None:
+        rows = slice(r, r + W_ROWS) if blocked else slice(None)
+        weights = w[rows] if isinstance(w, np.ndarray) else w.dequantize(rows)  # (quantized: made as needed)
         for i in range(0, padded.shape[0], ROW_TILE):
             # As w @ tile.T: the tile's rows are the product's columns. OpenBLAS 0.3.31's small-matrix
             # sgemm sums a row of `tile @ w.T` in an order that depends on the row's place in the tile
             # (rows 6-15 differ from row 0 on Haswell); columns of `w @ tile.T` do not.
-            out[i : i + ROW_TILE, rows] = (block @ padded[i : i + ROW_TILE].T).T
+            out[i : i + ROW_TILE, rows] = (weights @ padded[i : i + ROW_TILE].T).T
+
+    if pool is None or len(starts) == 1:
+        for r in starts:
+            block(r)
+    else:
+        list(pool.map(block, starts))
     return out[:T]
 
 
@@ -67,8 +84,18 @@ def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
-    """GELU, tanh approximation (torch `gelu(approximate="tanh")`, HF `gelu_pytorch_tanh`)."""
-    return F32(0.5) * x * (F32(1.0) + np.tanh(F32(np.sqrt(2.0 / np.pi)) * (x + F32(0.044715) * x * x * x)))
+    """GELU, tanh approximation (torch `gelu(approximate="tanh")`, HF `gelu_pytorch_tanh`):
+    0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), in place on one temporary (the same
+    operations in the same order as the expression, so the same bits, without its five temporaries)."""
+    t = np.multiply(x, F32(0.044715))
+    t *= x
+    t *= x
+    t += x
+    t *= F32(np.sqrt(2.0 / np.pi))
+    np.tanh(t, out=t)
+    t += F32(1.0)
+    t *= F32(0.5) * x
+    return t
 
 
 def rope_inv_freq(head_dim: int, spec: RopeSpec) -> np.ndarray:
@@ -107,10 +134,18 @@ class CpuBackend(Backend):
     name = "cpu"
     weight_formats = FORMATS
 
-    def __init__(self, cfg: Gemma3Config, kv_dtype: str = "fp32") -> None:
+    def __init__(self, cfg: Gemma3Config, kv_dtype: str = "fp32", threads: int | None = None) -> None:
+        """`threads`: how many of the products' blocks run at once (default: the CPUs this process
+        may use, at most MAX_THREADS). BLAS itself runs one thread during a step: its own threads
+        wait by spinning, and on a machine with other work running they made the README job 4-11x
+        slower (docs/EXPERIMENTS.md, "The CPU backend on a busy machine"); the backend's threads
+        take whole blocks and wait without spinning. The bits do not depend on the count."""
         super().__init__(cfg)
         kv_slot_bytes(kv_dtype, 1, 1)  # checks the name
         self.kv_dtype = kv_dtype
+        threads = threads or min(MAX_THREADS, len(os.sched_getaffinity(0)))
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="gemma-batch-cpu") if threads > 1 else None
+        self._blas = ThreadpoolController()
         self.weights: dict[str, Matrix] = {}  # canonical name -> float32 array or quantized matrix
         self.layers: list[dict[str, Matrix]] = []  # per layer: suffix -> the same arrays
         self.k_cache: dict[int, KVStore] = {}  # layer -> [num_blocks * block_size, nkv, hd]
@@ -174,6 +209,13 @@ class CpuBackend(Backend):
                 self.v_cache[layer] = KVStore(self.kv_dtype, slots, cfg.num_kv_heads, cfg.head_dim)
 
     def step(self, batch: StepBatch) -> StepResult:
+        with self._blas.limit(limits=1, user_api="blas"):
+            return self._step(batch)
+
+    def _matmul(self, x: np.ndarray, w: Matrix) -> np.ndarray:
+        return matmul_rows(x, w, self.pool)
+
+    def _step(self, batch: StepBatch) -> StepResult:
         cfg, w = self.cfg, self.weights
         x = embed_rows(w["embed_tokens.weight"], batch.token_ids) * F32(cfg.embed_scale)  # [T, H]
         rope = {kind: rope_cos_sin(batch.positions, cfg.head_dim, spec) for kind, spec in cfg.rope.items()}
@@ -183,7 +225,7 @@ class CpuBackend(Backend):
 
         sampled = (batch.seq_starts[1:] - 1)[batch.sample]  # flat index of each sampled last token
         rows = np.arange(batch.num_tokens) if batch.return_logits else sampled
-        logits = matmul_rows(rms_norm(x[rows], w["norm.weight"], cfg.rms_norm_eps), self._lm_head())  # [R, V]
+        logits = self._matmul(rms_norm(x[rows], w["norm.weight"], cfg.rms_norm_eps), self._lm_head())  # [R, V]
         next_ids = np.full(batch.num_seqs, -1, np.int32)
         sampled_logits = logits[sampled] if batch.return_logits else logits
         next_ids[batch.sample] = sample_tokens(sampled_logits, batch.sampling, np.flatnonzero(batch.sample))
@@ -205,9 +247,9 @@ class CpuBackend(Backend):
         eps, T = cfg.rms_norm_eps, x.shape[0]
 
         a = rms_norm(x, w["input_layernorm.weight"], eps)
-        q = matmul_rows(a, w["self_attn.q_proj.weight"]).reshape(T, cfg.num_heads, cfg.head_dim)
-        k = matmul_rows(a, w["self_attn.k_proj.weight"]).reshape(T, cfg.num_kv_heads, cfg.head_dim)
-        v = matmul_rows(a, w["self_attn.v_proj.weight"]).reshape(T, cfg.num_kv_heads, cfg.head_dim)
+        q = self._matmul(a, w["self_attn.q_proj.weight"]).reshape(T, cfg.num_heads, cfg.head_dim)
+        k = self._matmul(a, w["self_attn.k_proj.weight"]).reshape(T, cfg.num_kv_heads, cfg.head_dim)
+        v = self._matmul(a, w["self_attn.v_proj.weight"]).reshape(T, cfg.num_kv_heads, cfg.head_dim)
         q = apply_rope(rms_norm(q, w["self_attn.q_norm.weight"], eps), *rope)  # QK-norm, then RoPE
         k = apply_rope(rms_norm(k, w["self_attn.k_norm.weight"], eps), *rope)
         self.k_cache[layer].write(slots, k)  # the cache holds K after norm and RoPE, V raw
@@ -216,12 +258,12 @@ class CpuBackend(Backend):
         o = np.empty((T, cfg.num_heads, cfg.head_dim), F32)
         for seq in plan:
             o[seq.tokens] = self._attend(q[seq.tokens], layer, seq)
-        attn = matmul_rows(o.reshape(T, cfg.q_width), w["self_attn.o_proj.weight"])  # [T, H]
+        attn = self._matmul(o.reshape(T, cfg.q_width), w["self_attn.o_proj.weight"])  # [T, H]
         x = x + rms_norm(attn, w["post_attention_layernorm.weight"], eps)
 
         b = rms_norm(x, w["pre_feedforward_layernorm.weight"], eps)
-        gate = gelu_tanh(matmul_rows(b, w["mlp.gate_proj.weight"]))  # [T, I]
-        mlp = matmul_rows(gate * matmul_rows(b, w["mlp.up_proj.weight"]), w["mlp.down_proj.weight"])  # [T, H]
+        gate = gelu_tanh(self._matmul(b, w["mlp.gate_proj.weight"]))  # [T, I]
+        mlp = self._matmul(gate * self._matmul(b, w["mlp.up_proj.weight"]), w["mlp.down_proj.weight"])  # [T, H]
         return x + rms_norm(mlp, w["post_feedforward_layernorm.weight"], eps)
 
     def _attend(self, q: np.ndarray, layer: int, seq: _SeqAttention) -> np.ndarray:
