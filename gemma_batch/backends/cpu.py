@@ -1,13 +1,15 @@
 """The numpy float32 backend: the reference every other backend is tested against.
 
 It favours clarity over speed. Per step it loops in Python over layers, and inside attention over
-query tokens; everything else is whole-array numpy.
+the lengths of key windows; everything else is whole-array numpy.
 
 Batch invariance (see `Backend.step`) is by construction, because BLAS does not promise it:
 OpenBLAS sums a 1-row product (gemv) in another order than a many-row one, and may switch kernels
-with the matrix size. So every weight product runs in fixed tiles of `ROW_TILE` rows (the last
-zero-padded), and each query attends alone over exactly the keys it sees; a token's arithmetic
-then has the same shapes, hence the same rounding, in any batch and any prefill chunking.
+with the matrix size or its thread count. So every weight product runs in fixed tiles of
+`ROW_TILE` rows (the last zero-padded) with BLAS on one thread, and each query attends over a
+window of keys whose length depends only on how many keys it sees (`CpuBackend._attend`); a
+token's arithmetic then has the same shapes, hence the same rounding, in any batch and any
+prefill chunking.
 
 Weight formats (`model.quant`): bf16 and fp16 matrices are widened to float32 at load (exactly);
 int8 and int4 matrices stay quantized and are dequantized W_ROWS output rows at a time inside the
@@ -42,6 +44,8 @@ W_ROWS = 1024  # output rows of a matrix multiplied at a time (a quantized one: 
 # backend's threads; the blocks are the same whatever the number of threads, so are the sums.
 THREADED_WEIGHTS = 1 << 21
 MAX_THREADS = 8
+ATTN_BUCKET = 64  # a query's keys are padded to a multiple of this (CpuBackend._attend)
+ATTN_WINDOWS = 1 << 22  # key (and value) window elements copied at once, at most (a longer run goes in parts)
 Matrix = np.ndarray | QuantizedTensor
 
 
@@ -120,12 +124,14 @@ def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class _SeqAttention:
-    """Where one sequence's queries sit in the step and which cached keys they may see."""
+class _AttentionPlan:
+    """Which keys each query of the step sees in one KV group: keys at positions [lo, p] of its
+    sequence, found through the block table."""
 
-    tokens: slice  # the sequence's range in the flat batch
-    key_slots: np.ndarray  # [m] cache slots of the keys any of its queries sees, in position order
-    key_ranges: list[tuple[int, int]]  # per query: [lo, hi) into key_slots, the keys it sees
+    seqs: np.ndarray  # [T] the sequence of each token
+    positions: np.ndarray  # [T] p
+    lo: np.ndarray  # [T] the first position it sees
+    table: np.ndarray  # [S, max_blocks] block ids
 
 
 class CpuBackend(Backend):
@@ -239,7 +245,7 @@ class CpuBackend(Backend):
         layer: int,
         x: np.ndarray,  # [T, H] residual stream
         rope: tuple[np.ndarray, np.ndarray],
-        plan: list[_SeqAttention],
+        plan: _AttentionPlan,
         slots: np.ndarray,  # [T]
     ) -> np.ndarray:
         cfg = self.cfg
@@ -255,9 +261,7 @@ class CpuBackend(Backend):
         self.k_cache[layer].write(slots, k)  # the cache holds K after norm and RoPE, V raw
         self.v_cache[layer].write(slots, v)
 
-        o = np.empty((T, cfg.num_heads, cfg.head_dim), F32)
-        for seq in plan:
-            o[seq.tokens] = self._attend(q[seq.tokens], layer, seq)
+        o = self._attend(q, layer, plan)
         attn = self._matmul(o.reshape(T, cfg.q_width), w["self_attn.o_proj.weight"])  # [T, H]
         x = x + rms_norm(attn, w["post_attention_layernorm.weight"], eps)
 
@@ -266,35 +270,48 @@ class CpuBackend(Backend):
         mlp = self._matmul(gate * self._matmul(b, w["mlp.up_proj.weight"]), w["mlp.down_proj.weight"])  # [T, H]
         return x + rms_norm(mlp, w["post_feedforward_layernorm.weight"], eps)
 
-    def _attend(self, q: np.ndarray, layer: int, seq: _SeqAttention) -> np.ndarray:
-        """Softmax attention of one sequence's queries q [n, nh, hd], each over its own keys."""
-        cfg = self.cfg
-        group = cfg.num_heads // cfg.num_kv_heads
-        k = self.k_cache[layer].read(seq.key_slots).transpose(1, 0, 2)  # [nkv, m, hd]
-        v = self.v_cache[layer].read(seq.key_slots).transpose(1, 0, 2)
-        q = q.reshape(len(q), cfg.num_kv_heads, group, cfg.head_dim)  # query head j uses kv head j // group
+    def _attend(self, q: np.ndarray, layer: int, plan: _AttentionPlan) -> np.ndarray:
+        """Softmax attention of the step's queries q [T, nh, hd], each over its own keys.
+
+        A query seeing L keys computes over the ATTN_BUCKET-multiple L_pad >= L positions that end
+        with its own, those before its first key masked (scores -inf, so probabilities 0; the
+        first key's row stands in for them), so its arithmetic has the shapes of L_pad alone and
+        its bits depend on nothing but its own query and keys. Queries of one L_pad, of any
+        sequences, go through numpy together."""
+        cfg, bs = self.cfg, self.block_size
+        nkv, group, hd = cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim
+        seen = plan.positions - plan.lo + 1  # [T] keys each query sees
+        padded = -(-seen // ATTN_BUCKET) * ATTN_BUCKET
+        q = q.reshape(len(q), nkv, group, hd)  # query head j uses kv head j // group
         out = np.empty_like(q)
-        for i, (lo, hi) in enumerate(seq.key_ranges):
-            scores = (q[i] @ k[:, lo:hi].transpose(0, 2, 1)) * F32(cfg.attn_scale)  # [nkv, group, L]
-            probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
-            probs /= probs.sum(axis=-1, keepdims=True)
-            out[i] = probs @ v[:, lo:hi]  # [nkv, group, hd]
+        order = np.argsort(padded, kind="stable")
+        for b in np.unique(padded).tolist():
+            runs = order[padded[order] == b]
+            step = max(1, ATTN_WINDOWS // (b * nkv * hd))
+            for part in (runs[i : i + step] for i in range(0, len(runs), step)):
+                pos = np.maximum(plan.positions[part, None] - b + 1 + np.arange(b), plan.lo[part, None])  # [n, b]
+                slots = (plan.table[plan.seqs[part, None], pos // bs] * bs + pos % bs).ravel()
+                k, v = (store.read(slots).reshape(len(part), b, nkv, hd) for store in (self.k_cache[layer], self.v_cache[layer]))
+                scores = (q[part] @ k.transpose(0, 2, 3, 1)) * F32(cfg.attn_scale)  # [n, nkv, group, b]
+                hidden = (b - seen[part])[:, None] > np.arange(b)  # [n, b]: before the query's first key
+                if hidden.any():  # (none hidden: the same arithmetic without the mask)
+                    scores[np.broadcast_to(hidden[:, None, None, :], scores.shape)] = -np.inf
+                probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
+                probs /= probs.sum(axis=-1, keepdims=True)
+                out[part] = probs @ v.transpose(0, 2, 1, 3)  # [n, nkv, group, hd]
         return out.reshape(len(q), cfg.num_heads, cfg.head_dim)
 
-    def _attention_plan(self, batch: StepBatch, group: str, window: int | None) -> list[_SeqAttention]:
-        """Per sequence: the cache slots of the keys its queries can see, and each query's key range."""
-        bs, table, plan = self.block_size, batch.block_tables[group], []
+    def _attention_plan(self, batch: StepBatch, group: str, window: int | None) -> _AttentionPlan:
+        """Each query's sequence, position and first visible position; checks that the block
+        table holds every position a query sees."""
+        bs, table = self.block_size, batch.block_tables[group]
+        seqs = np.repeat(np.arange(batch.num_seqs), np.diff(batch.seq_starts))
+        lo = np.zeros_like(batch.positions) if window is None else np.maximum(0, batch.positions - window + 1)
         for s in range(batch.num_seqs):
-            start, end = int(batch.seq_starts[s]), int(batch.seq_starts[s + 1])
-            q_pos = batch.positions[start:end]
-            first = 0 if window is None else max(0, int(q_pos[0]) - window + 1)
-            k_pos = np.arange(first, int(batch.context_lens[s]))
+            start = int(batch.seq_starts[s])
+            k_pos = np.arange(int(lo[start]), int(batch.context_lens[s]))  # (the sequence's first query sees the earliest)
             blocks = table[s, k_pos // bs]
             if (blocks < 0).any():
                 missing = int(k_pos[np.argmax(blocks < 0)])
                 raise ValueError(f"sequence {s}: no {group} KV block holds position {missing}")
-            hi = q_pos - first + 1  # causal: keys up to the query itself
-            lo = np.zeros_like(hi) if window is None else np.maximum(0, hi - window)  # W keys, query included
-            ranges = list(zip(lo.tolist(), hi.tolist()))
-            plan.append(_SeqAttention(slice(start, end), blocks * bs + k_pos % bs, ranges))
-        return plan
+        return _AttentionPlan(seqs, batch.positions.astype(np.int64), lo.astype(np.int64), table)
