@@ -149,7 +149,8 @@ class CpuBackend(Backend):
         super().__init__(cfg)
         kv_slot_bytes(kv_dtype, 1, 1)  # checks the name
         self.kv_dtype = kv_dtype
-        threads = threads or min(MAX_THREADS, len(os.sched_getaffinity(0)))
+        usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        threads = threads or min(MAX_THREADS, usable)
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="gemma-batch-cpu") if threads > 1 else None
         self._blas = ThreadpoolController()
         self.weights: dict[str, Matrix] = {}  # canonical name -> float32 array or quantized matrix
