@@ -2,7 +2,8 @@
 
 Exit codes of `run`: 0 success, 2 usage error (bad flag, TOML or value; a job in progress with
 other settings), 1 job failure (unreadable input or model, no memory, a locked output; and row
-errors when --fail-on-row-error is given). `bench`: 0, 2 for a bad flag, 1 when it cannot run.
+errors when --fail-on-row-error is given), 143 / 130 stopped by SIGTERM / SIGINT (finished rows
+saved, a rerun resumes: job/signals.py). `bench`: 0, 2 for a bad flag, 1 when it cannot run.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from .backends.vulkan.errors import DeviceMemoryError, VulkanUnavailable
 from .engine.kv_plan import KVBudgetError
 from .engine.llm import LLM
 from .job.lock import JobLocked
-from .job.runner import JobFailed, run_job
+from .job.runner import JobFailed, JobStopped, run_job
 from .job.spec import DEMO_MODEL, UsageError, check_paths, load_toml, make_spec, parse_size
 from .job.store import JobMismatch
 
@@ -128,6 +129,9 @@ def run(
     except (JobFailed, JobLocked, DatasetError, KVBudgetError, OSError, ValueError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None
+    except JobStopped as e:  # SIGTERM or SIGINT while rows ran: finished rows committed
+        typer.echo(str(e), err=True)
+        raise typer.Exit(e.exit_code) from None
     except KeyboardInterrupt:
         typer.echo("interrupted: finished rows are saved; run the same command again to resume", err=True)
         raise typer.Exit(130) from None

@@ -305,3 +305,49 @@ def test_quantized_weights_are_converted_once_then_read_from_the_cache(tmp_path,
     assert len(read_rows(tmp_path / "v.parquet")) == len(rows)
     bad = gemma_batch("run", sample_jsonl, "--weights", "int3", "--output", tmp_path / "b.parquet")
     assert bad.returncode == 2 and "weights 'int3'" in bad.stderr
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_a_signal_stops_at_a_step_boundary_and_the_rerun_completes_the_same_file(tmp_path, signum):
+    """The first SIGTERM / SIGINT: the job stops at the next step with its finished rows saved,
+    says so and exits 128 + the signal (143 / 130); the same command again finishes the file,
+    byte-identical to an uninterrupted run. A second signal exits at once with that code."""
+    import signal
+    import time
+
+    prompts = [{"id": f"s{i}", "prompt": f"Row {i}: the harbour at dawn" + " and" * (i % 7)} for i in range(60)]
+    src = write_jsonl(tmp_path / "sig.jsonl", prompts)
+    flags = ("--max-tokens", "48", "--max-batch", "4")
+    reference = gemma_batch("run", src, *flags, "--output", tmp_path / "reference.parquet")
+    assert reference.returncode == 0, reference.stderr
+    target = tmp_path / "stopped.parquet"
+    sig = getattr(signal, signum)
+
+    def start() -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-m", "gemma_batch", "run", str(src), *flags, "--output", str(target)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        journal, deadline = target.with_name(target.name + ".partial") / "pending.jsonl", time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline and not (
+                journal.exists() and journal.read_bytes().count(b"\n") >= 2):
+            time.sleep(0.005)  # (a committed row or two: rows are running)
+        return proc
+
+    proc = start()
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, err
+    assert f"stopped by {signum}" in err and "run the same command again to resume" in err
+    assert not target.exists()
+    proc = subprocess.Popen([sys.executable, "-m", "gemma_batch", "run", str(src), *flags, "--output", str(target)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:  # it resumes (the job catches signals from its start: before, Python's defaults rule)
+        if line.startswith("resuming:"):
+            break
+    proc.send_signal(sig)  # two signals in a row: out at once
+    proc.send_signal(sig)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig
+    final = gemma_batch("run", src, *flags, "--output", target)
+    assert final.returncode == 0, final.stderr
+    assert "rows already done" in final.stderr
+    assert target.read_bytes() == (tmp_path / "reference.parquet").read_bytes()

@@ -36,6 +36,7 @@ from .fingerprint import job_fingerprint, model_fingerprint
 from .lock import OutputLock
 from .progress import Progress
 from .row_requests import RowRequests, error_row, output_row
+from .signals import JobStopped, StopOnSignal
 from .spec import JobSpec, UsageError, parse_size
 from .store import ResultStore
 
@@ -47,8 +48,14 @@ class JobFailed(Exception):
 
 
 def run_job(spec: JobSpec, log: TextIO | None = None, out: TextIO | None = None) -> dict:
-    """Run a job to its final file; return its statistics. Raises JobFailed / UsageError."""
-    log, out = log or sys.stderr, out or sys.stdout
+    """Run a job to its final file; return its statistics. Raises JobFailed / UsageError, and
+    JobStopped when SIGTERM or SIGINT came while it ran (from the start: a job still loading
+    stops before its first step; signals.py)."""
+    with StopOnSignal() as stop:
+        return _run(spec, log or sys.stderr, out or sys.stdout, stop)
+
+
+def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
     dataset = open_dataset(spec.input, spec.prompt_column, spec.id_column, spec.keep_columns, spec.chat)
     cfg = Gemma3Config.from_dir(spec.model)
     tokenizer = Tokenizer.from_dir(spec.model)
@@ -125,9 +132,11 @@ def run_job(spec: JobSpec, log: TextIO | None = None, out: TextIO | None = None)
         requests = RowRequests(tokenizer, frozenset(cfg.eos_token_ids), spec.sampling, plan.max_model_len)
         progress = Progress(dataset.num_rows, store.num_done, log)
         started, done_before = time.perf_counter(), store.num_done
-        done, failed = _stream(dataset.rows(), store, engine, requests, progress, spec.max_batch)
+        done, failed = _stream(dataset.rows(), store, engine, requests, progress, spec.max_batch, stop)
         wall = time.perf_counter() - started
         progress.close()
+        if stop.signum is not None:
+            raise JobStopped(stop.signum, done)
         store.finalize(dataset.num_rows)
         stats = {
             "rows_failed": count_error_rows(output, spec.output_format),
@@ -147,9 +156,11 @@ def run_job(spec: JobSpec, log: TextIO | None = None, out: TextIO | None = None)
 
 
 def _stream(
-    rows: Iterator[InputRow], store: ResultStore, engine: Engine, requests: RowRequests, progress: Progress, max_batch: int
+    rows: Iterator[InputRow], store: ResultStore, engine: Engine, requests: RowRequests, progress: Progress, max_batch: int,
+    stop: StopOnSignal,
 ) -> tuple[int, int]:
-    """Feed rows to the engine and commit each finished row; returns (rows committed, error rows)."""
+    """Feed rows to the engine and commit each finished row, until the rows end or a signal asks
+    to stop (checked at each step boundary); returns (rows committed, error rows)."""
     in_flight: dict[int, tuple[InputRow, Request]] = {}
     order: deque[int] = deque()  # indices admitted to the engine, in input order
     held: InputRow | None = None  # next row, waiting for the lookahead window to move
@@ -178,7 +189,7 @@ def _stream(
             engine.add(request)
             in_flight[row.index] = (row, request)
             order.append(row.index)
-        if not engine.num_unfinished:
+        if not engine.num_unfinished or stop.signum is not None:
             return done, failed
         for completion in engine.step():
             row, request = in_flight.pop(completion.request_id)
@@ -208,4 +219,4 @@ def _summary(stats: dict, output, stats_path, out: TextIO) -> None:
     )
 
 
-__all__ = ["JobFailed", "UsageError", "run_job"]
+__all__ = ["JobFailed", "JobStopped", "UsageError", "run_job"]
