@@ -351,3 +351,18 @@ def test_a_signal_stops_at_a_step_boundary_and_the_rerun_completes_the_same_file
     assert final.returncode == 0, final.stderr
     assert "rows already done" in final.stderr
     assert target.read_bytes() == (tmp_path / "reference.parquet").read_bytes()
+
+
+def test_default_output_names_strip_only_the_last_suffix(tmp_path):
+    """Two parts of one dataset get two outputs (the name was cut at its first dot); a compression
+    suffix goes with the format's."""
+    from gemma_batch.job.spec import make_spec
+
+    def default_output(name: str, **extra) -> str:
+        return make_spec({"input": tmp_path / name, **extra}, where="test").output_path.name
+
+    assert default_output("data.part1.jsonl") == "data.part1.completions.parquet"
+    assert default_output("data.part2.jsonl") == "data.part2.completions.parquet"
+    assert default_output("prompts.jsonl.gz") == "prompts.completions.parquet"
+    assert default_output("batch.v2.jsonl", output_format="openai") == "batch.v2.results.jsonl"
+    assert default_output("README") == "README.completions.parquet"

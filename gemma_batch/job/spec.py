@@ -28,6 +28,9 @@ class UsageError(ValueError):
     """A bad flag, TOML key or value: the job does not start (exit code 2)."""
 
 
+COMPRESSION_SUFFIXES = (".gz", ".zst")  # stripped from an input's name, with its own suffix, for the default output
+
+
 @dataclass(frozen=True)
 class JobSpec:
     input: Path
@@ -63,7 +66,10 @@ class JobSpec:
         if self.output is not None:
             return self.output
         suffix = ".results.jsonl" if self.output_format == "openai" else ".completions.parquet"
-        return self.input.with_name(self.input.name.split(".")[0] + suffix)
+        name = self.input.name
+        for compressed in COMPRESSION_SUFFIXES:
+            name = name.removesuffix(compressed)
+        return self.input.with_name(Path(name).stem + suffix)  # data.part1.jsonl -> data.part1.completions.parquet
 
     @property
     def weight_format(self) -> WeightFormat:
