@@ -7,7 +7,7 @@ Batch invariance (see `Backend.step`) is by construction, because BLAS does not 
 OpenBLAS sums a 1-row product (gemv) in another order than a many-row one, and may switch kernels
 with the matrix size or its thread count. So every weight product runs in fixed tiles of
 `ROW_TILE` rows (the last zero-padded) with BLAS on one thread, and each query attends over a
-window of keys whose length depends only on how many keys it sees (`CpuBackend._attend`); a
+window of keys whose length depends only on how many keys it sees (`cpu_attention.py`); a
 token's arithmetic then has the same shapes, hence the same rounding, in any batch and any
 prefill chunking.
 
@@ -24,7 +24,6 @@ import os
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
@@ -34,6 +33,7 @@ from ..model.config import Gemma3Config, RopeSpec
 from ..model.quant import FORMATS, QuantizedTensor
 from ..model.weights import tensor_shapes
 from .base import Backend, StepBatch, StepResult
+from .cpu_attention import AttentionPlan, attend, attention_plan
 from .kv_formats import KVStore, kv_slot_bytes, kv_token_bytes
 from .sampler import sample_tokens
 
@@ -44,8 +44,6 @@ W_ROWS = 1024  # output rows of a matrix multiplied at a time (a quantized one: 
 # backend's threads; the blocks are the same whatever the number of threads, so are the sums.
 THREADED_WEIGHTS = 1 << 21
 MAX_THREADS = 8
-ATTN_BUCKET = 64  # a query's keys are padded to a multiple of this (CpuBackend._attend)
-ATTN_WINDOWS = 1 << 22  # key (and value) window elements copied at once, at most (a longer run goes in parts)
 Matrix = np.ndarray | QuantizedTensor
 
 
@@ -121,17 +119,6 @@ def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     half = x.shape[-1] // 2
     rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
     return x * cos[:, None, :] + rotated * sin[:, None, :]
-
-
-@dataclass
-class _AttentionPlan:
-    """Which keys each query of the step sees in one KV group: keys at positions [lo, p] of its
-    sequence, found through the block table."""
-
-    seqs: np.ndarray  # [T] the sequence of each token
-    positions: np.ndarray  # [T] p
-    lo: np.ndarray  # [T] the first position it sees
-    table: np.ndarray  # [S, max_blocks] block ids
 
 
 class CpuBackend(Backend):
@@ -226,7 +213,7 @@ class CpuBackend(Backend):
         cfg, w = self.cfg, self.weights
         x = embed_rows(w["embed_tokens.weight"], batch.token_ids) * F32(cfg.embed_scale)  # [T, H]
         rope = {kind: rope_cos_sin(batch.positions, cfg.head_dim, spec) for kind, spec in cfg.rope.items()}
-        plans = {g.name: self._attention_plan(batch, g.name, g.window) for g in cfg.kv_groups()}
+        plans = {g.name: attention_plan(batch, g.name, g.window, self.block_size) for g in cfg.kv_groups()}
         for layer, kind in enumerate(cfg.layer_types):
             x = self._layer(layer, x, rope[kind], plans[kind], batch.slots[kind])
 
@@ -246,7 +233,7 @@ class CpuBackend(Backend):
         layer: int,
         x: np.ndarray,  # [T, H] residual stream
         rope: tuple[np.ndarray, np.ndarray],
-        plan: _AttentionPlan,
+        plan: AttentionPlan,
         slots: np.ndarray,  # [T]
     ) -> np.ndarray:
         cfg = self.cfg
@@ -262,7 +249,7 @@ class CpuBackend(Backend):
         self.k_cache[layer].write(slots, k)  # the cache holds K after norm and RoPE, V raw
         self.v_cache[layer].write(slots, v)
 
-        o = self._attend(q, layer, plan)
+        o = attend(q, self.k_cache[layer], self.v_cache[layer], plan, cfg)
         attn = self._matmul(o.reshape(T, cfg.q_width), w["self_attn.o_proj.weight"])  # [T, H]
         x = x + rms_norm(attn, w["post_attention_layernorm.weight"], eps)
 
@@ -270,49 +257,3 @@ class CpuBackend(Backend):
         gate = gelu_tanh(self._matmul(b, w["mlp.gate_proj.weight"]))  # [T, I]
         mlp = self._matmul(gate * self._matmul(b, w["mlp.up_proj.weight"]), w["mlp.down_proj.weight"])  # [T, H]
         return x + rms_norm(mlp, w["post_feedforward_layernorm.weight"], eps)
-
-    def _attend(self, q: np.ndarray, layer: int, plan: _AttentionPlan) -> np.ndarray:
-        """Softmax attention of the step's queries q [T, nh, hd], each over its own keys.
-
-        A query seeing L keys computes over the ATTN_BUCKET-multiple L_pad >= L positions that end
-        with its own, those before its first key masked (scores -inf, so probabilities 0; the
-        first key's row stands in for them), so its arithmetic has the shapes of L_pad alone and
-        its bits depend on nothing but its own query and keys. Queries of one L_pad, of any
-        sequences, go through numpy together."""
-        cfg, bs = self.cfg, self.block_size
-        nkv, group, hd = cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim
-        seen = plan.positions - plan.lo + 1  # [T] keys each query sees
-        padded = -(-seen // ATTN_BUCKET) * ATTN_BUCKET
-        q = q.reshape(len(q), nkv, group, hd)  # query head j uses kv head j // group
-        out = np.empty_like(q)
-        order = np.argsort(padded, kind="stable")
-        for b in np.unique(padded).tolist():
-            runs = order[padded[order] == b]
-            step = max(1, ATTN_WINDOWS // (b * nkv * hd))
-            for part in (runs[i : i + step] for i in range(0, len(runs), step)):
-                pos = np.maximum(plan.positions[part, None] - b + 1 + np.arange(b), plan.lo[part, None])  # [n, b]
-                slots = (plan.table[plan.seqs[part, None], pos // bs] * bs + pos % bs).ravel()
-                k, v = (store.read(slots).reshape(len(part), b, nkv, hd) for store in (self.k_cache[layer], self.v_cache[layer]))
-                scores = (q[part] @ k.transpose(0, 2, 3, 1)) * F32(cfg.attn_scale)  # [n, nkv, group, b]
-                hidden = (b - seen[part])[:, None] > np.arange(b)  # [n, b]: before the query's first key
-                if hidden.any():  # (none hidden: the same arithmetic without the mask)
-                    scores[np.broadcast_to(hidden[:, None, None, :], scores.shape)] = -np.inf
-                probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
-                probs /= probs.sum(axis=-1, keepdims=True)
-                out[part] = probs @ v.transpose(0, 2, 1, 3)  # [n, nkv, group, hd]
-        return out.reshape(len(q), cfg.num_heads, cfg.head_dim)
-
-    def _attention_plan(self, batch: StepBatch, group: str, window: int | None) -> _AttentionPlan:
-        """Each query's sequence, position and first visible position; checks that the block
-        table holds every position a query sees."""
-        bs, table = self.block_size, batch.block_tables[group]
-        seqs = np.repeat(np.arange(batch.num_seqs), np.diff(batch.seq_starts))
-        lo = np.zeros_like(batch.positions) if window is None else np.maximum(0, batch.positions - window + 1)
-        for s in range(batch.num_seqs):
-            start = int(batch.seq_starts[s])
-            k_pos = np.arange(int(lo[start]), int(batch.context_lens[s]))  # (the sequence's first query sees the earliest)
-            blocks = table[s, k_pos // bs]
-            if (blocks < 0).any():
-                missing = int(k_pos[np.argmax(blocks < 0)])
-                raise ValueError(f"sequence {s}: no {group} KV block holds position {missing}")
-        return _AttentionPlan(seqs, batch.positions.astype(np.int64), lo.astype(np.int64), table)

@@ -161,13 +161,10 @@ class VulkanBackend(Backend):
         """The largest step whose buffers each fit the device's largest storage buffer and
         together STEP_MEMORY_SHARE of the memory the KV pages left."""
         coop = self.coop_min_chunk if self.device.coopmat else None
-        total = int(STEP_MEMORY_SHARE * (self.mem.free_bytes() + self._step_buffer_bytes()))
+        held = 0 if self.buffers is None else self.buffers.device_bytes()  # (given back before larger ones are made)
+        total = int(STEP_MEMORY_SHARE * (self.mem.free_bytes() + held))
         return fitting_step_tokens(self.cfg, self.device.info.max_storage_buffer_range, max_seqs, max_blocks,
                                    self.block_size, self.attention_chunk, coop, self.device.info.sm_count, total)
-
-    def _step_buffer_bytes(self) -> int:
-        """Device bytes the step buffers hold now (they are given back before larger ones are made)."""
-        return 0 if self.buffers is None else sum(buf.reserved for buf in self.buffers.all() if buf.array is None)
 
     def step(self, batch: StepBatch) -> StepResult:
         if self._in_flight:
@@ -202,12 +199,11 @@ class VulkanBackend(Backend):
         self._next_slot = (slot + 1) % self.MAX_IN_FLIGHT
         graph = self.graphs[slot]
         vocab_limit = batch.sampling.vocab_size if batch.sampling is not None and batch.sampling.vocab_size else cfg.vocab_size
-        prompt = flash.prompt_tokens(batch) if self.flash else np.zeros(T, bool)
-        on_flash = bool(prompt.any())
-        tiles = flash.tiles(batch, prompt, flash.tokens_per_tile(cfg)) if on_flash else None
-        grids = graph.grids(T, len(rows), batch.positions[~prompt], 0 if tiles is None else len(tiles))
-        self.buffers.inputs[slot].write(batch, token_ids, rows, vocab_limit, grids, prompt if on_flash else None, tiles)
-        self.device.submit(graph.command_buffer(T, S, on_flash), slot)
+        prompt, tiles = flash.step_tiles(batch, cfg) if self.flash else (None, None)  # (None: no prompt token)
+        scalar = batch.positions if prompt is None else batch.positions[~prompt]  # attention.comp's tokens
+        grids = graph.grids(T, len(rows), scalar, 0 if tiles is None else len(tiles))
+        self.buffers.inputs[slot].write(batch, token_ids, rows, vocab_limit, grids, prompt, tiles)
+        self.device.submit(graph.command_buffer(T, S, prompt is not None), slot)
         id_rows = last if batch.return_logits else np.cumsum(batch.sample) - 1  # each sequence's sampled id
         self._in_flight.append(_InFlight(slot, batch, rows, id_rows))
 

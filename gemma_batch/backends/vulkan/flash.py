@@ -43,10 +43,6 @@ def wanted() -> bool:
     return switched_on(ENV)
 
 
-def tokens_per_tile(cfg: Gemma3Config) -> int:
-    return FLASH_ROWS // (cfg.num_heads // cfg.num_kv_heads)
-
-
 def prompt_tokens(batch: StepBatch) -> np.ndarray:
     """[T] bool: the step's tokens whose positions are below their sequence's prompt length."""
     if batch.prompt_lens is None:
@@ -64,3 +60,12 @@ def tiles(batch: StepBatch, prompt: np.ndarray, per_tile: int) -> np.ndarray:
         count = int(prompt[start:end].sum())
         out += [(start + k, min(per_tile, count - k), s, 0) for k in range(0, count, per_tile)]
     return np.asarray(out, np.int32).reshape(-1, 4)
+
+
+def step_tiles(batch: StepBatch, cfg: Gemma3Config) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The step's prompt tokens [T] bool and their tiles (`tiles`, FLASH_ROWS / G tokens each), or
+    (None, None) when it has none."""
+    prompt = prompt_tokens(batch)
+    if not prompt.any():
+        return None, None
+    return prompt, tiles(batch, prompt, FLASH_ROWS // (cfg.num_heads // cfg.num_kv_heads))

@@ -6,8 +6,8 @@ GPU timestamps bracket the step; with `profile` one more follows each dispatch
 Nothing in the recording depends on the step's size: kernels read T, S and R from the step
 header and every dispatch takes its grid from the indirect buffer, which the host fills per step
 (`grids`, grids.py). The command buffer is recorded again only when the step buffers grow. (The
-cooperative path records four: for steps of up to COOP_FOLD_ROWS tokens, for longer ones, whose
-matmuls use another tile, and two for decode steps; `command_buffer(T, S)` picks.) The backend
+cooperative path records several: by step size, prompt tokens and decode steps, recordings.py;
+`command_buffer` picks.) The backend
 keeps a graph per input set (step_buffers.StepInputs), so that a step can be submitted while the one before it runs;
 a barrier at the start of each recording orders it after that step.
 
@@ -64,25 +64,9 @@ from .kernels import META_BINDING, Kernels
 from .variants import COOP_KINDS, COOP_REDUCE_WG, GATED_SPLIT_PIECE, ROWS_REDUCE_COLS, matmul_cols, matmul_variant
 from .memory import Buffer
 from .step_buffers import StepBuffers
+from .recordings import DECODE_MODES, FLASH, recording_for, recording_modes
 from .timestamps import Timestamps
 from .weights import DeviceWeights
-
-# Decode steps (each token its sequence's only one) of up to this many tokens make their heads in
-# attention, its sizes specialised in (the "decode" and "decode_rows" recordings). 4b on the H100,
-# median step: 5.33-5.35 against 5.42-5.44 ms at batch 1 before the specialisation; with it,
-# 5.07-5.15 against 5.34-5.35 at 16 and 5.74-5.75 against 5.91-5.93 at 32 (docs/EXPERIMENTS.md,
-# "Code size"). Either way the same bits (tests/test_vulkan_attention.py): the choice may follow
-# the batch.
-QK_IN_MAX_TOKENS = 32
-# Decode steps of up to GATED_PIECES_MAX_TOKENS tokens (the "decode" recording) run gate/up's
-# reduce in pieces of a row (reduce_gated_split); the others a workgroup of 1,024 invocations per
-# row (reduce_gated_split_rows). The same bits either way. 4b on the H100, median decode step, pieces
-# in decode steps against rows everywhere: batch 1 5.08-5.10 against 5.22-5.23 ms, 8 5.21-5.23
-# against 5.28-5.30; rows against pieces: 16 5.52-5.55 against 5.67, 32 6.11-6.14 against
-# 6.35-6.39, and in decode steps with heads made in attention 5.74-5.75 against 6.14-6.16 at 32.
-GATED_PIECES_MAX_TOKENS = 8
-DECODE_MODES = ("decode", "decode_rows")  # up to GATED_PIECES_MAX_TOKENS tokens, and more
-FLASH = "+flash"  # suffix of the recordings of steps with prompt tokens on attention_flash.comp
 
 
 class StepGraph:
@@ -120,18 +104,9 @@ class StepGraph:
         self.grid_slots = DispatchGrids(cfg, attention_chunk, kernels.dev.info.sm_count)
         self.profile = profile
         self.stamps = Timestamps(kernels.dev, 16 * cfg.num_layers + 16)
-        # The cooperative path records the step four times: for steps of up to COOP_FOLD_ROWS
-        # tokens (decode tiles only), for longer ones (prefill tiles; both for the LM head, whose
-        # rows may be fewer), so that neither replays dispatches of the other's tile without work;
-        # and for decode steps of up to QK_IN_MAX_TOKENS, whose attention makes its heads from qkv's
-        # K-chunk sums itself (one dispatch a layer fewer), up to GATED_PIECES_MAX_TOKENS and more.
-        self._recorded: dict[str, tuple[object, list[str]]] = {}
-        modes = ("small", "prefill") if coop_min_chunk is not None else ("small",)
-        if flash:  # steps with prompt tokens: attention_flash.comp beside attention.comp
-            modes += tuple(f"{mode}{FLASH}" for mode in modes)
-        if any(self.plan.layer(layer).heads_in_attention for layer in range(cfg.num_layers)):
-            modes += DECODE_MODES
-        for mode in modes:
+        self._recorded: dict[str, tuple[object, list[str]]] = {}  # recordings.py: the modes
+        heads_in_attention = any(self.plan.layer(layer).heads_in_attention for layer in range(cfg.num_layers))
+        for mode in recording_modes(coop_min_chunk is not None, flash, heads_in_attention):
             self.mode = mode.removesuffix(FLASH)  # which one `_record` is recording
             self.flash = mode.endswith(FLASH)
             self.cb = kernels.dev.command_buffer()
@@ -142,14 +117,7 @@ class StepGraph:
     def command_buffer(self, num_tokens: int, num_seqs: int, flash: bool = False):
         """The recording to submit for a step of `num_tokens` tokens of `num_seqs` sequences, with
         prompt tokens on the flash kernel or none (`profile_seconds` then reads its timestamps)."""
-        mode = "small"
-        if num_tokens > COOP_FOLD_ROWS and "prefill" in self._recorded:
-            mode = "prefill"
-        elif num_tokens == num_seqs <= QK_IN_MAX_TOKENS and "decode" in self._recorded and not flash:
-            mode = "decode" if num_tokens <= GATED_PIECES_MAX_TOKENS else "decode_rows"
-        if flash:
-            mode += FLASH
-        self.cb, self.stamped = self._recorded[mode]
+        self.cb, self.stamped = self._recorded[recording_for(num_tokens, num_seqs, flash, self._recorded)]
         return self.cb
 
     def grids(self, num_tokens: int, num_rows: int, positions: np.ndarray, flash_tiles: int = 0) -> np.ndarray:

@@ -240,6 +240,10 @@ class StepBuffers:
                    self.part_ml, self.attn_counters, self.split, self.split_scale, self.row_sync, self.partial]
         return scratch + [buf for inputs in self.inputs for buf in inputs.all()]
 
+    def device_bytes(self) -> int:
+        """Device memory behind the scratch buffers (the host-visible inputs not counted)."""
+        return sum(buf.reserved for buf in self.all() if buf.array is None)
+
     def free(self) -> None:
         for buf in self.all():
             self.mem.free(buf)
