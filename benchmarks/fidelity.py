@@ -24,7 +24,7 @@ import numpy as np
 
 from gemma_batch.backends import create_backend
 from gemma_batch.engine.generate import generate_greedy
-from gemma_batch.engine.score import heldout_sequences
+from gemma_batch.engine.score import heldout_sequences, scores_of, token_logits
 from gemma_batch.model.checkpoint import DEMO_MODEL, Checkpoint
 from gemma_batch.model.config import Gemma3Config
 from gemma_batch.model.tokenizer import Tokenizer
@@ -45,30 +45,11 @@ def outputs(backend_name: str, kv_dtype: str, passages: int, tokens: int) -> dic
     backend.load_weights(Checkpoint.open(DEMO_MODEL, cfg).tensors())
     tokenizer = Tokenizer.from_dir(DEMO_MODEL)
     sequences = heldout_sequences(DEMO_MODEL.parent / "kjv-heldout.txt", tokenizer, tokens, passages)
-    rows: list[dict[int, np.ndarray]] = [{} for _ in sequences]
-
-    def record(indices, batch, result) -> None:
-        for s, i in enumerate(indices):
-            for t in range(batch.seq_starts[s], batch.seq_starts[s + 1]):
-                rows[i][int(batch.positions[t])] = result.logits[t]
-
-    generate_greedy(backend, sequences, 1, step_token_budget=512, on_step=record)
-    logits = [np.stack([r[p] for p in range(len(seq) - 1)]) for seq, r in zip(sequences, rows)]
+    logits = token_logits(backend, sequences, step_token_budget=512)
     rows_in = [json.loads(line) for line in (DEMO_MODEL.parent / "prompts.jsonl").read_text().splitlines()]
     ids = [tokenizer.encode(r["prompt"], add_bos=True) for r in rows_in if "prompt" in r]  # (the plain prompts)
     completions = generate_greedy(backend, ids, NEW_TOKENS, stop_token_ids=frozenset(cfg.eos_token_ids))
     return {"sequences": sequences, "logits": logits, "completions": completions, "identity": backend.identity}
-
-
-def perplexity_top1(sequences, logits) -> tuple[float, np.ndarray]:
-    nll, top1 = [], []
-    for seq, z in zip(sequences, logits):
-        z = z.astype(np.float64)
-        z = z - z.max(axis=1, keepdims=True)
-        logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-        nll.append(-logp[np.arange(len(seq) - 1), seq[1:]])
-        top1.append(z.argmax(axis=1))
-    return float(np.exp(np.concatenate(nll).mean())), np.concatenate(top1)
 
 
 def main() -> None:
@@ -85,7 +66,8 @@ def main() -> None:
                 allow_pickle=True)
         return
     ref = outputs("cpu", args.kv_dtype, args.passages, args.tokens)
-    ref_ppl, ref_top1 = perplexity_top1(ref["sequences"], ref["logits"])
+    ref_scores = scores_of(ref["sequences"], ref["logits"])
+    ref_ppl = ref_scores.perplexity
     print(f"demo model, {len(ref['sequences'])} passages of up to {args.tokens} tokens, KV {args.kv_dtype}; "
           f"CPU backend perplexity {ref_ppl:.4f}")
     report = {"kv_dtype": args.kv_dtype, "cpu_perplexity": ref_ppl, "settings": {}}
@@ -96,10 +78,11 @@ def main() -> None:
         subprocess.run(base, env={**os.environ, **env}, check=True)
         got = np.load(dump, allow_pickle=True).item()
         os.unlink(dump)
-        ppl, top1 = perplexity_top1(got["sequences"], got["logits"])
+        scores = scores_of(got["sequences"], got["logits"])
+        ppl = scores.perplexity
         row = {"identity": got["identity"],
                "max_logit_diff": float(max(np.abs(a - b).max() for a, b in zip(got["logits"], ref["logits"]))),
-               "perplexity_change": ppl / ref_ppl - 1, "top1_agreement": float((top1 == ref_top1).mean()),
+               "perplexity_change": ppl / ref_ppl - 1, "top1_agreement": scores.top1_agreement(ref_scores),
                "greedy_equal": got["completions"] == ref["completions"]}
         report["settings"][name] = row
         print(f"{name:32s} max logit diff {row['max_logit_diff']:.2e}  perplexity {100 * row['perplexity_change']:+.4f}%  "

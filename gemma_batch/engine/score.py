@@ -42,8 +42,9 @@ class Scores:
         return float((mine == theirs).mean())
 
 
-def score(backend: Backend, sequences: list[list[int]], step_token_budget: int = 256) -> Scores:
-    """Score `sequences` (token ids, each starting with <bos>) on `backend`."""
+def token_logits(backend: Backend, sequences: list[list[int]], step_token_budget: int = 256) -> list[np.ndarray]:
+    """Per sequence (token ids, each starting with <bos>): the logits after each of its tokens but
+    the last, [len - 1, V], run through the engine."""
     logits: list[dict[int, np.ndarray]] = [{} for _ in sequences]
 
     def record(indices: list[int], batch, result) -> None:
@@ -52,11 +53,21 @@ def score(backend: Backend, sequences: list[list[int]], step_token_budget: int =
                 logits[i][int(batch.positions[t])] = result.logits[t]
 
     generate_greedy(backend, sequences, 1, step_token_budget=step_token_budget, on_step=record)
+    return [np.stack([rows[p] for p in range(len(seq) - 1)]) for seq, rows in zip(sequences, logits)]
+
+
+def scores_of(sequences: list[list[int]], logits: list[np.ndarray]) -> Scores:
+    """The Scores of `sequences` given their `token_logits`."""
     logprobs, top1 = [], []
     for seq, rows in zip(sequences, logits):
-        z = np.stack([rows[p] for p in range(len(seq) - 1)]).astype(np.float64)  # [L-1, V]
+        z = rows.astype(np.float64)  # [L-1, V]
         z -= z.max(axis=1, keepdims=True)
         log_softmax = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
         logprobs.append(log_softmax[np.arange(len(seq) - 1), seq[1:]])
         top1.append(z.argmax(axis=1))
     return Scores(logprobs, top1)
+
+
+def score(backend: Backend, sequences: list[list[int]], step_token_budget: int = 256) -> Scores:
+    """Score `sequences` (token ids, each starting with <bos>) on `backend`."""
+    return scores_of(sequences, token_logits(backend, sequences, step_token_budget))
