@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 
 from gemma_batch.backends.base import StepBatch
-from gemma_batch.backends.kv_formats import bf16_round
 from gemma_batch.backends.vulkan import VulkanBackend
 from gemma_batch.backends.vulkan.flash import ENV as FLASH_ENV, FLASH_ROWS, prompt_tokens, tiles
 from gemma_batch.model.checkpoint import DEMO_MODEL, Checkpoint
 from gemma_batch.model.config import Gemma3Config
 from tests.test_cpu_vs_transformers import cpu_backend, run_batched
+from tests.test_vulkan_attention import page_bytes
 from tests.test_vulkan_coopmat import needs_coopmat
 from tests.vulkan_dispatch import Dispatches
 
@@ -36,18 +36,17 @@ RUNS = [(0, 0, 100), (1, 37, 84), (2, 5, 3)]
 
 
 def pages(kv: str, rows: int, hd: int, rng) -> tuple[np.ndarray, np.ndarray]:
-    """Random K or V pages (slot * nkv + head rows) in the layout of kv_pages.glsl, and their
-    values as the kernel stages them (fp16, widened to float64)."""
-    x = rng.standard_normal((rows, hd)).astype(np.float32)
+    """Random K or V pages (test_vulkan_attention.page_bytes), and their values as the kernel
+    stages them (fp16, widened to float64)."""
+    raw = page_bytes(kv, rows, hd, rng)
     if kv == "float16":
-        return x.astype(np.float16).view(np.uint8), x.astype(np.float16).astype(np.float64)
-    if kv == "bfloat16":
-        b = bf16_round(x)  # (bits)
-        return b.view(np.uint8), (b.astype(np.uint32) << 16).view(np.float32).astype(np.float16).astype(np.float64)
-    codes = rng.integers(-127, 128, (rows, hd)).astype(np.int8)
-    scale = np.float32(0.03)
-    raw = np.concatenate([codes.view(np.uint32), np.full((rows, 1), scale, np.float32).view(np.uint32)], axis=1)
-    return raw.view(np.uint8), (codes.astype(np.float32) * scale).astype(np.float16).astype(np.float64)
+        values = raw.view(np.float16).astype(np.float32)
+    elif kv == "bfloat16":
+        values = (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    else:  # int8: codes, then the row's scale; the kernel rounds code * scale to fp16
+        words = raw.view(np.uint32).reshape(rows, hd // 4 + 1)
+        values = words[:, :-1].copy().view(np.int8).astype(np.float32) * words[:, -1:].copy().view(np.float32)
+    return raw, values.reshape(rows, hd).astype(np.float16).astype(np.float64)
 
 
 def setup(kv: str, nh: int, nkv: int, hd: int, seed: int):
