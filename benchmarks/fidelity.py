@@ -6,7 +6,8 @@ On the demo model (bf16 weights, `sample_data/`): the held-out passages (`sample
 are scored through the engine, every token's logits returned, on the CPU backend (the reference)
 and on the Vulkan backend once per setting of its switches (each in its own process, as a user
 sets them): split or fp16 inputs of the matrix units (GEMMA_BATCH_VK_COOPMAT_INPUTS) and prefill
-attention on the matrix units or not (GEMMA_BATCH_VK_FLASH). Per setting: the largest logit
+attention on the matrix units or not (GEMMA_BATCH_VK_FLASH), and the default without the prompt
+tile (GEMMA_BATCH_VK_PROMPT_TILE=0: prompt tokens' products in K chunks). Per setting: the largest logit
 difference from the CPU backend, the perplexity change, the top-1 agreement, and whether greedy
 completions of the sample prompts (`sample_data/prompts.jsonl`'s plain prompts, 32 new tokens) equal the CPU's.
 Both backends use the same KV dtype, so only the kernels' arithmetic differs.
@@ -34,6 +35,8 @@ SETTINGS = {  # name -> environment
     "fp16 inputs, flash attention": {"GEMMA_BATCH_VK_COOPMAT_INPUTS": "fp16", "GEMMA_BATCH_VK_FLASH": "1"},
     "split inputs, attention.comp": {"GEMMA_BATCH_VK_COOPMAT_INPUTS": "split", "GEMMA_BATCH_VK_FLASH": "0"},
     "fp16 inputs, attention.comp": {"GEMMA_BATCH_VK_COOPMAT_INPUTS": "fp16", "GEMMA_BATCH_VK_FLASH": "0"},
+    "fp16 inputs, flash attention, no prompt tile": {"GEMMA_BATCH_VK_COOPMAT_INPUTS": "fp16", "GEMMA_BATCH_VK_FLASH": "1",
+                                                      "GEMMA_BATCH_VK_PROMPT_TILE": "0"},
 }
 NEW_TOKENS = 32
 

@@ -10,6 +10,7 @@ layout(std430, set = 0, binding = 7) readonly buffer Meta {
     uint num_seqs;     // S
     uint num_rows;     // R: rows of logits computed (sampled tokens, or all T)
     uint vocab_limit;  // ids >= this are never sampled
+    uint prompt_start; // the first prompt token (T: none); they come last (StepBatch), partial_rows.glsl
 } meta;
 
 // A matmul's K-chunk partial sums loaded at a time where a kernel adds them (reduce.comp,

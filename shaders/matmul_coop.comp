@@ -20,7 +20,7 @@
 // whose tiles alone would leave SMs idle: coop_tiles.coop_fold_rows) each chunk is its own
 // workgroup (more workgroups streaming weights) and reduce.comp adds the chunks; above it
 // a workgroup runs the chunks in order itself and writes their sum as chunk 0. Chunk c's rows
-// start at c * M padded to BM_PAD rows, whatever the tile.
+// start at c * M padded to 32 rows, whatever the tile (partial_rows.glsl).
 //
 // Tile: a workgroup owns BN = SG_N * TN * 16 outputs x BM = SG_M * TM * 16 rows; its
 // SG_N * SG_M subgroups of 32 each own TN x TM tiles. Per stage of KU k (64, or 32 where a
@@ -36,6 +36,13 @@
 // column tile reads it again: 4b on the H100, a layer's four matmuls at 16,384 rows took 38.6 ms
 // that way against 29.4-30.3 ms grouped (the 64 x 128 tile; docs/EXPERIMENTS.md, "Prefill tiles"). The order sets
 // no sum: every tile's sums are its own.
+//
+// WHOLE_K (the prompt tile): rows from meta.prompt_start on (a step's prompt tokens, StepBatch),
+// each output one sum over all of K in 16-wide k blocks in order, never in chunks; the other
+// variants take the rows before it. So a prompt token's sums never depend on the step's size
+// either, and the prompt tile holds no chunk totals beside its sums: 4b on the H100, the
+// 8,192-token step's products 369 -> 222 ms (255 -> 128 registers; docs/EXPERIMENTS.md, "The
+// prompt tile"). Where each kind's sums go: partial_rows.glsl.
 //
 // Variants: W_T16 | W_I8 | W_I4; GATED (N = 2 I: output columns [0, I) from W at binding 0, [I, 2 I)
 // from the up weights at binding 4); ROWS (M = meta.num_rows: the LM head's gathered rows); the
@@ -62,7 +69,6 @@
 #endif
 #define XV (KU / 8)             // pieces of 8 (uvec4 of fp16) of a staged row
 #define KBS (KU / 16)           // 16-wide k blocks per stage
-#define BM_PAD 32               // rows of a chunk's partial sums padded to the decode tile's (coop_tiles.COOP_ROWS)
 #define FOLD_GROUP_BYTES (16u << 20)  // x bytes of a group of row tiles (prefill; see the header)
 #define PAD (XV + 1)            // uvec4 per staged row: XV of data, 1 of padding against bank conflicts
 layout(local_size_x = WG) in;
@@ -97,6 +103,7 @@ shared uvec4 xsh[(X_LO ? 2 : 1) * BM * PAD];  // x stage: hi rows, then lo rows 
 #define MAT_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
 #define MAT_B coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
 #include "coop_fragment.glsl"
+#include "partial_rows.glsl"
 #define W_LOADS (BN * XV / WG)       // pieces of 8 weights of W per invocation per stage
 #if defined(W_I8)
 #define W_BYTES_PER_8 8
@@ -136,13 +143,15 @@ uvec4 to_fp16(WPIECE v, float scale) {  // 8 weights of W's storage type as 8 fp
 }
 
 void main() {
-#ifdef ROWS
-    uint M = meta.num_rows;
+    // This dispatch's rows [row0, M) (partial_rows.glsl).
+#ifdef WHOLE_K
+    uint row0 = meta.prompt_start, M = meta.num_tokens;
+    bool fold = true;  // one workgroup over all of K, no chunks
 #else
-    uint M = meta.num_tokens;
-#endif
-    uint m_groups = (M + BM - 1) / BM, n_groups = pc.N / BN, chunks = pc.K / pc.kchunk;
+    uint row0 = 0u, M = chunked_rows();
     bool fold = M > pc.fold_rows;
+#endif
+    uint m_groups = (M - row0 + BM - 1) / BM, n_groups = pc.N / BN, chunks = pc.K / pc.kchunk;
     uint id = linear_group();
     if (id >= m_groups * n_groups * (fold ? 1u : chunks)) return;
     // Row tiles fastest (neighbouring workgroups share W rows: they stay in cache), in groups of at
@@ -151,7 +160,7 @@ void main() {
     uint tile = id % (m_groups * n_groups), c_first = fold ? 0u : id / (m_groups * n_groups);
     uint most = fold ? max(1u, FOLD_GROUP_BYTES / (BM * pc.K * (X_LO ? 4u : 2u))) : m_groups;
     uint first = (tile / (most * n_groups)) * most, rest = tile - first * n_groups, size = min(most, m_groups - first);
-    uint m0 = (first + rest % size) * BM;
+    uint m0 = row0 + (first + rest % size) * BM;
     uint n0 = (rest / size) * BN;
     uint k_begin = c_first * pc.kchunk, k_end = fold ? pc.K : k_begin + pc.kchunk;
     uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID;
@@ -204,8 +213,13 @@ void main() {
         } }
 
     ACC acc[TN * TM];  // tile (tn, tm) at tn * TM + tm
-    ACC total[TN * TM];
+#ifdef WHOLE_K
+#define total acc
+    [[unroll]] for (uint i = 0; i < TN * TM; i++) acc[i] = ACC(0.0);
+#else
+    ACC total[TN * TM];  // the chunks' sum so far
     [[unroll]] for (uint i = 0; i < TN * TM; i++) { acc[i] = ACC(0.0); total[i] = ACC(0.0); }
+#endif
     LOAD_STAGE(k_begin);
     for (uint k0 = k_begin; k0 < k_end; k0 += KU) {
         barrier();  // the last stage's multiplies are done with shared memory
@@ -241,6 +255,7 @@ void main() {
                 }
             }
         }
+#ifndef WHOLE_K
         uint done = k0 + KU - k_begin;
         if (done % pc.kchunk == 0) {  // a chunk ends: add its sum to the running total, in chunk order
             [[unroll]] for (uint tn = 0; tn < TN; tn++) {
@@ -251,8 +266,13 @@ void main() {
                 }
             }
         }
+#endif
     }
-    uint base = (fold ? 0u : c_first) * ((M + BM_PAD - 1) / BM_PAD * BM_PAD) * pc.N;
+#ifdef WHOLE_K
+    uint base = (partial_row(row0, row0, chunks) - row0) * pc.N;  // row m at partial_row(m)
+#else
+    uint base = (fold ? 0u : c_first) * chunk_slot_rows(M) * pc.N;
+#endif
     [[unroll]] for (uint tn = 0; tn < TN; tn++) {
         [[unroll]] for (uint tm = 0; tm < TM; tm++) {
             if (tm >= live_tm) break;

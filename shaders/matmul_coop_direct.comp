@@ -59,13 +59,10 @@ shared uvec4 xsh[2 * BM * PAD];  // x stage: hi rows, then lo rows
 #define MAT_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
 #define MAT_B coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
 #include "coop_fragment.glsl"
+#include "partial_rows.glsl"
 
 void main() {
-#ifdef ROWS
-    uint M = meta.num_rows;
-#else
-    uint M = meta.num_tokens;
-#endif
+    uint M = chunked_rows();  // the rows before the step's prompt tokens (partial_rows.glsl)
     uint m_groups = (M + BM - 1) / BM, n_groups = (pc.N + BN - 1) / BN, chunks = pc.K / pc.kchunk;
     // A workgroup per (chunk, row tile, column tile), or fewer looping over them (the LM head's
     // grid is capped at a few workgroups per SM, grids.py: no last partial wave).

@@ -1,7 +1,7 @@
 #version 450
 // After a cooperative-matrix matmul (matmul_coop.comp): y[m, n] = (sum over chunks c, in order,
 // of partial[c, m, n]) * scale[m] (split.comp's power of two), then the matmul's epilogue.
-// Chunks are pc.chunks for M <= pc.fold_rows and 1 above (the matmul summed them itself).
+// Which chunks a row has and where they lie: partial_rows.glsl (a prompt token's row, one sum).
 //
 // Variants (the epilogues of matmul.comp, on rows of y):
 //   (none) / ROWS  y to binding 2, a workgroup per WG outputs of a row (ROWS: M = meta.num_rows,
@@ -40,7 +40,6 @@ layout(local_size_x_id = 3, local_size_x = 128) in;
 #define WG 128
 #endif
 #define MT 1                  // rows per workgroup, for matmul_epilogue.glsl
-#define BM 32                 // matmul_coop.comp's row padding of partial (coop_tiles.COOP_ROWS)
 #ifndef EPI_NORM_ADD
 layout(local_size_x = WG) in;
 #endif
@@ -82,6 +81,7 @@ layout(push_constant) uniform Push {
 } pc;
 
 #include "matmul_epilogue.glsl"
+#include "partial_rows.glsl"
 
 uint M_rows() {
 #ifdef ROWS
@@ -91,28 +91,28 @@ uint M_rows() {
 #endif
 }
 
-// s (a float or vec4, type T) = the sum over the K chunks c = 0, 1, ... in order of
-// BUF[c slot + at], for a step of M rows of partial sums `width` T wide (slot: a chunk's rows,
-// padded to BM).
-#define CHUNK_SUM(T, BUF, M, width, at, s) { \
-    uint chunks_ = M > pc.fold_rows ? 1u : pc.chunks, slot_ = (M + BM - 1) / BM * BM * (width); \
+// s (a float or vec4, type T) = the sum over row m's K chunks c = 0, 1, ... in order of its
+// partial sums (partial_rows.glsl) at column `col` (in T) of rows `width` T wide.
+#define CHUNK_SUM(T, BUF, m, width, col, s) { \
+    uint d_ = chunked_rows(), chunks_ = (m) < d_ ? chunks_held(d_, pc.chunks) : 1u; \
+    uint slot_ = chunk_slot_rows(d_) * (width), at_ = partial_row(m, d_, pc.chunks) * (width) + (col); \
     T p_[SUM_LOADS]; \
     for (uint c0 = 0; c0 < chunks_; c0 += SUM_LOADS) { \
-        [[unroll]] for (uint i = 0; i < SUM_LOADS; i++) p_[i] = c0 + i < chunks_ ? BUF[(c0 + i) * slot_ + (at)] : T(0.0); \
+        [[unroll]] for (uint i = 0; i < SUM_LOADS; i++) p_[i] = c0 + i < chunks_ ? BUF[(c0 + i) * slot_ + at_] : T(0.0); \
         [[unroll]] for (uint i = 0; i < SUM_LOADS; i++) if (c0 + i < chunks_) s = c0 + i == 0u ? p_[i] : s + p_[i]; \
     } }
 
 // The chunks' sum for (m, column n) of a partial with `width` columns, times the row's scale.
-float gather(uint M, uint width, uint m, uint n) {
+float gather(uint width, uint m, uint n) {
     float s = 0.0;
-    CHUNK_SUM(float, part, M, width, m * width + n, s);
+    CHUNK_SUM(float, part, m, width, n, s);
     return s * scale[m];
 }
 
 // The same for the vec4 at columns 4 n4 ... 4 n4 + 3 of a partial with `width4` vec4 a row.
-vec4 gather4(uint M, uint width4, uint m, uint n4) {
+vec4 gather4(uint width4, uint m, uint n4) {
     vec4 s = vec4(0.0);
-    CHUNK_SUM(vec4, part4, M, width4, m * width4 + n4, s);
+    CHUNK_SUM(vec4, part4, m, width4, n4, s);
     return s * scale[m];
 }
 
@@ -152,28 +152,28 @@ vec4 gather4(uint M, uint width4, uint m, uint n4) {
 #if defined(GATED) && defined(SPLIT_NEXT)
 // act of row m at columns 4 n4 ... 4 n4 + 3: gelu_tanh(gate) * up, each the chunks' sum (from
 // chunk 0, in order) times the row's scale; partial holds [gate | up] (2 N columns).
-vec4 act4_of(uint M, uint m, uint n4) {
-    vec4 g = gather4(M, pc.N / 2, m, n4), u = gather4(M, pc.N / 2, m, pc.N / 4 + n4);  // rows of 2 N values
+vec4 act4_of(uint m, uint n4) {
+    vec4 g = gather4(pc.N / 2, m, n4), u = gather4(pc.N / 2, m, pc.N / 4 + n4);  // rows of 2 N values
     return vec4(gelu_tanh(g.x), gelu_tanh(g.y), gelu_tanh(g.z), gelu_tanh(g.w)) * u;
 }
 
 #ifdef WHOLE_ROWS
 #define ACT_ROUND 3  // vec4 of act per invocation whose loads are all issued before any is used
 
-// This invocation's act of row m, act4_of(M, m, 4 (i WG + tid)) in v[i] (zero past N). With up to
+// This invocation's act of row m, act4_of(m, 4 (i WG + tid)) in v[i] (zero past N). With up to
 // 2 chunks (every Gemma 3 shape's gate/up), the loads of ACT_ROUND vec4 go out together rather
 // than one sum's at a time: the same sums, fewer round trips to L2 (a workgroup per row, so
 // each row's latency is the step's).
-void act_row(uint M, uint m, out vec4 v[ACT_VEC]) {
-    uint tid = gl_LocalInvocationID.x, chunks = M > pc.fold_rows ? 1u : pc.chunks;
+void act_row(uint m, out vec4 v[ACT_VEC]) {
+    uint tid = gl_LocalInvocationID.x, D = chunked_rows(), chunks = m < D ? chunks_held(D, pc.chunks) : 1u;
     if (chunks > 2u) {
         [[unroll]] for (uint i = 0; i < ACT_VEC; i++) {
             uint n4 = i * WG + tid;
-            v[i] = 4 * n4 < pc.N ? act4_of(M, m, n4) : vec4(0.0);
+            v[i] = 4 * n4 < pc.N ? act4_of(m, n4) : vec4(0.0);
         }
         return;
     }
-    uint slot = (M + BM - 1) / BM * BM * (pc.N / 2), row = m * pc.N / 2;  // vec4 per chunk; row m's first
+    uint slot = chunk_slot_rows(D) * (pc.N / 2), row = partial_row(m, D, pc.chunks) * (pc.N / 2);  // vec4 per chunk; row m's first
     float s = scale[m];
     [[unroll]] for (uint r = 0; r < ACT_VEC; r += ACT_ROUND) {
         vec4 g0[ACT_ROUND], g1[ACT_ROUND], u0[ACT_ROUND], u1[ACT_ROUND];
@@ -206,7 +206,7 @@ void main() {
     vec4 v[EPI_VEC];
     [[unroll]] for (uint j = 0; j < EPI_VEC; j++) {
         uint n4 = j * WG + tid;
-        v[j] = 4 * n4 < pc.N ? gather4(M, pc.N / 4, m, n4) : vec4(0.0);
+        v[j] = 4 * n4 < pc.N ? gather4(pc.N / 4, m, n4) : vec4(0.0);
     }
     post_norm_add(m, v);
 #ifdef SPLIT_NEXT
@@ -218,7 +218,7 @@ void main() {
     uint m = id;
     if (m >= M) return;
     vec4 v[ACT_VEC];
-    act_row(M, m, v);
+    act_row(m, v);
 #define NORM_NEXT false
     SPLIT_ROW(ACT_VEC, m, v);
 #elif defined(GATED) && defined(SPLIT_NEXT)
@@ -233,7 +233,7 @@ void main() {
     uint row_n4 = pc.N / 4;
     float mx = 0.0;
     if (n4 < row_n4) {
-        vec4 a = act4_of(M, m, n4);
+        vec4 a = act4_of(m, n4);
         act4[m * row_n4 + n4] = a;
         a = abs(a);
         mx = max(max(a.x, a.y), max(a.z, a.w));
@@ -271,7 +271,7 @@ void main() {
     uint hd = pc.head_dim;
     if (2 * tid < hd) {
         vec2 s = vec2(0.0);
-        CHUNK_SUM(vec2, part2, M, pc.N / 2, (m * pc.N + h * hd) / 2 + tid, s);
+        CHUNK_SUM(vec2, part2, m, pc.N / 2, h * hd / 2 + tid, s);
         s *= scale[m];
         vals[2 * tid] = s.x;
         vals[2 * tid + 1] = s.y;
@@ -284,14 +284,14 @@ void main() {
     // invocation took 2,048 workgroups a row of 262,144 (70 us a step at 4b batch 32 on the H100).
     uint per_row = (pc.N + 4u * WG - 1u) / (4u * WG), m = id / per_row, n4 = (id % per_row) * WG + tid;
     if (m >= M || 4u * n4 >= pc.N) return;
-    y4[m * pc.N / 4u + n4] = gather4(M, pc.N / 4u, m, n4);
+    y4[m * pc.N / 4u + n4] = gather4(pc.N / 4u, m, n4);
 #else
     uint per_row = (pc.N + WG - 1) / WG, m = id / per_row, n = (id % per_row) * WG + tid;
     if (m >= M || n >= pc.N) return;
 #ifdef GATED
-    y[m * pc.N + n] = gelu_tanh(gather(M, 2 * pc.N, m, n)) * gather(M, 2 * pc.N, m, pc.N + n);
+    y[m * pc.N + n] = gelu_tanh(gather(2 * pc.N, m, n)) * gather(2 * pc.N, m, pc.N + n);
 #else
-    y[m * pc.N + n] = gather(M, pc.N, m, n);
+    y[m * pc.N + n] = gather(pc.N, m, n);
 #endif
 #endif
 }

@@ -4,7 +4,8 @@
 query, reads back each key its sequence may see (per KV group, honouring the sliding window)
 through the block table, failing on a slot that does not hold that sequence's token at that
 position. Its next token is a hash of everything the query saw, so a wrong block table, a lost
-block or a bad recomputation after preemption changes the output.
+block or a bad recomputation after preemption changes the output. It also checks StepBatch's
+contract on prompt tokens: they come last, and no sequence feeds prompt and other tokens in a step.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ class RecordingBackend(Backend):
 
     def step(self, batch: StepBatch) -> StepResult:
         out = np.full(batch.num_seqs, -1, np.int32)
+        prompt = batch.positions < np.repeat(batch.prompt_lens, np.diff(batch.seq_starts))
+        assert prompt[len(prompt) - prompt.sum():].all(), "prompt tokens not last, or mixed with a sequence's others"
         for g in self.cfg.kv_groups():
             self.cache[g.name][batch.slots[g.name]] = np.stack([batch.token_ids, batch.positions], axis=1)
         for s in range(batch.num_seqs):

@@ -106,7 +106,9 @@ def test_only_the_looping_lm_head_grid_is_capped_by_the_sm_count():
 def test_small_prefill_steps_run_each_k_chunk_as_a_workgroup():
     """coop_tiles.coop_fold_rows by hand for the 4b shape on 132 SMs (2 workgroups an SM: 264), and
     the prefill tile's grid (grids.py) on either side of it: K chunks as workgroups up to those rows,
-    one workgroup summing them above; no prefill workgroups at decode sizes."""
+    one workgroup summing them above. With prompt tokens (from `prompt_start` on) the prefill tile
+    counts only the rows before them and the prompt tile (a workgroup per 128 rows and column tile)
+    the rest."""
     down, gate_up, qkv = (20, 16), (160, 2), (32, 8)  # (128-wide tiles, K chunks)
     assert coop_fold_rows(*down, 132) == 13 * 128  # 13 row tiles x 20 = 260 < 264 workgroups, 14 x 20 are not
     assert coop_fold_rows(*gate_up, 132) == 128 and coop_fold_rows(*qkv, 132) == 8 * 128
@@ -114,9 +116,21 @@ def test_small_prefill_steps_run_each_k_chunk_as_a_workgroup():
     assert coop_fold_rows(*down, 0) == (2 * COOP_UNKNOWN_SMS - 1) // 20 * 128
     grids = DispatchGrids(shape_config("4b"), 64, 132)
     slot = grids.offset(f"coopfold_tokens 16 {13 * 128}", 20) // 12
-    for rows, groups in ((64, 0), (65, 20 * 16), (159, 2 * 20 * 16), (1664, 13 * 20 * 16), (1665, 14 * 20), (4096, 32 * 20)):
-        assert grids.counts(rows, 1, np.arange(rows))[slot, :2].prod() == groups, rows
-    # the partial sums hold the chunks of the largest chunked step, or one sum of the largest step
-    assert coop_partial_floats(512, 2560, 16, 1664) == 512 * 2560 * 16
-    assert coop_partial_floats(8192, 2560, 16, 1664) == 1664 * 2560 * 16
-    assert coop_partial_floats(8192, 20480, 2, 128) == 8192 * 20480
+    whole = grids.offset("coopwhole", 20) // 12
+    for rows, groups in ((1, 20 * 16), (64, 20 * 16), (65, 20 * 16), (159, 2 * 20 * 16), (1664, 13 * 20 * 16),
+                         (1665, 14 * 20), (4096, 32 * 20)):
+        counts = grids.counts(rows, 1, np.arange(rows))
+        assert counts[slot, :2].prod() == groups and counts[whole, :2].prod() == 0, rows
+    for tokens, start, groups, prompt_groups in ((4096, 0, 0, 32 * 20), (4096, 31, 20 * 16, 32 * 20),
+                                                 (4096, 4000, 32 * 20, 20), (200, 199, 2 * 20 * 16, 20)):
+        counts = grids.counts(tokens, 1, np.arange(tokens), prompt_start=start)
+        assert counts[slot, :2].prod() == groups and counts[whole, :2].prod() == prompt_groups, (tokens, start)
+    # the partial sums hold the chunked rows' chunks, then the prompt rows (shaders/partial_rows.glsl):
+    # at most the chunks of fold_rows rows and the largest step's rows
+    assert coop_partial_floats(512, 2560, 16, 1664) == (512 + 16 * 512) * 2560
+    assert coop_partial_floats(8192, 2560, 16, 1664) == (8192 + 16 * 1664) * 2560
+    assert coop_partial_floats(8192, 20480, 2, 128) == (8192 + 2 * 128) * 20480
+    for max_rows, chunks, fold_rows in ((8192, 16, 1664), (8192, 2, 128), (100, 8, 1024), (3000, 4, 64)):
+        pad = lambda m: -(-m // 32) * 32
+        used = max((chunks if d <= fold_rows else 1) * pad(d) + pad(max_rows - d) for d in range(max_rows + 1))
+        assert used <= coop_partial_floats(max_rows, 1, chunks, fold_rows), (max_rows, chunks, fold_rows)

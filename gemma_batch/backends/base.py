@@ -67,9 +67,11 @@ class StepBatch:
     # the step submitted just before this one samples for its sequence s (token_ids has
     # sequence.PENDING there). Lets the engine submit a step before the one before it finished.
     token_sources: np.ndarray | None = None
-    # [S] int32 or None: each sequence's prompt length. A backend may run the attention of prompt
-    # tokens (positions below it) on another kernel than that of the rest, as long as the choice
-    # depends on the token alone (batch invariance). None: no token counts as a prompt token.
+    # [S] int32 or None: each sequence's prompt length. A backend may run the attention and the
+    # products of prompt tokens (positions below it) on other kernels than those of the rest, in
+    # other summation orders, as long as the choice depends on the token alone (batch invariance).
+    # A sequence's tokens in a step are all prompt tokens or none, and the sequences of prompt
+    # tokens come after the others (the engine's scheduler keeps this). None: no prompt tokens.
     prompt_lens: np.ndarray | None = None
 
     def sourced_tokens(self, values: np.ndarray) -> np.ndarray:

@@ -8,6 +8,10 @@ Each step, in this order:
    and blocks for their first chunk with one spare block per running sequence kept free
    (so that admitting does not immediately force a preemption).
 
+A chunk ends at the prompt's end (`Sequence.num_next_tokens`), and the sequences feeding prompt
+tokens come last in the step: StepBatch's contract, which lets a backend run the prompt tokens'
+products as one block of rows in their own summation order.
+
 Small steps beside a full batch: where the backend names `small_step` (the most tokens a step can
 hold at about a decode step's cost), a step in which at least half of `max_batch` sequences decode
 takes at most that many tokens, so that a new prompt is fed a chunk at a time beside them instead
@@ -72,7 +76,7 @@ class Scheduler:
         for seq in decoding + prefilling:
             if seq not in self.running:  # preempted earlier in this step
                 continue
-            n = min(seq.num_uncached_tokens, budget)
+            n = min(seq.num_next_tokens, budget)
             if n == 0:
                 break
             while not self.kv.can_allocate(seq, seq.num_cached_tokens + n):
@@ -91,7 +95,7 @@ class Scheduler:
             seq = self.waiting[0]
             if seq.num_pending:  # preempted with tokens still being sampled: recomputed once they are in
                 break
-            n = min(seq.num_uncached_tokens, budget)
+            n = min(seq.num_next_tokens, budget)
             if not self._fits_with_headroom(seq, n):
                 break
             self.waiting.popleft()
@@ -99,7 +103,7 @@ class Scheduler:
             self.kv.allocate(seq, n)
             scheduled[seq.seq_id] = (seq, n)
             budget -= n
-        return list(scheduled.values())
+        return sorted(scheduled.values(), key=lambda pair: pair[0].feeds_prompt)  # (stable: prompts last)
 
     def finish(self, seq: Sequence) -> None:
         """A sequence ended: it leaves the batch (or the queue, if it was preempted while its last

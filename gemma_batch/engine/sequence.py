@@ -50,6 +50,21 @@ class Sequence:
     def num_uncached_tokens(self) -> int:
         return len(self.token_ids) - self.num_cached_tokens
 
+    @property
+    def num_next_tokens(self) -> int:
+        """The most tokens the next step may feed: while in the prompt, up to its end; then every
+        uncached token. So a step never feeds a sequence's prompt tokens with its others (a
+        preempted sequence's recomputed completion): a backend may sum a prompt token's products
+        in another order (StepBatch.prompt_lens)."""
+        if self.num_cached_tokens < self.num_prompt_tokens:
+            return self.num_prompt_tokens - self.num_cached_tokens
+        return self.num_uncached_tokens
+
+    @property
+    def feeds_prompt(self) -> bool:
+        """Whether the next step feeds this sequence's prompt tokens."""
+        return self.num_cached_tokens < self.num_prompt_tokens
+
     def append(self, token_id: int) -> None:
         """Add a sampled token; finish on a stop token or when the completion is long enough."""
         self.token_ids.append(token_id)

@@ -33,7 +33,7 @@ from ..cpu import rope_inv_freq
 from ..kv_formats import kv_slot_bytes, kv_token_bytes
 from .attention import DEFAULT_CHUNK
 from .bandwidth import measure_read_bandwidth
-from . import coopmat, flash, fragment_order
+from . import coop_tiles, coopmat, flash, fragment_order
 from .device import Device
 from .graph import StepGraph
 from .coop_tiles import COOP_FOLD_ROWS, COOP_MIN_CHUNK
@@ -85,6 +85,7 @@ class VulkanBackend(Backend):
         self.weights = DeviceWeights(cfg, self.mem, tiles=self.device.coopmat, fragment_order=self.kernels.fragment_loads)
         self.small_step = COOP_FOLD_ROWS if self.device.coopmat else None  # steps up to it run on the decode tiles
         self.flash = self.device.coopmat and flash.flash_fits(cfg, kv_dtype) and flash.wanted()  # prompt tokens' attention
+        self.prompt_tile = self.device.coopmat and coop_tiles.prompt_tile_wanted()  # ... and products (coop_tiles)
         self.k_pages: dict = {}
         self.v_pages: dict = {}
         self.block_size = 0
@@ -105,6 +106,7 @@ class VulkanBackend(Backend):
         if self.device.coopmat:
             chunk += ", cooperative matrices" + ("" if self.kernels.x_lo else " on fp16 inputs")
             chunk += ", flash attention" if self.flash else ""
+            chunk += ", prompt tile" if self.prompt_tile else ""
             chunk += "" if self.coop_min_chunk == COOP_MIN_CHUNK else f" (K chunks of {self.coop_min_chunk}+)"
         return f"vulkan on {self.device.info.name} ({self.device.info.driver}), KV {self.kv_dtype}{chunk}"
 
@@ -199,11 +201,15 @@ class VulkanBackend(Backend):
         self._next_slot = (slot + 1) % self.MAX_IN_FLIGHT
         graph = self.graphs[slot]
         vocab_limit = batch.sampling.vocab_size if batch.sampling is not None and batch.sampling.vocab_size else cfg.vocab_size
-        prompt, tiles = flash.step_tiles(batch, cfg) if self.flash else (None, None)  # (None: no prompt token)
-        scalar = batch.positions if prompt is None else batch.positions[~prompt]  # attention.comp's tokens
-        grids = graph.grids(T, len(rows), scalar, 0 if tiles is None else len(tiles))
-        self.buffers.inputs[slot].write(batch, token_ids, rows, vocab_limit, grids, prompt, tiles)
-        self.device.submit(graph.command_buffer(T, S, prompt is not None), slot)
+        prompt = flash.prompt_tokens(batch)
+        has_prompt = bool(prompt.any())
+        start = coop_tiles.prompt_start(prompt) if self.prompt_tile and has_prompt else None  # (None: no prompt tile)
+        on_flash = prompt if self.flash and has_prompt else None
+        tiles = None if on_flash is None else flash.step_tiles(batch, cfg, prompt)
+        scalar = batch.positions if on_flash is None else batch.positions[~prompt]  # attention.comp's tokens
+        grids = graph.grids(T, len(rows), scalar, 0 if tiles is None else len(tiles), start)
+        self.buffers.inputs[slot].write(batch, token_ids, rows, vocab_limit, grids, on_flash, tiles, start)
+        self.device.submit(graph.command_buffer(T, S, has_prompt), slot)
         id_rows = last if batch.return_logits else np.cumsum(batch.sample) - 1  # each sequence's sampled id
         self._in_flight.append(_InFlight(slot, batch, rows, id_rows))
 

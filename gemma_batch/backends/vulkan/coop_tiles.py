@@ -9,6 +9,10 @@ own constants are named beside each value here; `variants.py` lists a variant pe
 
 from __future__ import annotations
 
+import numpy as np
+
+from ...switches import switched_on
+
 COOP_DTYPES = ("T16", "I8", "I4")  # weight dtypes of the cooperative path (matmul_coop.comp reads each)
 COOP_DIRECT_DTYPES = ("T16",)  # ... whose decode tile is matmul_coop_direct.comp's
 COOP_COLS, COOP_ROWS = 64, 32  # outputs and rows per workgroup of matmul_coop.comp (BN, BM)
@@ -27,6 +31,14 @@ COOP_FOLD_TILE_ROWS = 128
 COOP_WIDE_DEFINES = ("SG_N=4", "SG_M=2", "TN=2", "TM=4")
 COOP_WIDE_SPLIT_DEFINES = ("SG_N=2", "SG_M=4", "TN=4", "TM=2", "KU=32")
 COOP_WIDE_COLS = 128
+# The prompt tile (matmul_coop.comp WHOLE_K): a step's prompt tokens, each output one sum over all
+# of K, so it holds no chunk totals; the fp16-input tile then fits 128 registers in stages of 32 k
+# (two workgroups an SM). 4b on the H100, the 8,192-token step's products: 222-228 ms against
+# 369 for the chunk-order `_wide` tile (255 registers) and 313 with 64-k stages (179 registers);
+# 4 x 4 tiles a subgroup 437, 4 x 2 287-296 (docs/EXPERIMENTS.md, "The prompt tile"). The other
+# prefill tiles take WHOLE_K as they are.
+COOP_WHOLE_WIDE_DEFINES = ("SG_N=4", "SG_M=2", "TN=2", "TM=4", "KU=32")
+PROMPT_TILE_ENV = "GEMMA_BATCH_VK_PROMPT_TILE"  # "0": prompt tokens' products in K chunks too, as before
 COOP_KU = 64  # k per stage of matmul_coop.comp's tiles (the _wide_split tile's 32 divides it)
 COOP_FOLD_ROWS = 64  # FOLD_ROWS of matmul_coop.comp and reduce.comp
 COOP_TARGET_GROUPS = 512  # K is cut into chunks until a decode matmul has this many workgroups
@@ -74,22 +86,34 @@ def coop_fold_rows_bound(N: int, chunks: int, sm_count: int) -> int:
 
 
 def coop_partial_floats(max_rows: int, N: int, chunks: int, fold_rows: int) -> int:
-    """Floats of matmul_coop.comp's partial sums for any step of up to `max_rows` rows: rows
-    padded to whole decode tiles (COOP_ROWS; the prefill tile writes only its 16-row tiles that
-    hold rows, which stay within that), times the chunks for steps of at most `fold_rows` rows
-    (`coop_fold_rows`)."""
-    def floats(M: int) -> int:
-        return -(-M // COOP_ROWS) * COOP_ROWS * N * (1 if M > fold_rows else chunks)
-    return max(floats(min(max_rows, fold_rows)), floats(max_rows))
+    """Floats of the cooperative matmuls' partial sums (shaders/partial_rows.glsl) for any step of
+    up to `max_rows` rows, D of them chunked and the rest prompt tokens' rows, each part padded to
+    whole decode tiles (COOP_ROWS; the prefill tile writes only its 16-row tiles that hold rows,
+    which stay within that): D rows times the chunks where D is at most `fold_rows`
+    (`coop_fold_rows`), once above, then the prompt rows. Above `fold_rows` the two parts come to
+    at most one COOP_ROWS more than max_rows padded; up to it, D's chunks to at most those of
+    `fold_rows` rows."""
+    def padded(M: int) -> int:
+        return -(-M // COOP_ROWS) * COOP_ROWS
+    return (padded(max_rows) + chunks * padded(min(max_rows, fold_rows))) * N
 
 
-def coop_variant(defines: tuple[str, ...], dtype: str, fold: bool | str = False) -> str:
+def coop_variant(defines: tuple[str, ...], dtype: str, fold: bool | str = False, whole: bool = False) -> str:
     """The cooperative matmul variant for weights of `dtype` with `defines` (GATED, ROWS or none),
     with the decode tile (matmul_coop_direct.comp's for COOP_DIRECT_DTYPES) or (`fold`)
     matmul_coop.comp's tile for steps of more than COOP_FOLD_ROWS rows (`fold="wide"` or
-    "wide_split": the COOP_WIDE_DEFINES or COOP_WIDE_SPLIT_DEFINES tile)."""
+    "wide_split": the COOP_WIDE_DEFINES or COOP_WIDE_SPLIT_DEFINES tile); `whole`: that prefill
+    tile as the prompt tile (WHOLE_K, `coop_tile_defines`)."""
     return "_".join(["coop", *(d.lower() for d in defines), dtype.lower(), *(["fold"] if fold else []),
-                     *([fold] if isinstance(fold, str) else [])])
+                     *([fold] if isinstance(fold, str) else []), *(["whole"] if whole else [])])
+
+
+def coop_tile_defines(fold: bool | str, whole: bool = False) -> tuple[str, ...]:
+    """matmul_coop.comp's defines for the prefill tile `fold` (True, "wide" or "wide_split"), as
+    the prompt tile where `whole`."""
+    if not whole:
+        return {"wide": COOP_WIDE_DEFINES, "wide_split": COOP_WIDE_SPLIT_DEFINES}.get(fold, COOP_FOLD_DEFINES)
+    return (*({"wide": COOP_WHOLE_WIDE_DEFINES, "wide_split": COOP_WIDE_SPLIT_DEFINES}.get(fold, COOP_FOLD_DEFINES)), "WHOLE_K")
 
 
 def coop_fold(dtype: str, N: int, x_lo: bool) -> bool | str:
@@ -105,3 +129,19 @@ def coop_cols(dtype: str, fold: bool | str) -> int:
     if isinstance(fold, str):
         return COOP_WIDE_COLS
     return COOP_DIRECT_COLS if dtype in COOP_DIRECT_DTYPES and not fold else COOP_COLS
+
+
+def prompt_tile_wanted() -> bool:
+    """The user's switch (GEMMA_BATCH_VK_PROMPT_TILE=0: no prompt tile)."""
+    return switched_on(PROMPT_TILE_ENV)
+
+
+def prompt_start(prompt: np.ndarray) -> int:
+    """The first of a step's prompt tokens (`prompt` [T] bool, flash.prompt_tokens), which the
+    prompt tile takes from there to the end: they must come last (StepBatch's contract)."""
+    start = len(prompt) - int(prompt.sum())
+    if not prompt[start:].all():
+        raise ValueError("a step's prompt tokens must come after its other tokens, and a sequence's tokens in a "
+                         "step must be all prompt tokens or none (StepBatch.prompt_lens; the engine's scheduler "
+                         "keeps this)")
+    return start

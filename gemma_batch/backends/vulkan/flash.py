@@ -62,10 +62,6 @@ def tiles(batch: StepBatch, prompt: np.ndarray, per_tile: int) -> np.ndarray:
     return np.asarray(out, np.int32).reshape(-1, 4)
 
 
-def step_tiles(batch: StepBatch, cfg: Gemma3Config) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """The step's prompt tokens [T] bool and their tiles (`tiles`, FLASH_ROWS / G tokens each), or
-    (None, None) when it has none."""
-    prompt = prompt_tokens(batch)
-    if not prompt.any():
-        return None, None
-    return prompt, tiles(batch, prompt, FLASH_ROWS // (cfg.num_heads // cfg.num_kv_heads))
+def step_tiles(batch: StepBatch, cfg: Gemma3Config, prompt: np.ndarray) -> np.ndarray:
+    """The tiles (`tiles`, FLASH_ROWS / G tokens each) of the step's `prompt_tokens`."""
+    return tiles(batch, prompt, FLASH_ROWS // (cfg.num_heads // cfg.num_kv_heads))

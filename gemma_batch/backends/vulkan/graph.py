@@ -114,16 +114,18 @@ class StepGraph:
             self._record()
             self._recorded[mode] = (self.cb, self.stamped)
 
-    def command_buffer(self, num_tokens: int, num_seqs: int, flash: bool = False):
+    def command_buffer(self, num_tokens: int, num_seqs: int, prompt: bool = False):
         """The recording to submit for a step of `num_tokens` tokens of `num_seqs` sequences, with
-        prompt tokens on the flash kernel or none (`profile_seconds` then reads its timestamps)."""
-        self.cb, self.stamped = self._recorded[recording_for(num_tokens, num_seqs, flash, self._recorded)]
+        prompt tokens or none (`profile_seconds` then reads its timestamps)."""
+        self.cb, self.stamped = self._recorded[recording_for(num_tokens, num_seqs, prompt, self._recorded)]
         return self.cb
 
-    def grids(self, num_tokens: int, num_rows: int, positions: np.ndarray, flash_tiles: int = 0) -> np.ndarray:
+    def grids(self, num_tokens: int, num_rows: int, positions: np.ndarray, flash_tiles: int = 0,
+              prompt_start: int | None = None) -> np.ndarray:
         """The indirect grids of a step of T tokens and R logits rows, whose tokens on attention.comp
-        are at `positions`, with `flash_tiles` tiles on attention_flash.comp (grids.py)."""
-        return self.grid_slots.counts(num_tokens, num_rows, positions, flash_tiles)
+        are at `positions`, with `flash_tiles` tiles on attention_flash.comp and its tokens from
+        `prompt_start` on (None: none) on the prompt tile (grids.py)."""
+        return self.grid_slots.counts(num_tokens, num_rows, positions, flash_tiles, prompt_start)
 
     def _dispatch(self, name: str, buffers: dict[int, Buffer], push: dict, grid: tuple[str, int],
                   specialize: bool = False) -> None:
@@ -181,20 +183,24 @@ class StepGraph:
         cols = 2 * N if gated else N
         chunks = coop_chunks(cols, K, self.plan.coop_min_chunk)
         weights = {0: self.w.buffer(layer, key), **({4: self.w.buffer(layer, "up_proj")} if gated else {})}
-        # The decode tile for steps of up to COOP_FOLD_ROWS tokens, the prefill tile for longer
-        # ones; the LM head's rows may be few in a long step, so that recording has both for it.
+        # The step's tokens before its prompt tokens (partial_rows.glsl): the decode tile for steps
+        # of up to COOP_FOLD_ROWS tokens, the prefill tile for longer ones; the LM head's rows may
+        # be few in a long step, so that recording has both for it. Then the prompt tokens' rows:
+        # the prefill tile as the prompt tile (WHOLE_K), in every recording but the decode steps'.
         prefill_tile = coop_fold(dtype, cols, self.kernels.x_lo) if not rows else True
         folds = ((False, prefill_tile) if rows else (prefill_tile,)) if self.mode == "prefill" else (False,)
         # Up to fold_rows rows each K chunk is a workgroup; above, a prefill workgroup sums its own (coop_tiles).
         fold_rows = COOP_FOLD_ROWS if rows else coop_fold_rows(
             -(-cols // coop_cols(dtype, prefill_tile)), chunks, self.kernels.dev.info.sm_count)
+        push = {"N": cols, "K": K, "kchunk": K // chunks, "group": self.w.group, "fold_rows": fold_rows}
         for fold in folds:
             tiles = -(-cols // coop_cols(dtype, fold))
             loop = " loop" if rows and not fold and dtype in COOP_DIRECT_DTYPES else ""  # (grids.py)
             grid = (f"coopfold_{count} {chunks} {fold_rows}", tiles) if fold else (f"coop_{count} {chunks}{loop}", tiles)
-            self._dispatch(coop_variant(gemm, dtype, fold), {**weights, 1: b.split, 2: b.partial},
-                           {"N": cols, "K": K, "kchunk": K // chunks, "group": self.w.group, "fold_rows": fold_rows},
-                           grid)
+            self._dispatch(coop_variant(gemm, dtype, fold), {**weights, 1: b.split, 2: b.partial}, push, grid)
+        if not rows and self.mode not in DECODE_MODES:  # the prompt tokens' rows (decode steps have none)
+            self._dispatch(coop_variant(gemm, dtype, prefill_tile, whole=True), {**weights, 1: b.split, 2: b.partial},
+                           push, ("coopwhole", -(-cols // coop_cols(dtype, prefill_tile))))
         if not reduce_chunks:
             return
         epilogue = {} if gated or rows else (extra or {})  # the post-norm's or QK-norm/RoPE/KV buffers

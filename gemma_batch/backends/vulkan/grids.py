@@ -6,13 +6,17 @@ on T, R or the positions. Kinds:
 
     "tokens" / "rows"                T * n / R * n workgroups
     "matmul_tokens" / "matmul_rows"  row tiles of M (T or R) times n column tiles (matmul.comp)
-    "coop_tokens C" / "coop_rows C"  the cooperative decode tiles times their C chunks of K; none
-                                     above COOP_FOLD_ROWS rows; with a last word "loop" (the LM
-                                     head on matmul_coop_direct.comp, whose workgroups loop over
-                                     the tiles) at most ROWS_GROUPS_PER_SM workgroups an SM where
-                                     the device says how many SMs it has
-    "coopfold_tokens C F" / "coopfold_rows C F"  the prefill tiles, times their C chunks of K up to
-                                     F rows (coop_tiles.coop_fold_rows); none up to COOP_FOLD_ROWS rows
+    "coop_tokens C" / "coop_rows C"  the cooperative decode tiles of the chunked rows (D: the
+                                     step's tokens before its prompt tokens, or R) times their C
+                                     chunks of K; none above COOP_FOLD_ROWS rows; with a last word
+                                     "loop" (the LM head on matmul_coop_direct.comp, whose
+                                     workgroups loop over the tiles) at most ROWS_GROUPS_PER_SM
+                                     workgroups an SM where the device says how many SMs it has
+    "coopfold_tokens C F" / "coopfold_rows C F"  the prefill tiles of the chunked rows, times their
+                                     C chunks of K up to F rows (coop_tiles.coop_fold_rows); for
+                                     rows none up to COOP_FOLD_ROWS (the decode tile's)
+    "coopwhole"                      the prompt tile's (matmul_coop.comp WHOLE_K) over the T - D
+                                     prompt tokens' rows
     "attention <group>"              T * n times the step's most chunks of a token attention.comp
                                      serves in that KV group
     "flash"                          the step's flash tiles (flash.py) times n
@@ -56,24 +60,31 @@ class DispatchGrids:
             self._specs.append(spec)
             words = kind.split()
             window = self._windows[words[1]] if words[0] == "attention" else False
-            chunks = int(words[1]) if words[0].startswith("coop") else 1
+            chunks = int(words[1]) if words[0].startswith("coop") and len(words) > 1 else 1
             fold_rows = int(words[2]) if words[0].startswith("coopfold") else 0
             capped = words[-1] == "loop" and self.rows_cap is not None
             self._parsed.append((words[0].endswith("rows"), words[0], n, chunks, fold_rows, window, capped))
         return 12 * self._specs.index(spec)
 
-    def counts(self, num_tokens: int, num_rows: int, positions: np.ndarray, flash_tiles: int = 0) -> np.ndarray:
+    def counts(self, num_tokens: int, num_rows: int, positions: np.ndarray, flash_tiles: int = 0,
+               prompt_start: int | None = None) -> np.ndarray:
         """[GRID_SLOTS, 3] uint32 workgroup counts for a step of T tokens and R logits rows, whose
         tokens that attention.comp serves are at `positions` (all T, but for prompt tokens on
-        the flash kernel), with `flash_tiles` tiles of those (flash.py)."""
+        the flash kernel), with `flash_tiles` tiles of those (flash.py), and whose tokens from
+        `prompt_start` on (None: none) run the prompt tile."""
         out = np.zeros((GRID_SLOTS, 3), np.uint32)
+        chunked = num_tokens if prompt_start is None else prompt_start
         for i, (rows, kind, n, chunks, fold_rows, window, capped) in enumerate(self._parsed):
             m = num_rows if rows else num_tokens
             if kind.startswith("matmul"):
                 count = -(-m // MATMUL_ROWS) * n
-            elif kind.startswith("coopfold"):  # the prefill tile: no workgroups at decode sizes
-                count = -(-m // COOP_FOLD_TILE_ROWS) * n * (chunks if m <= fold_rows else 1) if m > COOP_FOLD_ROWS else 0
+            elif kind == "coopwhole":
+                count = -(-(num_tokens - chunked) // COOP_FOLD_TILE_ROWS) * n
+            elif kind.startswith("coopfold"):  # the prefill tile: for rows, no workgroups at decode sizes
+                m = m if rows else chunked
+                count = -(-m // COOP_FOLD_TILE_ROWS) * n * (chunks if m <= fold_rows else 1) if m > (COOP_FOLD_ROWS if rows else 0) else 0
             elif kind.startswith("coop"):  # the decode tile: none above the fold
+                m = m if rows else chunked
                 count = -(-m // COOP_ROWS) * n * chunks if m <= COOP_FOLD_ROWS else 0
                 if capped:
                     count = min(count, self.rows_cap)

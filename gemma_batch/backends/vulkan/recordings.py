@@ -44,12 +44,13 @@ def recording_modes(coop: bool, flash: bool, heads_in_attention: bool) -> tuple[
     return modes + (DECODE_MODES if heads_in_attention else ())
 
 
-def recording_for(num_tokens: int, num_seqs: int, flash: bool, recorded: Container[str]) -> str:
+def recording_for(num_tokens: int, num_seqs: int, prompt: bool, recorded: Container[str]) -> str:
     """The recording a step of `num_tokens` tokens of `num_seqs` sequences replays, with prompt
-    tokens on the flash kernel (`flash`) or none, among the `recorded` ones."""
+    tokens (`prompt`: on the flash kernel where its recordings were made; never in the decode
+    recordings, which have no prompt tile) or none, among the `recorded` ones."""
     mode = "small"
     if num_tokens > COOP_FOLD_ROWS and "prefill" in recorded:
         mode = "prefill"
-    elif num_tokens == num_seqs <= QK_IN_MAX_TOKENS and "decode" in recorded and not flash:
+    elif num_tokens == num_seqs <= QK_IN_MAX_TOKENS and "decode" in recorded and not prompt:
         mode = "decode" if num_tokens <= GATED_PIECES_MAX_TOKENS else "decode_rows"
-    return mode + FLASH if flash else mode
+    return mode + FLASH if prompt and mode + FLASH in recorded else mode

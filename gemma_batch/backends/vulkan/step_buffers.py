@@ -96,7 +96,7 @@ class StepInputs:
         def host(size: int, what: str) -> Buffer:
             return memory.alloc_host(size, f"{what} ({name})")
 
-        self.meta = host(16, "step header")
+        self.meta = host(20, "step header")
         self.tokens = host(4 * T, "token ids")
         self.positions = host(4 * T, "positions")
         self.token_seq = host(4 * T, "token sequences")
@@ -109,12 +109,14 @@ class StepInputs:
         self.tables = {g: host(4 * S * w, f"{g} block tables") for g, w in capacity.widths}
 
     def write(self, batch: StepBatch, token_ids: np.ndarray, rows: np.ndarray, vocab_limit: int,
-              grids: np.ndarray, flash: np.ndarray | None = None, tiles: np.ndarray | None = None) -> None:
+              grids: np.ndarray, flash: np.ndarray | None = None, tiles: np.ndarray | None = None,
+              prompt_start: int | None = None) -> None:
         """The step's inputs: `token_ids` [T] as embed.comp reads them, the flat token of each of
         the R logits rows, the largest id to sample plus one, the indirect grids (grids.py); with
-        the flash kernel, which tokens it serves [T] and its `tiles` (flash.py)."""
+        the flash kernel, which tokens it serves [T] and its `tiles` (flash.py); the first token
+        of the prompt tile (None: T, none; coop_tiles.prompt_start)."""
         T, S, R = batch.num_tokens, batch.num_seqs, len(rows)
-        StepBuffers.view(self.meta, np.uint32, 4)[:] = (T, S, R, vocab_limit)
+        StepBuffers.view(self.meta, np.uint32, 5)[:] = (T, S, R, vocab_limit, T if prompt_start is None else prompt_start)
         StepBuffers.view(self.tokens, np.int32, T)[:] = token_ids
         StepBuffers.view(self.positions, np.int32, T)[:] = batch.positions
         seqs = StepBuffers.view(self.token_seq, np.int32, T)

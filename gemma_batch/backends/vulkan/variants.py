@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .coop_tiles import (COOP_DIRECT_DTYPES, COOP_DTYPES, COOP_FOLD_DEFINES, COOP_WIDE_DEFINES,
-                         COOP_WIDE_SPLIT_DEFINES, coop_variant)
+from .coop_tiles import COOP_DIRECT_DTYPES, COOP_DTYPES, coop_tile_defines, coop_variant
 
 SPV_DIR = Path(__file__).resolve().parent / "spv"
 
@@ -110,12 +109,11 @@ def _variants() -> dict[str, Variant]:
                 out.append(Variant(coop_variant(gemm, dtype), "matmul_coop_direct", gemm, "glslang"))
             else:
                 out.append(Variant(coop_variant(gemm, dtype), "matmul_coop", (WEIGHT_DEFINES[dtype], *gemm), "glslang"))
-            out.append(Variant(coop_variant(gemm, dtype, fold=True), "matmul_coop",
-                               (WEIGHT_DEFINES[dtype], *gemm, *COOP_FOLD_DEFINES), "glslang"))
-            if dtype in COOP_DIRECT_DTYPES and "ROWS" not in gemm:  # the LM head's N is no multiple of 128
-                for wide, tile in (("wide", COOP_WIDE_DEFINES), ("wide_split", COOP_WIDE_SPLIT_DEFINES)):
-                    out.append(Variant(coop_variant(gemm, dtype, fold=wide), "matmul_coop",
-                                       (WEIGHT_DEFINES[dtype], *gemm, *tile), "glslang"))
+            folds = (True, "wide", "wide_split") if dtype in COOP_DIRECT_DTYPES and "ROWS" not in gemm else (True,)
+            for fold in folds:  # (the LM head's N is no multiple of 128, so no wide tile; nor prompt rows)
+                for whole in (False, True) if "ROWS" not in gemm else (False,):
+                    out.append(Variant(coop_variant(gemm, dtype, fold, whole), "matmul_coop",
+                                       (WEIGHT_DEFINES[dtype], *gemm, *coop_tile_defines(fold, whole)), "glslang"))
     out += [Variant("split_plain", "split"), Variant("split_norm", "split", ("NORM",)),
             Variant("split_norm_rows", "split", ("NORM", "ROW_GATHER")),
             Variant("reduce_post_norm", "reduce", ("EPI_NORM_ADD",)), Variant("reduce_gated", "reduce", ("GATED",)),
