@@ -27,8 +27,8 @@ class Dispatches:
     def __init__(self, tokens: int, seqs: int = 1, rows: int | None = None, **kernel_options) -> None:
         self.device = Device()
         self.mem, self.kernels = Memory(self.device), Kernels(self.device, **kernel_options)
-        self.meta = self.mem.alloc_host(16, "step header")
-        self.meta.array[:16] = np.array([tokens, seqs, tokens if rows is None else rows, 0], np.uint32).view(np.uint8)
+        self.meta = self.mem.alloc_host(20, "step header")  # (common.glsl; no prompt tokens: prompt_start = T)
+        self.meta.array[:20] = np.array([tokens, seqs, tokens if rows is None else rows, 0, tokens], np.uint32).view(np.uint8)
         self._cb = None
 
     def __enter__(self) -> Dispatches:
