@@ -39,8 +39,9 @@ or fp16 matrix that fits as tiles there) is three dispatches instead: `split` wr
 (normalised where the kind fuses the norm; the gathered rows for the LM head) as fp16 hi + lo,
 `coop` multiplies on the matrix units into partial sums per K chunk (steps of up to
 COOP_FOLD_ROWS tokens: matmul_coop_direct.comp for tiles, matmul_coop.comp's decode tile for
-int8 / int4; longer steps: matmul_coop.comp's prefill tile, the same sums), and `reduce` adds
-the chunks and runs the kind's epilogue (the same code as matmul.comp's). Where the next matmul
+int8 / int4; longer steps: matmul_coop.comp's prefill tile, the same sums; the step's prompt tokens,
+which come last, on the prompt tile: one sum over all of K, shaders/partial_rows.glsl), and
+`reduce` adds the chunks and runs the kind's epilogue (the same code as matmul.comp's). Where the next matmul
 is on that path too, the reduces of o (post-norm), gate/up and down (post-norm) write its split
 themselves (reduce.comp SPLIT_NEXT), and attention writes o's (attention.comp SPLIT_OUT), so a
 layer is 9 dispatches: qkv, reduce, attention, o, reduce, gate/up, reduce, down, reduce (and the
