@@ -52,6 +52,7 @@ def make_row(i: int, kind: str = "text") -> dict:
     return {
         "row": i,
         "id": f"id-{i}",
+        "request_hash": f"{i:032x}",
         "completion": None if error else TEXTS[i % len(TEXTS)] + str(i),
         "finish_reason": "error" if error else ("stop", "length")[i % 2],
         "prompt_tokens": 10 + i % 7 if run else None,

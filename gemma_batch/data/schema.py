@@ -13,6 +13,9 @@ FINISH_REASONS = ("stop", "length", "error")
 BASE_FIELDS = (
     pa.field("row", pa.int64(), nullable=False),  # 0-based index of the row in the input
     pa.field("id", pa.string(), nullable=False),
+    # what the completion depends on besides the job's settings (job/incremental.py): a rerun
+    # over a changed input keeps a finished row whose id and request_hash it meets again
+    pa.field("request_hash", pa.string(), nullable=False),
     pa.field("completion", pa.string()),  # null on error rows
     pa.field("finish_reason", pa.string(), nullable=False),  # one of FINISH_REASONS
     pa.field("prompt_tokens", pa.int64()),

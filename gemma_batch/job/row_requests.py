@@ -9,6 +9,7 @@ from ..engine.engine import Completion, Request
 from ..engine.sampling_params import SamplingParams
 from ..model.chat import chat_token_ids
 from ..model.tokenizer import Tokenizer
+from .incremental import request_hash
 
 
 class RowRequests:
@@ -56,6 +57,7 @@ def output_row(row: InputRow, request: Request, completion: Completion) -> dict[
     return {
         "row": row.index,
         "id": row.id,
+        "request_hash": request_hash(row),
         "completion": completion.text,
         "finish_reason": completion.finish_reason,
         "prompt_tokens": completion.num_prompt_tokens,
@@ -78,6 +80,7 @@ def error_row(row: InputRow, error: str) -> dict[str, Any]:
     return {
         "row": row.index,
         "id": row.id,
+        "request_hash": request_hash(row),
         "completion": None,
         "finish_reason": "error",
         "prompt_tokens": None,

@@ -19,10 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..backends import create_backend, resolve_backend
 from ..backends.vulkan.errors import DeviceMemoryError, VulkanUnavailable
+from ..data import writers
 from ..data.readers import open_dataset
 from ..data.rows import InputRow
 from ..data.schema import output_schema
@@ -35,6 +37,8 @@ from ..model.tokenizer import Tokenizer
 from .fingerprint import job_fingerprint, model_fingerprint
 from .lock import OutputLock
 from .progress import Progress
+from . import incremental
+from .incremental import EarlierRows, request_hash
 from .row_requests import RowRequests, error_row, output_row
 from .signals import JobStopped, StopOnSignal
 from .spec import JobSpec, UsageError, parse_size
@@ -113,6 +117,10 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
             }
         if store.state == "resume":
             print(f"resuming: {store.num_done} of {dataset.num_rows} rows already done", file=log)
+        earlier = EarlierRows(store.earlier or _dated_earlier(spec, output, fingerprint, log))
+        if earlier.total:
+            print(f"incremental: {earlier.total} finished rows of an earlier input; those whose request is "
+                  "unchanged are kept", file=log)
         load_started = time.perf_counter()
         try:
             weights = load_converted(checkpoint, fmt, cache_root())
@@ -132,9 +140,12 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
         requests = RowRequests(tokenizer, frozenset(cfg.eos_token_ids), spec.sampling, plan.max_model_len)
         progress = Progress(dataset.num_rows, store.num_done, log)
         started, done_before = time.perf_counter(), store.num_done
-        done, failed = _stream(dataset.rows(), store, engine, requests, progress, spec.max_batch, stop)
+        done, failed = _stream(dataset.rows(), store, engine, requests, progress, spec.max_batch, stop, earlier)
         wall = time.perf_counter() - started
         progress.close()
+        if earlier.total:
+            print(f"incremental: kept {earlier.kept} rows, ran {done - earlier.kept} new or changed, dropped "
+                  f"{earlier.dropped} earlier rows that no row of this input asks for (deleted or changed)", file=log)
         if stop.signum is not None:
             raise JobStopped(stop.signum, done)
         store.finalize(dataset.num_rows)
@@ -144,6 +155,7 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
             "rows_total": dataset.num_rows,
             "rows_done_this_run": done,
             "rows_resumed": done_before,
+            "rows_kept": earlier.kept,
             "rows_failed_this_run": failed,
             "backend": backend.identity,
             "model": str(spec.model),
@@ -155,12 +167,23 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
     return stats
 
 
+def _dated_earlier(spec: JobSpec, output: Path, fingerprint: dict, log: TextIO) -> list[pa.Table]:
+    """For an output name with {date}: the rows of the latest earlier file of that name whose
+    job differs from this one in its input alone (incremental.py), else none."""
+    for path in incremental.dated_siblings(str(spec.output), output) if spec.output is not None else []:
+        if incremental.reusable(writers.read_parquet_fingerprint(path), fingerprint) and spec.output_format == "parquet":
+            print(f"incremental: earlier rows from {path}", file=log)
+            return [incremental.read_output(path)]
+    return []
+
+
 def _stream(
     rows: Iterator[InputRow], store: ResultStore, engine: Engine, requests: RowRequests, progress: Progress, max_batch: int,
-    stop: StopOnSignal,
+    stop: StopOnSignal, earlier: EarlierRows,
 ) -> tuple[int, int]:
     """Feed rows to the engine and commit each finished row, until the rows end or a signal asks
-    to stop (checked at each step boundary); returns (rows committed, error rows)."""
+    to stop (checked at each step boundary); a row whose request an earlier job finished is
+    committed from `earlier` instead. Returns (rows committed, error rows)."""
     in_flight: dict[int, tuple[InputRow, Request]] = {}
     order: deque[int] = deque()  # indices admitted to the engine, in input order
     held: InputRow | None = None  # next row, waiting for the lookahead window to move
@@ -179,6 +202,12 @@ def _stream(
                 held = row
                 break
             if store.is_done(row.index):
+                continue
+            kept = earlier.take(row, request_hash(row)) if earlier.total and row.error is None else None
+            if kept is not None:
+                store.commit(kept)
+                progress.update(1)
+                done += 1
                 continue
             request = requests.request(row)
             if isinstance(request, str):

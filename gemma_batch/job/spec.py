@@ -8,6 +8,7 @@ works from any directory. Flags given on the command line override the file.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import re
 import tomllib
 from collections.abc import Mapping
@@ -20,6 +21,8 @@ from ..backends.kv_formats import KV_DTYPES
 from ..model.quant import FORMATS, INT4_GROUPS, WeightFormat
 from ..engine.sampling_params import SamplingParams
 from ..model.checkpoint import DEMO_MODEL
+
+DATE = "{date}"  # the placeholder an output name may carry (`--output "labels-{date}.parquet"`)
 
 PATH_FIELDS = ("input", "output", "model")
 
@@ -63,8 +66,9 @@ class JobSpec:
 
     @property
     def output_path(self) -> Path:
+        """The output file: --output (its {date} replaced by today's, YYYY-MM-DD), or named after the input."""
         if self.output is not None:
-            return self.output
+            return Path(str(self.output).replace(DATE, datetime.date.today().isoformat()))
         suffix = ".results.jsonl" if self.output_format == "openai" else ".completions.parquet"
         name = self.input.name
         for compressed in COMPRESSION_SUFFIXES:
@@ -101,6 +105,8 @@ def check_paths(spec: JobSpec) -> None:
     """The input exists, the output's folder exists, and the output would not overwrite the input."""
     if not spec.input.exists():
         raise UsageError(f"input {spec.input} does not exist")
+    if spec.output is not None and ("{" in spec.output.name.replace(DATE, "") or "}" in spec.output.name.replace(DATE, "")):
+        raise UsageError(f"--output {spec.output}: the only placeholder an output name may hold is {DATE}")
     output = spec.output_path
     if not output.parent.is_dir():
         raise UsageError(f"output folder {output.parent} does not exist")

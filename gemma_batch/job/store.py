@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from ..data import writers
 from .codec import RowCodec
+from . import incremental
 from .fingerprint import fingerprint_differences
 from .journal import Journal
 
@@ -110,6 +111,7 @@ class ResultStore:
         self._pending: dict[int, bytes] = {}  # index -> journal line, for rows >= frontier
         self._parts: list[Path] = []
         self._journal = Journal(self.partial_dir / _JOURNAL)
+        self.earlier: list[pa.Table] = []  # finished rows of earlier jobs this one may keep (open)
 
     @property
     def num_done(self) -> int:
@@ -124,7 +126,9 @@ class ResultStore:
         """Inspect the disk and set `state`: "resume" (partial folder of this job: its rows are
         loaded), "complete" (final output of this job, no partial folder: nothing to do), or
         "fresh" (a new partial folder). A partial folder or output of another job raises
-        JobMismatch. With force, a partial folder of another job is wiped now, and any existing
+        JobMismatch, unless that job differs in its input alone (Parquet output): then its rows
+        go to `earlier` (incremental.py), the folder is cleared, the output stays until finalize
+        replaces it. With force, a partial folder of another job is wiped now, and any existing
         output (even this job's, to run it again) is replaced at finalize; this job's own
         partial folder is still resumed (it holds the rows a rerun would produce)."""
         for path in (self.output, self.partial_dir, self._sidecar, self.stats_path):
@@ -135,22 +139,54 @@ class ResultStore:
             if stored == job:
                 self._load()
                 self.state = "resume"
+                self._keep_output_rows()
                 return
             if not isinstance(stored, dict):
                 stored = {}
-            self._mismatch(self.partial_dir, stored.get("fingerprint"), stored.get("output_format"))
+            if self._keeps(stored.get("fingerprint"), stored.get("output_format")):
+                self._read_earlier(lambda: incremental.read_partial(
+                    sorted(self.partial_dir.glob("part-*.parquet")), Journal(self.partial_dir / _JOURNAL), self._codec))
+            else:
+                self._mismatch(self.partial_dir, stored.get("fingerprint"), stored.get("output_format"))
             writers.remove_tree(self.partial_dir)
         if self.output.exists():
-            if self._format == "parquet":
-                stored_fp = writers.read_parquet_fingerprint(self.output)
-            else:
-                stored_fp = _read_json(self._sidecar)
+            stored_fp = self._output_fingerprint()
             if stored_fp == self._fingerprint and not self._force:
                 self.state = "complete"
                 return
-            self._mismatch(self.output, stored_fp, self._format)
+            if not self._keep_output_rows():
+                self._mismatch(self.output, stored_fp, self._format)
         self._create(job)
         self.state = "fresh"
+
+    def _output_fingerprint(self) -> Any:
+        if self._format == "parquet":
+            return writers.read_parquet_fingerprint(self.output)
+        return _read_json(self._sidecar)
+
+    def _keeps(self, fingerprint: Any, output_format: Any) -> bool:
+        """Whether finished rows of the job (`fingerprint`, `output_format`) may be kept by this
+        one (incremental.py: Parquet outputs of jobs that differ in their input alone)."""
+        return (not self._force and output_format == self._format == "parquet" and fingerprint != self._fingerprint
+                and incremental.reusable(fingerprint, self._fingerprint))
+
+    def _keep_output_rows(self) -> bool:
+        """Add the existing output's rows to `earlier` if this job may keep them; whether it may."""
+        if not self.output.exists() or not self._keeps(self._output_fingerprint(), self._format):
+            return False
+        self._read_earlier(lambda: incremental.read_output(self.output))
+        return True
+
+    def _read_earlier(self, read) -> None:
+        """Add the rows `read()` gives to `earlier`; a source that cannot be read is left out
+        (its rows run again)."""
+        try:
+            table = read()
+        except (OSError, ValueError, TypeError, pa.ArrowException):
+            table = None
+        if table is not None:
+            self.earlier.append(table)
+
 
     def _mismatch(self, where: Path, fingerprint: Any, output_format: Any) -> None:
         """Raise JobMismatch (unless force) for `where`, holding another job's files."""
