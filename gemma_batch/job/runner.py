@@ -239,7 +239,8 @@ def count_error_rows(output: Path, output_format: str) -> int:
 def _summary(stats: dict, output, stats_path, out: TextIO) -> None:
     print(
         f"wrote {output} ({stats['rows_total']} rows, {stats['rows_failed']} failed; "
-        f"{stats['rows_done_this_run']} done this run)\n"
+        f"{stats['rows_done_this_run']} done this run"
+        f"{', %d of them kept from an earlier input' % stats['rows_kept'] if stats.get('rows_kept') else ''})\n"
         f"  {stats['wall_seconds']:.1f} s, prefill {stats['prefill_tokens_per_s']:.1f} tok/s, "
         f"decode {stats['decode_tokens_per_s']:.1f} tok/s, TTFT mean {1000 * stats['ttft_mean_s']:.0f} ms, "
         f"mean batch {stats['mean_batch_size']:.1f}, preemptions {stats['preemptions']}\n"
