@@ -8,6 +8,7 @@ saved, a rerun resumes: job/signals.py). `bench`: 0, 2 for a bad flag, 1 when it
 
 from __future__ import annotations
 
+import importlib.metadata
 import shlex
 import sys
 from pathlib import Path
@@ -38,8 +39,15 @@ from .job.store import JobMismatch
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False, help="Batch text generation with Gemma 3 models.")
 
 
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"gemma-batch {importlib.metadata.version('gemma-batch')}")
+        raise typer.Exit()
+
+
 @app.callback()
-def main() -> None:
+def main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="Print the version and exit.")) -> None:
     """Batch text generation with Gemma 3 models."""
 
 
@@ -49,7 +57,7 @@ def generate(
     model: Path = typer.Option(DEMO_MODEL, help="A Hugging Face Gemma 3 directory (config.json, safetensors, tokenizer.model)."),
     max_tokens: int = typer.Option(32, min=1, help="Most new tokens per prompt."),
     chat: bool = typer.Option(False, help="Wrap each prompt as a user turn in the Gemma 3 chat template."),
-    backend: str = typer.Option("cpu", help="Device backend: cpu or vulkan."),
+    backend: str = typer.Option("auto", help="Device backend: auto, cpu or vulkan; auto takes Vulkan when a GPU is present (as `run` does)."),
     device: str = typer.Option(None, help="Vulkan device: index or part of its name (see `gemma-batch devices`)."),
 ) -> None:
     """Complete PROMPTS greedily and print one completion per prompt."""

@@ -83,3 +83,16 @@ def test_inspect_plans_the_27b_shape_in_int4_with_an_int8_kv_cache():
     assert f"does not fit: {fit} do" in done.stdout and fit == 3
     bad = run_cli("inspect", "27b", "--weights", "int3")
     assert bad.returncode == 2 and "int3" in bad.stderr
+
+
+def test_version_and_a_non_finite_temperature():
+    """`--version` prints the installed version; an infinite or NaN temperature is a usage error
+    (exit 2) before anything loads."""
+    import importlib.metadata
+
+    done = run_cli("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"gemma-batch {importlib.metadata.version('gemma-batch')}"
+    for value in ("inf", "nan"):
+        prompts = Path(__file__).resolve().parent.parent / "sample_data" / "prompts.jsonl"
+        bad = run_cli("run", str(prompts), "--temperature", value, "--output", "/tmp/never.parquet")
+        assert bad.returncode == 2 and "temperature must be finite" in bad.stderr, bad.stderr

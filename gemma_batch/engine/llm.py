@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..backends import create_backend
+from ..backends import create_backend, resolve_backend
 from ..model.chat import chat_token_ids
 from ..model.checkpoint import Checkpoint
 from ..model.config import Gemma3Config
@@ -32,7 +32,7 @@ class LLM:
         self.tokenizer = Tokenizer.from_dir(self.model_dir)
         checkpoint = Checkpoint.open(self.model_dir, self.config)  # validates before reading data
         fmt = WeightFormat.parse(weights)
-        self.backend = create_backend(backend, self.config, device, kv_dtype, fmt.name)
+        self.backend = create_backend(resolve_backend(backend, device)[0], self.config, device, kv_dtype, fmt.name)
         self.backend.load_weights(load_converted(checkpoint, fmt, cache_root()).tensors)
 
     def encode(self, prompt: str | Messages) -> list[int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,7 @@ class SamplingParams:
     def __post_init__(self) -> None:
         checks = [
             (self.max_tokens >= 1, "max_tokens must be >= 1", self.max_tokens),
-            (self.temperature >= 0, "temperature must be >= 0", self.temperature),
+            (0 <= self.temperature < math.inf, "temperature must be finite and >= 0", self.temperature),
             (self.top_k >= 0, "top_k must be >= 0 (0 = off)", self.top_k),
             (0 < self.top_p <= 1, "top_p must be in (0, 1]", self.top_p),
             (0 <= self.min_p <= 1, "min_p must be in [0, 1]", self.min_p),
