@@ -9,8 +9,8 @@ prompts (`prompts-ROWSxLEN.jsonl`: random text of the demo tokenizer's pieces, L
 the BOS), and per budget the job's output, its stats and its log. Each job is a fresh
 `gemma-batch run --force` process with default flags but those named here. Prints, per budget, the
 job's wall time (the stats' `wall_seconds`: from the first row read to the file written), prompt
-and generated tokens over that time (the stats' `prefill_tokens_per_s` and `decode_tokens_per_s`),
-and generated tokens over the process's whole time (model loading included), and writes them with
+and generated tokens over that time (`prefill_tokens` over it, and the stats'
+`generated_tokens_per_s`), and generated tokens over the process's whole time (model loading included), and writes them with
 the whole stats row to DIR/job_bench.json.
 """
 
@@ -99,8 +99,8 @@ def main(argv: list[str]) -> None:
     table = [["max step tokens", "job s", "prompt tok/s (job)", "generated tok/s (job)", "generated tok/s (process)",
               "backend"]]
     for r in runs:
-        table.append([str(r["max_step_tokens"]), f"{r['wall_seconds']:.2f}", f"{r['prefill_tokens_per_s']:,.1f}",
-                      f"{r['decode_tokens_per_s']:,.1f}", f"{r['generated_tokens_per_s_process']:,.1f}",
+        table.append([str(r["max_step_tokens"]), f"{r['wall_seconds']:.2f}", f"{r['prefill_tokens'] / r['wall_seconds']:,.1f}",
+                      f"{r['generated_tokens_per_s']:,.1f}", f"{r['generated_tokens_per_s_process']:,.1f}",
                       str(r.get("backend"))])
     print(f"gemma-batch run: shape {args.shape}, {args.rows} prompts of {args.prompt_len} tokens, "
           f"{args.max_tokens} new each, random bf16 weights")

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -51,6 +52,14 @@ def test_the_readme_command_runs_the_sample_dataset_with_no_other_flag(sample_js
     assert all(r["completion_tokens"] <= 256 and r["max_tokens"] == 256 and r["temperature"] == 0.0 for r in rows)
     stats = read_rows(sample_jsonl.with_name("prompts.completions.stats.parquet"))[0]
     assert stats["rows_total"] == len(rows) and stats["generated_tokens"] == sum(r["completion_tokens"] for r in rows)
+    # rates over the time each kind of step took, times that add up, when and with what it ran
+    assert 0 < stats["prefill_seconds"] and 0 < stats["decode_seconds"]
+    assert stats["prefill_seconds"] + stats["decode_seconds"] <= stats["wall_seconds"]
+    assert stats["prefill_tokens_per_s"] == stats["prefill_tokens"] / stats["prefill_seconds"]
+    assert stats["rows_per_s"] == len(rows) / stats["wall_seconds"]
+    started, ended = (datetime.fromisoformat(stats[k]) for k in ("started_at", "ended_at"))
+    assert started.tzinfo is not None and 0 <= (ended - started).total_seconds() <= stats["wall_seconds"] + 2
+    assert (stats["weights"], stats["kv_dtype"], stats["backend"]) == ("bf16", "fp32", "cpu")
     assert "backend: cpu (auto" in done.stderr  # auto says what it picked
     assert f"/{len(rows)} rows (100.0%)" in done.stderr  # plain progress lines off a terminal
     assert "decode" in done.stdout and "tok/s" in done.stdout

@@ -171,22 +171,21 @@ class Engine:
         if self.on_step is not None:
             self.on_step([seq.seq_id for seq, _ in current.scheduled], current.batch, result)
 
-        done = []
-        self.stats.prefill_tokens += current.prefill_tokens
+        done, sampled = [], 0
         for s, seq, first in current.sampled:
             if seq.finished:  # it stopped in a step before, which was still running when this one was submitted
                 continue
             if first:
                 self.stats.record_ttft(time.perf_counter() - self._live[seq.seq_id].admitted_at)
             self._append(seq, int(result.token_ids[s]))
-            self.stats.generated_tokens += 1
+            sampled += 1
             if seq.finished:
                 done.append(self._finish(seq))
         if all(seq.finished for ahead in self._in_flight for seq, _ in ahead.scheduled):
             for _ in self._in_flight:  # every sequence of the steps ahead has stopped: nothing to take from them
                 self.backend.discard()
             self._in_flight.clear()
-        self._record(current.scheduled, current.batch, started)
+        self._record(current, sampled, started)
         return done
 
     def _submit(self, scheduled: list[tuple[Sequence, int]], started: float,
@@ -272,10 +271,9 @@ class Engine:
             seq.seq_id, seq.completion_ids, live.text, "stop" if stopped else "length", seq.num_prompt_tokens
         )
 
-    def _record(self, scheduled: list[tuple[Sequence, int]], batch: StepBatch, started: float) -> None:
+    def _record(self, step: _Submitted, sampled: int, started: float) -> None:
         stats = self.stats
-        stats.steps += 1
-        stats.batch_size_sum += len(scheduled)
-        stats.step_seconds += time.perf_counter() - started
+        stats.record_step(time.perf_counter() - started, step.prefill_tokens, sampled)
+        stats.batch_size_sum += len(step.scheduled)
         stats.preemptions = self.scheduler.preemptions
         stats.record_blocks({name: pool.num_blocks - pool.num_free for name, pool in self.kv.pools.items()})

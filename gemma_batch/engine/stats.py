@@ -11,7 +11,10 @@ class EngineStats:
     """What happened over the engine's life: steps, tokens, batch sizes, KV use, preemptions.
 
     `prefill_tokens` counts tokens fed outside decoding (prompts, and recomputation after a
-    preemption); `generated_tokens` counts sampled tokens.
+    preemption); `generated_tokens` counts sampled tokens. A step that feeds any such token counts
+    as prefill time (`prefill_seconds`), the others as decode time (`decode_seconds`, with the
+    tokens they sampled in `decode_tokens`); a step's time runs from the start of `Engine.step`
+    to its end, the device's step when steps are submitted ahead.
 
     Time to first token of a request runs from its admission into the running batch to the step
     that sampled its first token. Percentiles come from a uniform sample of at most
@@ -23,6 +26,9 @@ class EngineStats:
     generated_tokens: int = 0
     batch_size_sum: int = 0
     step_seconds: float = 0.0
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    decode_tokens: int = 0
     peak_blocks: dict[str, int] = field(default_factory=dict)
     preemptions: int = 0
     ttft_count: int = 0
@@ -43,21 +49,40 @@ class EngineStats:
         for name, n in used.items():
             self.peak_blocks[name] = max(self.peak_blocks.get(name, 0), n)
 
+    def record_step(self, seconds: float, prefill_tokens: int, sampled: int) -> None:
+        """A finished step of `seconds` that fed `prefill_tokens` outside decoding and sampled `sampled` tokens."""
+        self.steps += 1
+        self.step_seconds += seconds
+        self.prefill_tokens += prefill_tokens
+        self.generated_tokens += sampled
+        if prefill_tokens:
+            self.prefill_seconds += seconds
+        else:
+            self.decode_seconds += seconds
+            self.decode_tokens += sampled
+
     def summary(self, wall_seconds: float) -> dict[str, float | int]:
-        """Flat statistics: token rates over `wall_seconds` (the job's generation time)."""
+        """Flat statistics: prefill tokens per second of prefill time, decode tokens per second of
+        decode time (class doc), generated tokens per second over `wall_seconds` (the job's
+        generation time)."""
         sample = sorted(self.ttft_sample)
 
         def pct(q: float) -> float:
             return sample[min(len(sample) - 1, int(q * len(sample)))] if sample else 0.0
 
-        wall = max(wall_seconds, 1e-9)
+        def rate(count: float, seconds: float) -> float:
+            return count / seconds if seconds > 0 else 0.0
+
         return {
             "wall_seconds": wall_seconds,
             "steps": self.steps,
             "prefill_tokens": self.prefill_tokens,
             "generated_tokens": self.generated_tokens,
-            "prefill_tokens_per_s": self.prefill_tokens / wall,
-            "decode_tokens_per_s": self.generated_tokens / wall,
+            "prefill_seconds": self.prefill_seconds,
+            "decode_seconds": self.decode_seconds,
+            "prefill_tokens_per_s": rate(self.prefill_tokens, self.prefill_seconds),
+            "decode_tokens_per_s": rate(self.decode_tokens, self.decode_seconds),
+            "generated_tokens_per_s": rate(self.generated_tokens, wall_seconds),
             "ttft_mean_s": self.ttft_sum / self.ttft_count if self.ttft_count else 0.0,
             "ttft_p50_s": pct(0.5),
             "ttft_p90_s": pct(0.9),

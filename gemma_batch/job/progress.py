@@ -4,36 +4,54 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 from tqdm import tqdm
 
 
+def eta_text(seconds: float) -> str:
+    """"HH:MM:SS", with days in front past 24 h ("3d 04:05:06"); "?" when unknown."""
+    if not seconds < float("inf"):
+        return "?"
+    days, rest = divmod(int(round(seconds)), 86400)
+    clock = f"{rest // 3600:02d}:{rest // 60 % 60:02d}:{rest % 60:02d}"
+    return f"{days}d {clock}" if days else clock
+
+
 class Progress:
-    """Rows done out of `total`, generated tokens per second and the time left.
+    """Rows done out of `total` as they finish, rows and generated tokens per second, time left.
 
     On a terminal this is a tqdm bar; elsewhere one line every `interval_s` seconds on `stream`,
-    e.g. `gemma-batch: 120/1000 rows (12.0%), 340.5 tok/s, ETA 0:02:10`.
+    e.g. `gemma-batch: 120/1000 rows (12.0%), 3.2 rows/s, 340.5 tok/s, ETA 00:04:35`. Rows finish
+    in bursts (a batch's rows end together), so the time left is only estimated once this run has
+    finished `settle` rows (the job's batch), from its rows per second since it started; "?" before.
+    Rows that need no model time (kept, or already done) are counted apart from the rate.
     """
 
     def __init__(
-        self, total: int, done: int = 0, stream: TextIO | None = None, interval_s: float = 30.0, tty: bool | None = None
+        self, total: int, done: int = 0, stream: TextIO | None = None, interval_s: float = 30.0,
+        tty: bool | None = None, settle: int = 1, clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.stream = stream or sys.stderr
         self.total, self.done, self.tokens = total, done, 0
-        self.interval_s = interval_s
-        self.started = self._last_line = time.monotonic()
-        self._start_done = done
+        self.interval_s, self.settle, self.clock = interval_s, settle, clock
+        self.started = self._last_line = clock()
+        self._free = done  # rows done without the model: earlier runs' and kept ones
         is_tty = self.stream.isatty() if tty is None else tty
-        self._bar = tqdm(total=total, initial=done, unit="row", file=self.stream, dynamic_ncols=True) if is_tty else None
+        self._bar = tqdm(total=total, initial=done, unit="row", file=self.stream, dynamic_ncols=True,
+                         bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} rows [{elapsed}, {postfix}]") if is_tty else None
 
-    def update(self, rows: int, tokens: int = 0) -> None:
+    def update(self, rows: int, tokens: int = 0, free: bool = False) -> None:
+        """`rows` more finished with `tokens` generated; `free`: they took no model time."""
         self.done += rows
         self.tokens += tokens
+        if free:
+            self._free += rows
         if self._bar is not None:
             self._bar.update(rows)
-            self._bar.set_postfix_str(f"{self._rate():.1f} tok/s", refresh=False)
-        elif time.monotonic() - self._last_line >= self.interval_s:
+            self._bar.set_postfix_str(self._rates(), refresh=False)
+        elif self.clock() - self._last_line >= self.interval_s:
             self._line()
 
     def close(self) -> None:
@@ -42,16 +60,25 @@ class Progress:
         else:
             self._line()
 
-    def _rate(self) -> float:
-        return self.tokens / max(time.monotonic() - self.started, 1e-9)
+    def row_rate(self) -> float:
+        """Rows per second that needed the model, since this run started."""
+        return (self.done - self._free) / max(self.clock() - self.started, 1e-9)
+
+    def eta(self) -> str:
+        left = self.total - self.done
+        if left <= 0:
+            return eta_text(0.0)
+        if self.done - self._free < min(self.settle, self.total - self._free) or self.row_rate() <= 0:
+            return "?"
+        return eta_text(left / self.row_rate())
+
+    def _token_rate(self) -> float:
+        return self.tokens / max(self.clock() - self.started, 1e-9)
+
+    def _rates(self) -> str:
+        return f"{self.row_rate():.2f} rows/s, {self._token_rate():.1f} tok/s, ETA {self.eta()}"
 
     def _line(self) -> None:
-        self._last_line = now = time.monotonic()
-        rows_per_s = (self.done - self._start_done) / max(now - self.started, 1e-9)
-        left = (self.total - self.done) / rows_per_s if rows_per_s > 0 else float("inf")
-        eta = time.strftime("%H:%M:%S", time.gmtime(left)) if left != float("inf") else "?"
+        self._last_line = self.clock()
         share = 100 * self.done / self.total if self.total else 100.0
-        print(
-            f"gemma-batch: {self.done}/{self.total} rows ({share:.1f}%), {self._rate():.1f} tok/s, ETA {eta}",
-            file=self.stream, flush=True,
-        )
+        print(f"gemma-batch: {self.done}/{self.total} rows ({share:.1f}%), {self._rates()}", file=self.stream, flush=True)

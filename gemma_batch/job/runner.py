@@ -11,6 +11,7 @@ memory stays bounded however long the dataset and however uneven the completions
 
 from __future__ import annotations
 
+import datetime
 import json
 import sys
 import time
@@ -138,8 +139,9 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
         for line in weights.note:
             print(f"  {line}", file=log)
         requests = RowRequests(tokenizer, frozenset(cfg.eos_token_ids), spec.sampling, plan.max_model_len)
-        progress = Progress(dataset.num_rows, store.num_done, log)
+        progress = Progress(dataset.num_rows, store.num_done, log, settle=spec.max_batch)
         started, done_before = time.perf_counter(), store.num_done
+        started_at = datetime.datetime.now(datetime.timezone.utc)
         done, failed = _stream(dataset.rows(), store, engine, requests, progress, spec.max_batch, stop, earlier)
         wall = time.perf_counter() - started
         progress.close()
@@ -151,6 +153,9 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
         store.finalize(dataset.num_rows)
         stats = {
             "rows_failed": count_error_rows(output, spec.output_format),
+            "started_at": started_at.isoformat(timespec="seconds"),
+            "ended_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "rows_per_s": (done - earlier.kept) / wall if wall > 0 else 0.0,
             **engine.stats.summary(wall),
             "rows_total": dataset.num_rows,
             "rows_done_this_run": done,
@@ -158,6 +163,8 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
             "rows_kept": earlier.kept,
             "rows_failed_this_run": failed,
             "backend": backend.identity,
+            "weights": str(fmt),
+            "kv_dtype": backend.kv_dtype,
             "model": str(spec.model),
             "input": str(spec.input),
             "output": str(output),
@@ -206,7 +213,7 @@ def _stream(
             kept = earlier.take(row, request_hash(row)) if earlier.total and row.error is None else None
             if kept is not None:
                 store.commit(kept)
-                progress.update(1)
+                progress.update(1, free=True)
                 done += 1
                 continue
             request = requests.request(row)
@@ -241,9 +248,11 @@ def _summary(stats: dict, output, stats_path, out: TextIO) -> None:
         f"wrote {output} ({stats['rows_total']} rows, {stats['rows_failed']} failed; "
         f"{stats['rows_done_this_run']} done this run"
         f"{', %d of them kept from an earlier input' % stats['rows_kept'] if stats.get('rows_kept') else ''})\n"
-        f"  {stats['wall_seconds']:.1f} s, prefill {stats['prefill_tokens_per_s']:.1f} tok/s, "
-        f"decode {stats['decode_tokens_per_s']:.1f} tok/s, TTFT mean {1000 * stats['ttft_mean_s']:.0f} ms, "
-        f"mean batch {stats['mean_batch_size']:.1f}, preemptions {stats['preemptions']}\n"
+        f"  {stats['wall_seconds']:.1f} s, {stats['rows_per_s']:.2f} rows/s, {stats['generated_tokens_per_s']:.1f} "
+        f"generated tok/s; prefill {stats['prefill_tokens_per_s']:.1f} tok/s over {stats['prefill_seconds']:.1f} s, "
+        f"decode {stats['decode_tokens_per_s']:.1f} tok/s over {stats['decode_seconds']:.1f} s; "
+        f"TTFT mean {1000 * stats['ttft_mean_s']:.0f} ms, mean batch {stats['mean_batch_size']:.1f}, "
+        f"preemptions {stats['preemptions']}\n"
         f"  statistics: {stats_path}",
         file=out,
     )
