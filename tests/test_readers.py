@@ -551,3 +551,23 @@ def test_a_json_unpaired_surrogate_escape_fails_only_its_row(tmp_path: Path) -> 
     bad, good = read_all(path)
     assert bad.error == "row 0 (line 1): not valid Unicode: an unpaired surrogate \\ud800 escape"
     assert good.error is None and good.prompt == "pair \U0001f600 ok"
+
+
+@pytest.mark.parametrize("suffix,codec", [(".gz", "gzip"), (".zst", "zstd")])
+def test_compressed_jsonl_streams_like_the_plain_file_and_a_cut_stream_names_the_file(
+        tmp_path: Path, suffix: str, codec: str) -> None:
+    """A *.jsonl.gz / *.jsonl.zst input gives the same rows as the plain file (decompressed as it
+    streams); a stream cut short is a DatasetError naming the file, not a row error or "truncated?"."""
+    records = [{"id": f"r{i}", "prompt": f"prompt {i} " * (i % 7), "max_tokens": 1 + i % 5} for i in range(2000)]
+    plain = write_jsonl(tmp_path, records)
+    packed = tmp_path / f"in.jsonl{suffix}"
+    with pa.output_stream(str(packed), compression=codec) as f:
+        f.write(plain.read_bytes())
+    assert packed.stat().st_size < plain.stat().st_size / 3
+    ds = open_dataset(packed)
+    assert ds.format == "jsonl" and ds.num_rows == 2000 and ds.fingerprint == open_dataset(plain).fingerprint
+    assert list(ds.rows()) == read_all(plain)
+    cut = tmp_path / f"cut.jsonl{suffix}"
+    cut.write_bytes(packed.read_bytes()[: packed.stat().st_size // 2])
+    message = dataset_error(cut)
+    assert str(cut) in message and "truncated?" not in message, message

@@ -1,11 +1,14 @@
 """JSON Lines input (plain rows and OpenAI Batch requests), read line by line in binary mode.
 
 One line is one row; blank (whitespace-only) lines are skipped and are not rows. A UTF-8 byte order
-mark at the start of the file is ignored. Memory is bounded by the longest line.
+mark at the start of the file is ignored. Memory is bounded by the longest line. A file named
+*.gz or *.zst is decompressed as it streams (`open_lines`, pyarrow's codecs); a cut-off or corrupt
+stream is an OSError there, which the reader turns into a DatasetError naming the file.
 """
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,12 +16,23 @@ from hashlib import blake2b
 from pathlib import Path
 from typing import IO, Any
 
+import pyarrow as pa
+
 from .openai_batch import OPENAI_KEYS, openai_row
 from .row_checks import RowError, RowSpec, error_row, make_row
 from .rows import DatasetError, InputRow
 from .seen_ids import SeenIds
 
 BOM = b"\xef\xbb\xbf"
+COMPRESSIONS = {".gz": "gzip", ".zst": "zstd"}  # file suffix -> pyarrow codec of a compressed JSONL input
+
+
+def open_lines(path: Path) -> IO[bytes]:
+    """The file's bytes for line reading, decompressed as they stream if its name says so."""
+    codec = COMPRESSIONS.get(path.suffix.lower())
+    if codec is None:
+        return path.open("rb")
+    return io.BufferedReader(pa.input_stream(str(path), compression=codec), buffer_size=1 << 20)
 _JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
 
 
@@ -79,7 +93,7 @@ def scan_jsonl(path: Path) -> JsonlScan:
     digest = blake2b(digest_size=16)
     num_rows, openai, has_id = 0, False, None
     last_lineno, last_line = 0, b""
-    with path.open("rb") as f:
+    with open_lines(path) as f:
         for last_lineno, last_line in data_lines(f, digest):
             num_rows += 1
             if has_id is None:
@@ -100,7 +114,7 @@ def jsonl_rows(path: Path, spec: RowSpec, openai: bool) -> Iterator[InputRow]:
     """Every row of a JSONL file in order, plain rows or (`openai`) OpenAI Batch requests."""
     seen = SeenIds()
     to_row = openai_row if openai else make_row
-    with path.open("rb") as f:
+    with open_lines(path) as f:
         for index, (lineno, line) in enumerate(data_lines(f)):
             where = f"row {index} (line {lineno})"
             try:

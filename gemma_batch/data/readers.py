@@ -4,8 +4,9 @@
 (`DatasetError`); `Dataset.rows()` then streams the rows, as often as needed, in bounded memory.
 Row-level problems do not raise: the row comes out with `InputRow.error` set (see rows.py).
 
-Format: a file starting with the Parquet magic "PAR1", or named *.parquet, is Parquet; anything
-else is JSON Lines, and a JSONL file whose first row is an object with `custom_id`, `method`, `url`
+Format: a file starting with the Parquet magic "PAR1", or named *.parquet, is Parquet (its own
+compression, any codec pyarrow reads); anything else is JSON Lines (*.gz and *.zst decompressed as
+they stream: jsonl.open_lines), and a JSONL file whose first row is an object with `custom_id`, `method`, `url`
 and `body` is an OpenAI Batch input file ("openai").
 """
 
@@ -85,7 +86,7 @@ def open_dataset(
     """Open an input file for a batch job, reading it once.
 
     Args:
-        path: a .jsonl/.json/.ndjson, .parquet or OpenAI Batch (.jsonl) file.
+        path: a .jsonl/.json/.ndjson (also .gz or .zst compressed), .parquet or OpenAI Batch (.jsonl) file.
         prompt_column: the column (JSON key) holding plain-text prompts; a row may instead have a
             `messages` column/key holding a chat conversation. Not used for OpenAI files.
         id_column: the column holding row ids. None: "id" if the file has it (Parquet: in the

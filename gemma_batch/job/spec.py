@@ -20,6 +20,7 @@ from ..backends import BACKENDS
 from ..backends.kv_formats import KV_DTYPES
 from ..model.quant import FORMATS, INT4_GROUPS, WeightFormat
 from ..engine.sampling_params import SamplingParams
+from ..data.jsonl import COMPRESSIONS
 from ..model.checkpoint import DEMO_MODEL
 
 DATE = "{date}"  # the placeholder an output name may carry (`--output "labels-{date}.parquet"`)
@@ -31,7 +32,7 @@ class UsageError(ValueError):
     """A bad flag, TOML key or value: the job does not start (exit code 2)."""
 
 
-COMPRESSION_SUFFIXES = (".gz", ".zst")  # stripped from an input's name, with its own suffix, for the default output
+COMPRESSION_SUFFIXES = tuple(COMPRESSIONS)  # stripped from an input's name, with its own suffix, for the default output
 
 
 @dataclass(frozen=True)
