@@ -125,6 +125,8 @@ def test_bad_rows_become_error_rows_and_the_job_goes_on(tmp_path):
                         (6, "temperature"), (7, "context is 128 tokens"), (8, "content"), (9, "surrogate")]:
         assert fragment in errors[i] and f"row {i}" in errors[i], errors[i]
     assert rows[0]["completion"] is not None and rows[10]["completion"] is not None
+    assert rows[4]["id"] is None and rows[4]["row"] == 4  # unreadable: no id, never a row number posing as one
+    assert rows[7]["prompt_tokens"] > 128 and f"prompt is {rows[7]['prompt_tokens']} tokens" in rows[7]["error"]
 
     strict = gemma_batch("run", src, "--max-tokens", "8", "--max-model-len", "128", "--fail-on-row-error",
                          "--output", tmp_path / "strict.parquet")
@@ -375,3 +377,31 @@ def test_default_output_names_strip_only_the_last_suffix(tmp_path):
     assert default_output("prompts.jsonl.gz") == "prompts.completions.parquet"
     assert default_output("batch.v2.jsonl", output_format="openai") == "batch.v2.results.jsonl"
     assert default_output("README") == "README.completions.parquet"
+
+
+def test_the_output_format_follows_the_output_name(tmp_path):
+    """.parquet, .jsonl and .csv hold the same rows (CSV: lists as JSON text, nulls empty); another
+    extension, or one that contradicts --output-format, is a usage error before anything runs; a
+    binary kept column cannot go to CSV; a finished .csv or .jsonl job is complete on a rerun."""
+    src = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "prompt": "The sea"}, {"id": "b", "prompt": None},
+                                             {"id": "c", "prompt": "Once", "stop": ["\n"]}])
+    outputs = {ext: tmp_path / f"out{ext}" for ext in (".parquet", ".jsonl", ".csv")}
+    for ext, out in outputs.items():
+        done = gemma_batch("run", src, "--max-tokens", "4", "--output", out)
+        assert done.returncode == 0 and "1 failed" in done.stdout, done.stderr
+    rows = read_rows(outputs[".parquet"])
+    assert [json.loads(line) for line in outputs[".jsonl"].read_text().splitlines()] == rows
+    with outputs[".csv"].open(newline="") as f:
+        table = list(__import__("csv").DictReader(f))
+    assert [r["id"] for r in table] == ["a", "b", "c"] and table[2]["stop"] == '["\\n"]' and table[1]["completion"] == ""
+    assert [r["completion"] or None for r in table] == [r["completion"] for r in rows]
+    again = gemma_batch("run", src, "--max-tokens", "4", "--output", outputs[".csv"])
+    assert again.returncode == 0 and "already complete" in again.stderr
+    for bad in (("--output", tmp_path / "out.txt"), ("--output", tmp_path / "o.parquet", "--output-format", "jsonl"),
+                ("--output", tmp_path / "o.parquet", "--output-format", "openai")):
+        refused = gemma_batch("run", src, *bad)
+        assert refused.returncode == 2 and "--output" in refused.stderr, refused.stderr
+    blob = tmp_path / "blob.parquet"
+    pq.write_table(pa.table({"prompt": ["x"], "raw": pa.array([b"\xff"], pa.binary())}), blob)
+    refused = gemma_batch("run", blob, "--keep-columns", "raw", "--output", tmp_path / "blob.csv")
+    assert refused.returncode == 2 and "raw" in refused.stderr and "CSV" in refused.stderr

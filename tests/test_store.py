@@ -135,8 +135,8 @@ def test_commit_validates(tmp_path: Path) -> None:
         store.commit(make_row(0))
     with pytest.raises(ValueError, match="missing \\['top_k'\\]"):
         store.commit({k: v for k, v in make_row(1).items() if k != "top_k"})
-    with pytest.raises(ValueError, match="'id' must not be null"):
-        store.commit({**make_row(1), "id": None})
+    with pytest.raises(ValueError, match="'finish_reason' must not be null"):
+        store.commit({**make_row(1), "finish_reason": None})
     with pytest.raises(TypeError, match="'top_k'"):
         store.commit({**make_row(1), "top_k": "3"})
     with pytest.raises(ValueError, match="row 1 is not committed"):

@@ -19,7 +19,7 @@ from typing import IO, Any
 import pyarrow as pa
 
 from .openai_batch import OPENAI_KEYS, openai_row
-from .row_checks import RowError, RowSpec, error_row, make_row
+from .row_checks import RowError, RowSpec, error_row, make_row, unknown_id
 from .rows import DatasetError, InputRow
 from .seen_ids import SeenIds
 
@@ -120,6 +120,6 @@ def jsonl_rows(path: Path, spec: RowSpec, openai: bool) -> Iterator[InputRow]:
             try:
                 record = parse_line(line)
             except RowError as e:
-                yield error_row(index, where, str(e), str(index), spec.keep({}))
+                yield error_row(index, where, str(e), None if openai else unknown_id(index, spec), spec.keep({}))
                 continue
             yield to_row(index, where, record, spec, seen)

@@ -103,7 +103,7 @@ def _request(record: Mapping[str, Any], chat: bool | None) -> InputRow:
 def openai_row(index: int, where: str, record: Mapping[str, Any], spec: RowSpec, seen: SeenIds) -> InputRow:
     """One OpenAI Batch request line as an InputRow; problems become the row's `error`."""
     keep = spec.keep(record)
-    row_id = str(index)
+    row_id = None  # (a custom_id that cannot be read: null, never a row number that may be another's)
     try:
         row_id = check_id(record, "custom_id", allow_int=False)
         register_id(row_id, index, seen)

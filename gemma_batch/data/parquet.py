@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .row_checks import RowSpec, make_row
+from .row_checks import RowSpec, make_row, unknown_id
 from .rows import ROW_PARAMS, DatasetError, InputRow
 from .seen_ids import SeenIds
 
@@ -88,7 +88,7 @@ def parquet_rows(path: Path, layout: ParquetLayout) -> Iterator[InputRow]:
                     cells = {k: record.get(k) for k in layout.spec.keep_columns}
                     keep = {k: v.lossy if isinstance(v, _BadText) else v for k, v in cells.items()}
                     error = f"row {index}: column {bad!r} is {record[bad].reason}"
-                    yield InputRow(index, str(index), keep=keep, error=error)
+                    yield InputRow(index, unknown_id(index, layout.spec), keep=keep, error=error)
                 index += 1
 
 

@@ -183,7 +183,7 @@ def register_id(row_id: str, index: int, seen: SeenIds) -> None:
 
 def make_row(index: int, where: str, record: Mapping[str, Any], spec: RowSpec, seen: SeenIds) -> InputRow:
     """One record as an InputRow; a problem becomes the row's `error`, prefixed with `where`."""
-    row = InputRow(index=index, id=str(index), keep=spec.keep(record))
+    row = InputRow(index=index, id=unknown_id(index, spec), keep=spec.keep(record))
     try:
         if spec.id_column is not None:
             row.id = check_id(record, spec.id_column)
@@ -195,6 +195,12 @@ def make_row(index: int, where: str, record: Mapping[str, Any], spec: RowSpec, s
     return row
 
 
-def error_row(index: int, where: str, message: str, row_id: str, keep: dict[str, Any]) -> InputRow:
+def unknown_id(index: int, spec: RowSpec) -> str | None:
+    """The id of row `index` before (or without) its id column is read: None where the dataset
+    has an id column (a row number there could equal another row's id), else the row number."""
+    return None if spec.id_column is not None else str(index)
+
+
+def error_row(index: int, where: str, message: str, row_id: str | None, keep: dict[str, Any]) -> InputRow:
     """An error row: no prompt, messages or params, `error` = "{where}: {message}"."""
     return InputRow(index=index, id=row_id, keep=keep, error=f"{where}: {message}")

@@ -27,7 +27,8 @@ class InputRow:
 
     `index` is the 0-based number of the data row (blank JSONL lines are not rows); it is the key
     for resuming and for output order. `id` is the id column's value as a string (integers as
-    `str(int)`), the OpenAI `custom_id`, or `str(index)` when the dataset has no id column.
+    `str(int)`), the OpenAI `custom_id`, or `str(index)` when the dataset has no id column; None on
+    an error row whose id could not be read (a line that is not JSON, a bad id value).
     Exactly one of `prompt` / `messages` is set on a valid row; both are None when `error` is set.
     `params` holds validated overrides (keys from `ROW_PARAMS`): max_tokens int >= 1,
     temperature float >= 0, top_p float in (0, 1], top_k int >= 0 (0 = off), min_p float in [0, 1],
@@ -37,7 +38,7 @@ class InputRow:
     """
 
     index: int
-    id: str
+    id: str | None
     prompt: str | None = None
     messages: Messages | None = None
     params: dict[str, Any] = field(default_factory=dict)

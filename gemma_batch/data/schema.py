@@ -12,7 +12,7 @@ FINISH_REASONS = ("stop", "length", "error")
 # (job flags with the row's overrides applied); they are null on rows that failed before running.
 BASE_FIELDS = (
     pa.field("row", pa.int64(), nullable=False),  # 0-based index of the row in the input
-    pa.field("id", pa.string(), nullable=False),
+    pa.field("id", pa.string()),  # null on an error row whose id could not be read
     # what the completion depends on besides the job's settings (job/incremental.py): a rerun
     # over a changed input keeps a finished row whose id and request_hash it meets again
     pa.field("request_hash", pa.string(), nullable=False),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..data.rows import InputRow
@@ -12,8 +13,16 @@ from ..model.tokenizer import Tokenizer
 from .incremental import request_hash
 
 
+@dataclass(frozen=True)
+class RowFailure:
+    """Why a row cannot run, and its prompt's token count where it was counted."""
+
+    error: str
+    prompt_tokens: int | None = None
+
+
 class RowRequests:
-    """Turns valid rows into requests; anything that stops a row becomes its error text."""
+    """Turns valid rows into requests; anything that stops a row becomes a RowFailure."""
 
     def __init__(
         self, tokenizer: Tokenizer, eos_ids: frozenset[int], params: SamplingParams, max_model_len: int
@@ -23,14 +32,14 @@ class RowRequests:
         self.params = params
         self.max_model_len = max_model_len
 
-    def request(self, row: InputRow) -> Request | str:
+    def request(self, row: InputRow) -> Request | RowFailure:
         """The row's request, or why it cannot run."""
         if row.error is not None:
-            return row.error
+            return RowFailure(row.error)
         try:
             params = self.params.with_overrides(row.params)
         except (TypeError, ValueError) as e:
-            return f"row {row.index}: {e}"
+            return RowFailure(f"row {row.index}: {e}")
         try:
             if row.messages is not None:
                 ids = chat_token_ids(self.tokenizer, row.messages, add_generation_prompt=True)
@@ -38,15 +47,14 @@ class RowRequests:
             else:
                 ids, stop = self.tokenizer.encode(row.prompt or "", add_bos=True), self.stop_ids
         except ValueError as e:
-            return f"row {row.index}: {'messages' if row.messages is not None else 'prompt'}: {e}"
+            return RowFailure(f"row {row.index}: {'messages' if row.messages is not None else 'prompt'}: {e}")
         except Exception as e:  # noqa: BLE001 - the tokenizer library's failure on one row fails that row only
-            return f"row {row.index}: the tokenizer could not encode this row ({type(e).__name__}: {e})"
+            return RowFailure(f"row {row.index}: the tokenizer could not encode this row ({type(e).__name__}: {e})")
         room = self.max_model_len - len(ids)
         if room < 1:
-            return (
+            return RowFailure(
                 f"row {row.index}: prompt is {len(ids)} tokens; the context is {self.max_model_len} tokens "
-                f"(--max-model-len), which leaves no room for a completion"
-            )
+                f"(--max-model-len), which leaves no room for a completion", len(ids))
         max_new = min(params.max_tokens, room)
         return Request(row.index, ids, params, stop, params.rng_key(row.id), max_new)
 
@@ -75,15 +83,16 @@ def output_row(row: InputRow, request: Request, completion: Completion) -> dict[
     }
 
 
-def error_row(row: InputRow, error: str) -> dict[str, Any]:
-    """A row that could not run: its id, its reason, null completion and parameters."""
+def error_row(row: InputRow, failure: RowFailure) -> dict[str, Any]:
+    """A row that could not run: its id, its reason, null completion and parameters (its prompt's
+    token count where it was counted)."""
     return {
         "row": row.index,
         "id": row.id,
         "request_hash": request_hash(row),
         "completion": None,
         "finish_reason": "error",
-        "prompt_tokens": None,
+        "prompt_tokens": failure.prompt_tokens,
         "completion_tokens": None,
         "max_tokens": None,
         "temperature": None,
@@ -92,7 +101,7 @@ def error_row(row: InputRow, error: str) -> dict[str, Any]:
         "min_p": None,
         "seed": None,
         "stop": None,
-        "error": error,
+        "error": failure.error,
         **row.keep,
         "_kind": row.kind,
     }

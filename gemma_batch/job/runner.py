@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import json
 import sys
+import tempfile
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -21,12 +22,14 @@ from pathlib import Path
 from typing import TextIO
 
 import pyarrow as pa
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from ..backends import create_backend, resolve_backend
 from ..backends.vulkan.errors import DeviceMemoryError, VulkanUnavailable
 from ..data import writers
 from ..data.readers import open_dataset
+from ..data.row_files import csv_problem
 from ..data.rows import InputRow
 from ..data.schema import output_schema
 from ..engine.engine import Engine, Request
@@ -40,7 +43,7 @@ from .lock import OutputLock
 from .progress import Progress
 from . import incremental
 from .incremental import EarlierRows, request_hash
-from .row_requests import RowRequests, error_row, output_row
+from .row_requests import RowFailure, RowRequests, error_row, output_row
 from .signals import JobStopped, StopOnSignal
 from .spec import JobSpec, UsageError, parse_size
 from .store import ResultStore
@@ -62,6 +65,10 @@ def run_job(spec: JobSpec, log: TextIO | None = None, out: TextIO | None = None)
 
 def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
     dataset = open_dataset(spec.input, spec.prompt_column, spec.id_column, spec.keep_columns, spec.chat)
+    schema = output_schema(dataset.keep_types)
+    if spec.output_format == "csv" and (problem := csv_problem(schema)):
+        raise UsageError(f"--output {spec.output_path}: {problem}")
+    check_writable(spec.output_path.parent)
     cfg = Gemma3Config.from_dir(spec.model)
     tokenizer = Tokenizer.from_dir(spec.model)
     checkpoint = Checkpoint.open(spec.model, cfg)  # every header checked before any data is read
@@ -102,7 +109,6 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
     fingerprint = job_fingerprint(
         spec, dataset.fingerprint, model_fingerprint(spec.model, checkpoint.files), backend.identity, plan.max_model_len
     )
-    schema = output_schema(dataset.keep_types)
     output = spec.output_path
     with OutputLock(output):
         store = ResultStore(
@@ -217,7 +223,7 @@ def _stream(
                 done += 1
                 continue
             request = requests.request(row)
-            if isinstance(request, str):
+            if isinstance(request, RowFailure):
                 store.commit(error_row(row, request))
                 progress.update(1)
                 done, failed = done + 1, failed + 1
@@ -234,10 +240,24 @@ def _stream(
             done += 1
 
 
+def check_writable(folder: Path) -> None:
+    """JobFailed, before the model loads, if the job cannot create files in the output's folder."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".gemma-batch-check-"):
+            pass
+    except OSError as e:
+        raise JobFailed(f"cannot write in the output folder {folder}: {e.strerror or e}; nothing was run") from None
+
+
 def count_error_rows(output: Path, output_format: str) -> int:
     """Error rows in a finished output file (this run's and any earlier run's)."""
-    if output_format == "parquet":
-        errors = pq.read_table(output, columns=["error"]).column("error")
+    if output_format in ("parquet", "csv"):
+        if output_format == "parquet":
+            errors = pq.read_table(output, columns=["error"]).column("error")
+        else:
+            options = pacsv.ConvertOptions(include_columns=["error"], column_types={"error": pa.string()},
+                                           strings_can_be_null=True)
+            errors = pacsv.read_csv(output, convert_options=options).column("error")
         return len(errors) - errors.null_count
     with output.open("rb") as f:
         return sum(1 for line in f if json.loads(line).get("error") is not None)

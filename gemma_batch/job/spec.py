@@ -49,7 +49,7 @@ class JobSpec:
     id_column: str | None = None  # None: "id" when present, else the row number
     keep_columns: tuple[str, ...] = ()
     chat: bool | None = None  # None: chat template for `messages` rows only
-    output_format: Literal["parquet", "openai"] = "parquet"
+    output_format: Literal["parquet", "openai", "jsonl", "csv"] | None = None  # None: from the output's name (`resolve_output_format`)
     max_tokens: int = SamplingParams.max_tokens  # the sampling defaults are SamplingParams'
     temperature: float = SamplingParams.temperature
     top_k: int = SamplingParams.top_k
@@ -70,7 +70,7 @@ class JobSpec:
         """The output file: --output (its {date} replaced by today's, YYYY-MM-DD), or named after the input."""
         if self.output is not None:
             return Path(str(self.output).replace(DATE, datetime.date.today().isoformat()))
-        suffix = ".results.jsonl" if self.output_format == "openai" else ".completions.parquet"
+        suffix = ".results.jsonl" if self.output_format == "openai" else f".completions.{self.output_format or 'parquet'}"
         name = self.input.name
         for compressed in COMPRESSION_SUFFIXES:
             name = name.removesuffix(compressed)
@@ -173,7 +173,6 @@ def make_spec(settings: Mapping[str, Any], where: str = "command line") -> JobSp
     checks = [
         (spec.backend in ("auto", *BACKENDS), f"backend {spec.backend!r}: expected auto, {', '.join(BACKENDS)}"),
         (spec.device is None or spec.backend != "cpu", "--device picks a Vulkan device; it does not go with --backend cpu"),
-        (spec.output_format in ("parquet", "openai"), f"output format {spec.output_format!r}: expected parquet or openai"),
         (spec.max_batch >= 1, "max-batch must be >= 1"),
         (spec.block_size >= 1, "block-size must be >= 1"),
         (spec.max_step_tokens is None or spec.max_step_tokens >= spec.max_batch, "max-step-tokens must be >= max-batch"),
@@ -185,4 +184,26 @@ def make_spec(settings: Mapping[str, Any], where: str = "command line") -> JobSp
     for ok, message in checks:
         if not ok:
             raise UsageError(f"{where}: {message}")
-    return spec
+    return dataclasses.replace(spec, output_format=resolve_output_format(spec.output, spec.output_format, where))
+
+
+OUTPUT_SUFFIXES = {".parquet": "parquet", ".jsonl": "jsonl", ".csv": "csv"}
+
+
+def resolve_output_format(output: Path | None, given: str | None, where: str = "command line") -> str:
+    """The output format: --output-format if given (openai: OpenAI Batch result lines, in a .jsonl
+    file), else the output name's extension (.parquet, .jsonl, .csv), else parquet; a name whose
+    extension says another format, or none of them, is a UsageError."""
+    known = ("parquet", "openai", *OUTPUT_SUFFIXES.values())
+    if given is not None and given not in known:
+        raise UsageError(f"{where}: output format {given!r}: expected one of {', '.join(dict.fromkeys(known))}")
+    if output is None:
+        return given or "parquet"
+    named = OUTPUT_SUFFIXES.get(output.suffix.lower())
+    if given is None and named is None:
+        raise UsageError(f"{where}: --output {output}: its extension sets the format: .parquet, .jsonl or .csv "
+                         "(--output-format openai writes OpenAI Batch results to a .jsonl name)")
+    if given is not None and named != ("jsonl" if given == "openai" else given):
+        raise UsageError(f"{where}: --output {output}: --output-format {given} writes a "
+                         f"{'.jsonl' if given == 'openai' else '.' + given} file")
+    return given or named

@@ -21,7 +21,8 @@ rows beyond the frontier: with the runner's bounded window, a few thousand lines
 finalize() streams the parts into "<output>.tmp-<pid>" (fsync, rename, fsync dir), then removes
 the partial folder (renamed away first, so it vanishes atomically). The final file records the
 fingerprint, so that open() can tell a complete job: Parquet output in its schema metadata
-(key b"gemma_batch"); OpenAI output in the sidecar "<output>.job.json", written before the output
+(key b"gemma_batch"); OpenAI, JSON Lines and CSV output (data/row_files.py) in the sidecar
+"<output>.job.json", written before the output
 is renamed into place (while the partial folder, which open() checks first, still exists).
 """
 
@@ -37,6 +38,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from ..data import writers
+from ..data.row_files import ROW_FORMATS, write_final_rows
 from .codec import RowCodec
 from . import incremental
 from .fingerprint import fingerprint_differences
@@ -85,12 +87,12 @@ class ResultStore:
         schema: pa.Schema,
         fingerprint: dict,
         *,
-        output_format: Literal["parquet", "openai"] = "parquet",
+        output_format: Literal["parquet", "openai", "jsonl", "csv"] = "parquet",
         force: bool = False,
         openai_model: str = "gemma",
         compact_every: int = 4096,
     ) -> None:
-        if output_format not in ("parquet", "openai"):
+        if output_format not in ("parquet", "openai", *ROW_FORMATS):
             raise ValueError(f"unknown output format {output_format!r}")
         self.output = Path(output)
         self.partial_dir = self.output.with_name(self.output.name + ".partial")
@@ -290,8 +292,11 @@ class ResultStore:
             with writers.atomic_file(self._sidecar) as f:
                 f.write(json.dumps(self._fingerprint).encode())
             with writers.atomic_file(self.output) as f:
-                writers.write_final_openai(f, self._parts, self._part_schema, self._fingerprint,
-                                           model=self._openai_model, kind_column=KIND_KEY)
+                if self._format == "openai":
+                    writers.write_final_openai(f, self._parts, self._part_schema, self._fingerprint,
+                                               model=self._openai_model, kind_column=KIND_KEY)
+                else:
+                    write_final_rows(f, self._parts, self._schema, self._format)
         writers.remove_tree(self.partial_dir)
         self.state = "complete"
         return self.output
