@@ -405,3 +405,38 @@ def test_the_output_format_follows_the_output_name(tmp_path):
     pq.write_table(pa.table({"prompt": ["x"], "raw": pa.array([b"\xff"], pa.binary())}), blob)
     refused = gemma_batch("run", blob, "--keep-columns", "raw", "--output", tmp_path / "blob.csv")
     assert refused.returncode == 2 and "raw" in refused.stderr and "CSV" in refused.stderr
+
+
+def test_a_full_disk_mid_job_says_where_and_that_a_rerun_resumes(tmp_path, monkeypatch):
+    """A write that fails mid-job (here the journal, as on a full disk) fails the job (exit 1) naming
+    the file and the rows kept; the same command then resumes from them. An output folder the job
+    cannot write in fails before the model loads."""
+    import errno
+    import io
+
+    from gemma_batch.job import journal, runner
+    from gemma_batch.job.spec import make_spec
+
+    src = write_jsonl(tmp_path / "in.jsonl", [{"id": f"r{i}", "prompt": f"Row {i}"} for i in range(20)])
+    out = tmp_path / "out.parquet"
+    real, calls = journal.Journal.append, []
+
+    def append(self, line):
+        calls.append(line)
+        if len(calls) > 5:
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
+        real(self, line)
+
+    monkeypatch.setattr(journal.Journal, "append", append)
+    spec = make_spec({"input": src, "output": out, "max_tokens": 4, "backend": "cpu"})
+    with pytest.raises(runner.JobFailed) as failed:
+        runner.run_job(spec, log=io.StringIO(), out=io.StringIO())
+    message = str(failed.value)
+    assert "pending.jsonl: No space left on device" in message and "the 5 finished rows are kept" in message
+    assert "resumes" in message
+    monkeypatch.undo()
+    done = gemma_batch("run", src, "--max-tokens", "4", "--backend", "cpu", "--output", out)
+    assert done.returncode == 0 and "resuming: 5 of 20 rows already done" in done.stderr, done.stderr
+    unwritable = gemma_batch("run", src, "--output", "/proc/out.parquet")
+    assert unwritable.returncode == 1 and "cannot write in the output folder /proc" in unwritable.stderr
+    assert "model:" not in unwritable.stderr  # before the model loads

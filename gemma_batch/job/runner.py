@@ -148,7 +148,10 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
         progress = Progress(dataset.num_rows, store.num_done, log, settle=spec.max_batch)
         started, done_before = time.perf_counter(), store.num_done
         started_at = datetime.datetime.now(datetime.timezone.utc)
-        done, failed = _stream(dataset.rows(), store, engine, requests, progress, spec.max_batch, stop, earlier)
+        try:
+            done, failed = _stream(dataset.rows(), store, engine, requests, progress, spec.max_batch, stop, earlier)
+        except OSError as e:
+            raise _write_failed(e, store) from None
         wall = time.perf_counter() - started
         progress.close()
         if earlier.total:
@@ -156,7 +159,10 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
                   f"{earlier.dropped} earlier rows that no row of this input asks for (deleted or changed)", file=log)
         if stop.signum is not None:
             raise JobStopped(stop.signum, done)
-        store.finalize(dataset.num_rows)
+        try:
+            store.finalize(dataset.num_rows)
+        except OSError as e:
+            raise _write_failed(e, store) from None
         stats = {
             "rows_failed": count_error_rows(output, spec.output_format),
             "started_at": started_at.isoformat(timespec="seconds"),
@@ -238,6 +244,14 @@ def _stream(
             store.commit(output_row(row, request, completion))
             progress.update(1, len(completion.token_ids))
             done += 1
+
+
+def _write_failed(e: OSError, store: ResultStore) -> JobFailed:
+    """A write that failed mid-job (disk full, read-only, permissions): where, why, and that the
+    finished rows are kept for a rerun."""
+    store.close()
+    return JobFailed(f"could not write {e.filename or store.output}: {e.strerror or e}; the {store.num_done} finished "
+                     f"rows are kept in {store.partial_dir}, and the same command resumes from them once it can write")
 
 
 def check_writable(folder: Path) -> None:
