@@ -26,7 +26,7 @@ from .model.checkpoint import Checkpoint
 from .model.config import Gemma3Config
 from .model.quant import WeightFormat
 from .bench.random_weights import layout as random_layout
-from .data.rows import DatasetError
+from .data.rows import ColumnNotFound, DatasetError
 from .backends.vulkan.device import list_devices
 from .backends.vulkan.errors import DeviceMemoryError, VulkanUnavailable
 from .engine.kv_plan import KVBudgetError
@@ -131,7 +131,7 @@ def run(
         spec = make_spec({**settings, **given}, where=str(source) if source.suffix == ".toml" else "command line")
         check_paths(spec)
         stats = run_job(spec)
-    except (UsageError, JobMismatch) as e:
+    except (UsageError, JobMismatch, ColumnNotFound) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     except (JobFailed, JobLocked, DatasetError, KVBudgetError, OSError, ValueError) as e:

@@ -158,6 +158,11 @@ def test_usage_errors_exit_2(tmp_path, sample_jsonl):
     same = gemma_batch("run", sample_jsonl, "--output", sample_jsonl)
     assert same.returncode == 2 and "is the input file" in same.stderr
     assert sample_jsonl.read_bytes() == (SAMPLES / "prompts.jsonl").read_bytes()
+    table = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"prompt": ["a"], "id": ["x"]}), table)
+    for flag, value in (("--keep-columns", "nosuch"), ("--id-column", "nosuch"), ("--prompt-column", "nosuch")):
+        missing = gemma_batch("run", table, flag, value)
+        assert missing.returncode == 2 and flag in missing.stderr and "'prompt', 'id'" in missing.stderr, missing.stderr
 
 
 def test_a_corrupt_model_fails_fast_naming_the_file(tmp_path, sample_jsonl):

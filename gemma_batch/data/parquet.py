@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .row_checks import RowSpec, make_row, unknown_id
-from .rows import ROW_PARAMS, DatasetError, InputRow
+from .rows import ROW_PARAMS, ColumnNotFound, DatasetError, InputRow
 from .seen_ids import SeenIds
 
 BATCH_SIZE = 1024
@@ -31,8 +31,8 @@ class ParquetLayout:
     keep_types: dict[str, pa.DataType]
 
 
-def _missing(path: Path, what: str, names: Sequence[str]) -> DatasetError:
-    return DatasetError(f"{path}: {what}; the file has columns: {', '.join(map(repr, names)) or '(none)'}")
+def _missing(path: Path, what: str, names: Sequence[str]) -> ColumnNotFound:
+    return ColumnNotFound(f"{path}: {what}; the file has columns: {', '.join(map(repr, names)) or '(none)'}")
 
 
 def open_parquet(
@@ -51,7 +51,8 @@ def open_parquet(
     if num_rows == 0:
         raise DatasetError(f"{path} has no rows")
     if prompt_column not in names and "messages" not in names:
-        raise _missing(path, f"no prompt column {prompt_column!r} and no 'messages' column", names)
+        raise _missing(path, f"no prompt column {prompt_column!r} (--prompt-column, default 'prompt') and no "
+                       "'messages' column", names)
     if id_column is not None and id_column not in names:
         raise _missing(path, f"--id-column {id_column!r} is not a column", names)
     absent = [name for name in keep_columns if name not in names]

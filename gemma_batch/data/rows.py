@@ -21,6 +21,11 @@ class DatasetError(Exception):
     """A file-level problem with the input (unreadable, empty, truncated, missing column)."""
 
 
+class ColumnNotFound(DatasetError):
+    """A column the job's flags name (--prompt-column, --id-column, --keep-columns) is not in the
+    file: a usage error (the command line, exit 2)."""
+
+
 @dataclass
 class InputRow:
     """One data row of the input, in input order.
