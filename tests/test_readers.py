@@ -163,7 +163,7 @@ def test_truncated_jsonl_last_line(tmp_path: Path) -> None:
 def test_parquet_missing_columns_list_what_the_file_has(tmp_path: Path) -> None:
     path = write_parquet(tmp_path, {"text": ["a"], "label": [1]})
     message = dataset_error(path)
-    assert "no prompt column 'prompt' and no 'messages' column" in message and "'text', 'label'" in message
+    assert "no prompt column 'prompt' (--prompt-column, default 'prompt') and no 'messages' column" in message and "'text', 'label'" in message
     assert "--id-column 'key' is not a column" in dataset_error(path, prompt_column="text", id_column="key")
     message = dataset_error(path, prompt_column="text", keep_columns=["label", "score", "x"])
     assert "--keep-columns 'score', 'x'" in message and "'text', 'label'" in message
