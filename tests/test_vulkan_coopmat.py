@@ -76,11 +76,14 @@ def test_prefill_above_the_fold_matches_decode_sized_steps(monkeypatch, inputs, 
     the demo model's small matrices: no step is too small), else each chunk is a workgroup and
     reduce.comp adds them, as in decode steps (coop_tiles.coop_fold_rows). A prompt run in one
     80-token step and in 7-token steps gives identical logits either way, with either inputs (the
-    demo model's matrices of 128-multiple widths on the 128-wide tile of that input mode)."""
+    demo model's matrices of 128-multiple widths on the 128-wide tile of that input mode). Prompt
+    tokens take these tiles only without the prompt tile (GEMMA_BATCH_VK_PROMPT_TILE=0); with it,
+    decode tokens and recomputed completions still do (test_batch_invariance.py's preemptions)."""
     from gemma_batch.backends.vulkan import coop_tiles
     from gemma_batch.engine.generate import generate_greedy
 
     monkeypatch.setenv(INPUTS_ENV, inputs)
+    monkeypatch.setenv(coop_tiles.PROMPT_TILE_ENV, "0")
     if summed == "in the tile":
         monkeypatch.setattr(coop_tiles, "COOP_FOLD_GROUPS_PER_SM", 0)
     prompt = list(range(3, 83))
@@ -107,6 +110,39 @@ def test_prefill_above_the_fold_matches_decode_sized_steps(monkeypatch, inputs, 
     assert runs[0].keys() == runs[1].keys()
     for pos in runs[0]:
         assert np.array_equal(runs[0][pos], runs[1][pos]), pos
+
+
+@needs_coopmat
+@pytest.mark.parametrize("inputs", ["split", "fp16"])
+def test_the_prompt_tile_gives_the_same_bits_in_any_step_and_form(monkeypatch, inputs):
+    """Prompt tokens' products are one sum over K on the prompt tile (coop_tiles): a prompt run in
+    one 80-token step, in 7-token steps (each beside a decode token once the first prompt is in),
+    and with the tile's 128-row or (fp16 inputs) 32-row form forced gives identical logits."""
+    from gemma_batch.backends.vulkan import grids
+    from gemma_batch.engine.generate import generate_greedy
+
+    monkeypatch.setenv(INPUTS_ENV, inputs)
+    prompts = [list(range(3, 83)), list(range(5, 40))]
+    runs = []
+    for budget, small in ((128, None), (7, None), (128, True), (128, False)):
+        rows: dict = {}
+
+        def record(ids, batch, result, rows=rows):
+            for s, seq in enumerate(ids):
+                for t in range(batch.seq_starts[s], batch.seq_starts[s + 1]):
+                    rows[(seq, int(batch.positions[t]))] = result.logits[t].copy()
+
+        with monkeypatch.context() as patch:
+            if small is not None:
+                patch.setattr(grids, "coop_whole_small", lambda rows, tiles, sms, small=small: small)
+            backend = backend_for(DEMO_MODEL)
+            generate_greedy(backend, prompts, 4, step_token_budget=budget, on_step=record)
+            backend.close()
+        runs.append(rows)
+    for other in runs[1:]:
+        assert other.keys() == runs[0].keys()
+        for key in runs[0]:
+            assert np.array_equal(runs[0][key], other[key]), key
 
 
 @needs_coopmat

@@ -125,6 +125,11 @@ def test_small_prefill_steps_run_each_k_chunk_as_a_workgroup():
                                                  (4096, 4000, 32 * 20, 20), (200, 199, 2 * 20 * 16, 20)):
         counts = grids.counts(tokens, 1, np.arange(tokens), prompt_start=start)
         assert counts[slot, :2].prod() == groups and counts[whole, :2].prod() == prompt_groups, (tokens, start)
+    # a prompt tile with a 32-row form: that form while the 128-row one has fewer workgroups than SMs
+    big, small = grids.offset("coopwhole_big", 32) // 12, grids.offset("coopwhole_small", 32) // 12
+    for prompt, big_groups, small_groups in ((128, 0, 4 * 32), (512, 0, 16 * 32), (640, 5 * 32, 0), (4000, 32 * 32, 0), (1, 0, 32)):
+        counts = grids.counts(prompt + 7, 1, np.arange(prompt + 7), prompt_start=7)
+        assert (counts[big, :2].prod(), counts[small, :2].prod()) == (big_groups, small_groups), prompt
     # the partial sums hold the chunked rows' chunks, then the prompt rows (shaders/partial_rows.glsl):
     # at most the chunks of fold_rows rows and the largest step's rows
     assert coop_partial_floats(512, 2560, 16, 1664) == (512 + 16 * 512) * 2560

@@ -38,6 +38,12 @@ COOP_WIDE_COLS = 128
 # 4 x 4 tiles a subgroup 437, 4 x 2 287-296 (docs/EXPERIMENTS.md, "The prompt tile"). The other
 # prefill tiles take WHOLE_K as they are.
 COOP_WHOLE_WIDE_DEFINES = ("SG_N=4", "SG_M=2", "TN=2", "TM=4", "KU=32")
+# With K no longer cut into chunks, a short block of prompt rows gives that tile few workgroups: a
+# lone 128-token prompt at 4b prefilled 6,359 tok/s against 9,370 in K chunks. Where the 128-row
+# tile would have fewer workgroups than the device has SMs (`coop_whole_small`), the fp16-input
+# prompt tile runs 32 rows a workgroup instead: the same sums in the same order, so the same bits.
+COOP_WHOLE_SMALL_DEFINES = ("SG_N=4", "SG_M=1", "TN=2", "TM=2")
+COOP_WHOLE_SMALL_ROWS = 32
 PROMPT_TILE_ENV = "GEMMA_BATCH_VK_PROMPT_TILE"  # "0": prompt tokens' products in K chunks too, as before
 COOP_KU = 64  # k per stage of matmul_coop.comp's tiles (the _wide_split tile's 32 divides it)
 COOP_FOLD_ROWS = 64  # FOLD_ROWS of matmul_coop.comp and reduce.comp
@@ -98,19 +104,22 @@ def coop_partial_floats(max_rows: int, N: int, chunks: int, fold_rows: int) -> i
     return (padded(max_rows) + chunks * padded(min(max_rows, fold_rows))) * N
 
 
-def coop_variant(defines: tuple[str, ...], dtype: str, fold: bool | str = False, whole: bool = False) -> str:
+def coop_variant(defines: tuple[str, ...], dtype: str, fold: bool | str = False, whole: bool = False,
+                 small: bool = False) -> str:
     """The cooperative matmul variant for weights of `dtype` with `defines` (GATED, ROWS or none),
     with the decode tile (matmul_coop_direct.comp's for COOP_DIRECT_DTYPES) or (`fold`)
     matmul_coop.comp's tile for steps of more than COOP_FOLD_ROWS rows (`fold="wide"` or
     "wide_split": the COOP_WIDE_DEFINES or COOP_WIDE_SPLIT_DEFINES tile); `whole`: that prefill
-    tile as the prompt tile (WHOLE_K, `coop_tile_defines`)."""
+    tile as the prompt tile (WHOLE_K, `coop_tile_defines`), `small`: its 32-row form."""
     return "_".join(["coop", *(d.lower() for d in defines), dtype.lower(), *(["fold"] if fold else []),
-                     *([fold] if isinstance(fold, str) else []), *(["whole"] if whole else [])])
+                     *([fold] if isinstance(fold, str) else []), *(["whole"] if whole else []), *(["small"] if small else [])])
 
 
-def coop_tile_defines(fold: bool | str, whole: bool = False) -> tuple[str, ...]:
+def coop_tile_defines(fold: bool | str, whole: bool = False, small: bool = False) -> tuple[str, ...]:
     """matmul_coop.comp's defines for the prefill tile `fold` (True, "wide" or "wide_split"), as
-    the prompt tile where `whole`."""
+    the prompt tile where `whole` (`small`: its 32-row form, "wide" only)."""
+    if small:
+        return (*COOP_WHOLE_SMALL_DEFINES, "WHOLE_K")
     if not whole:
         return {"wide": COOP_WIDE_DEFINES, "wide_split": COOP_WIDE_SPLIT_DEFINES}.get(fold, COOP_FOLD_DEFINES)
     return (*({"wide": COOP_WHOLE_WIDE_DEFINES, "wide_split": COOP_WIDE_SPLIT_DEFINES}.get(fold, COOP_FOLD_DEFINES)), "WHOLE_K")
@@ -129,6 +138,12 @@ def coop_cols(dtype: str, fold: bool | str) -> int:
     if isinstance(fold, str):
         return COOP_WIDE_COLS
     return COOP_DIRECT_COLS if dtype in COOP_DIRECT_DTYPES and not fold else COOP_COLS
+
+
+def coop_whole_small(rows: int, tiles: int, sm_count: int) -> bool:
+    """Whether `rows` prompt rows of a matmul of `tiles` column tiles run the 32-row prompt tile:
+    the 128-row one would have fewer workgroups than the SMs (`sm_count`, 0: unknown)."""
+    return -(-rows // COOP_FOLD_TILE_ROWS) * tiles < (sm_count or COOP_UNKNOWN_SMS)
 
 
 def prompt_tile_wanted() -> bool:

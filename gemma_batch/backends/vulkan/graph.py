@@ -200,8 +200,11 @@ class StepGraph:
             grid = (f"coopfold_{count} {chunks} {fold_rows}", tiles) if fold else (f"coop_{count} {chunks}{loop}", tiles)
             self._dispatch(coop_variant(gemm, dtype, fold), {**weights, 1: b.split, 2: b.partial}, push, grid)
         if not rows and self.mode not in DECODE_MODES:  # the prompt tokens' rows (decode steps have none)
-            self._dispatch(coop_variant(gemm, dtype, prefill_tile, whole=True), {**weights, 1: b.split, 2: b.partial},
-                           push, ("coopwhole", -(-cols // coop_cols(dtype, prefill_tile))))
+            tiles = -(-cols // coop_cols(dtype, prefill_tile))
+            forms = ((False, "coopwhole_big"), (True, "coopwhole_small")) if prefill_tile == "wide" else ((False, "coopwhole"),)
+            for small, kind in forms:  # (a 32-row form for short prompt blocks: coop_tiles.coop_whole_small)
+                self._dispatch(coop_variant(gemm, dtype, prefill_tile, whole=True, small=small),
+                               {**weights, 1: b.split, 2: b.partial}, push, (kind, tiles))
         if not reduce_chunks:
             return
         epilogue = {} if gated or rows else (extra or {})  # the post-norm's or QK-norm/RoPE/KV buffers

@@ -16,7 +16,9 @@ on T, R or the positions. Kinds:
                                      C chunks of K up to F rows (coop_tiles.coop_fold_rows); for
                                      rows none up to COOP_FOLD_ROWS (the decode tile's)
     "coopwhole"                      the prompt tile's (matmul_coop.comp WHOLE_K) over the T - D
-                                     prompt tokens' rows
+                                     prompt tokens' rows; "coopwhole_big" / "coopwhole_small"
+                                     the same for a tile with a 32-row form: one of the two, as
+                                     coop_tiles.coop_whole_small says
     "attention <group>"              T * n times the step's most chunks of a token attention.comp
                                      serves in that KV group
     "flash"                          the step's flash tiles (flash.py) times n
@@ -28,7 +30,7 @@ import numpy as np
 
 from ...model.config import Gemma3Config
 from .attention import most_chunks
-from .coop_tiles import COOP_FOLD_ROWS, COOP_FOLD_TILE_ROWS, COOP_ROWS
+from .coop_tiles import COOP_FOLD_ROWS, COOP_FOLD_TILE_ROWS, COOP_ROWS, COOP_WHOLE_SMALL_ROWS, coop_whole_small
 from .variants import MATMUL_ROWS
 
 GRID_SLOTS = 64  # distinct indirect grids (3 uint32 each)
@@ -45,6 +47,7 @@ class DispatchGrids:
         `sm_count`: the device's streaming multiprocessors (0: unknown, no cap on the LM head's grid)."""
         self.attention_chunk = attention_chunk
         self.rows_cap = ROWS_GROUPS_PER_SM * sm_count or None
+        self.sm_count = sm_count
         self._windows = {g.name: g.window for g in cfg.kv_groups()}
         self._specs: list[tuple[str, int]] = []  # (kind, n) of each slot
         # ... parsed once: (counts rows?, kind's first word, n, K chunks, rows up to which the prefill
@@ -78,8 +81,12 @@ class DispatchGrids:
             m = num_rows if rows else num_tokens
             if kind.startswith("matmul"):
                 count = -(-m // MATMUL_ROWS) * n
-            elif kind == "coopwhole":
-                count = -(-(num_tokens - chunked) // COOP_FOLD_TILE_ROWS) * n
+            elif kind.startswith("coopwhole"):
+                prompt = num_tokens - chunked
+                small = coop_whole_small(prompt, n, self.sm_count)
+                rows_per = COOP_WHOLE_SMALL_ROWS if kind == "coopwhole_small" else COOP_FOLD_TILE_ROWS
+                on = kind == "coopwhole" or small == (kind == "coopwhole_small")
+                count = -(-prompt // rows_per) * n if on else 0
             elif kind.startswith("coopfold"):  # the prefill tile: for rows, no workgroups at decode sizes
                 m = m if rows else chunked
                 count = -(-m // COOP_FOLD_TILE_ROWS) * n * (chunks if m <= fold_rows else 1) if m > (COOP_FOLD_ROWS if rows else 0) else 0
