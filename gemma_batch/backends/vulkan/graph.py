@@ -70,6 +70,9 @@ from .timestamps import Timestamps
 from .weights import DeviceWeights
 
 
+STAMPS_PER_LAYER = 24  # timestamps a layer's dispatches take with `profile` (at most 20: splits, the prompt tile's two forms, flash)
+
+
 class StepGraph:
     """Records the step for one input set; `grids(T, R, positions)` gives the indirect grid of
     every dispatch."""
@@ -104,7 +107,7 @@ class StepGraph:
         self.plan = CoopPlan(cfg, weights, coop_min_chunk)  # (holds coop_min_chunk)
         self.grid_slots = DispatchGrids(cfg, attention_chunk, kernels.dev.info.sm_count)
         self.profile = profile
-        self.stamps = Timestamps(kernels.dev, 16 * cfg.num_layers + 16)
+        self.stamps = Timestamps(kernels.dev, STAMPS_PER_LAYER * cfg.num_layers + 16)
         self._recorded: dict[str, tuple[object, list[str]]] = {}  # recordings.py: the modes
         heads_in_attention = any(self.plan.layer(layer).heads_in_attention for layer in range(cfg.num_layers))
         for mode in recording_modes(coop_min_chunk is not None, flash, heads_in_attention):

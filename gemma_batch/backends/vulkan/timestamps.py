@@ -32,6 +32,8 @@ class Timestamps:
 
     def write(self, cb, index: int) -> None:
         """Record timestamp `index`, taken when every earlier command has finished."""
+        if index >= self.count:  # past the pool: the device's behaviour would be undefined (a hang, on the H100)
+            raise RuntimeError(f"timestamp {index} of a pool of {self.count}: make the pool larger")
         self.vk.vkCmdWriteTimestamp(cb, self.vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, self.pool, index)
 
     def seconds(self, n: int) -> np.ndarray:
