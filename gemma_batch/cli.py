@@ -92,7 +92,7 @@ def _opt(help: str, *names: str) -> typer.models.OptionInfo:
 @app.command()
 def run(
     source: Path = typer.Argument(..., help="Prompt dataset (.jsonl, .parquet, OpenAI batch .jsonl) or a job spec (.toml)."),
-    output: Path = _opt("Output file. [default: INPUT's name less its last suffix (and .gz / .zst) + .completions.parquet (.results.jsonl for openai), beside it]"),
+    output: Path = _opt("Output file; its extension (.parquet, .jsonl, .csv) sets the format; {date} in its name becomes today's date (YYYY-MM-DD). [default: INPUT's name less its last suffix (and .gz / .zst) + .completions.parquet (.results.jsonl for openai), beside it]"),
     model: Path = _opt("A Hugging Face Gemma 3 directory. [default: the bundled demo model]"),
     backend: str = _opt("Device backend: auto, cpu or vulkan; auto takes Vulkan when a GPU is present and says what it picked. [default: auto]"),
     device: str = _opt("Vulkan device: index or part of its name, as `gemma-batch devices` lists them (or GEMMA_BATCH_VK_DEVICE). [default: a discrete GPU, then an integrated one, then any]"),
@@ -103,7 +103,7 @@ def run(
     id_column: str = _opt("Column holding a unique row id. [default: id if present, else the row number]"),
     keep_columns: list[str] = _opt("Input column to copy into the output (repeatable)."),
     chat: bool = typer.Option(None, "--chat/--no-chat", show_default=False, help="--chat wraps plain prompts as a user turn; --no-chat refuses `messages` rows. [default: chat template for `messages` rows only]"),
-    output_format: str = _opt("parquet, or openai (OpenAI Batch result lines). [default: parquet]"),
+    output_format: str = _opt("parquet, jsonl, csv, or openai (OpenAI Batch result lines, to a .jsonl name). [default: the --output name's extension, else parquet]"),
     max_tokens: int = _opt("Most new tokens per row. [default: 256]"),
     temperature: float = _opt("Sampling temperature; 0 is greedy. [default: 0]"),
     top_k: int = _opt("Sample among the k most likely tokens; 0 is off. [default: 0]"),
