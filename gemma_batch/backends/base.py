@@ -84,6 +84,23 @@ class StepBatch:
         out[fed] = values[self.token_sources[fed]]
         return out
 
+    def prompt_mask(self) -> np.ndarray:
+        """[T] bool: the tokens whose positions are below their sequence's prompt length."""
+        if self.prompt_lens is None:
+            return np.zeros(self.num_tokens, bool)
+        return self.positions < np.repeat(np.asarray(self.prompt_lens), np.diff(self.seq_starts))
+
+    def prompt_start(self) -> int:
+        """The first prompt token (T: none); ValueError if prompt tokens do not come last, every
+        sequence's tokens all prompt tokens or none (the contract on `prompt_lens`)."""
+        prompt = self.prompt_mask()
+        start = len(prompt) - int(prompt.sum())
+        if not prompt[start:].all():
+            raise ValueError("a step's prompt tokens must come after its other tokens, and a sequence's tokens in a "
+                             "step must be all prompt tokens or none (StepBatch.prompt_lens; the engine's scheduler "
+                             "keeps this)")
+        return start
+
     @property
     def num_seqs(self) -> int:
         return len(self.context_lens)

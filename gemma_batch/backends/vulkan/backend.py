@@ -203,7 +203,7 @@ class VulkanBackend(Backend):
         vocab_limit = batch.sampling.vocab_size if batch.sampling is not None and batch.sampling.vocab_size else cfg.vocab_size
         prompt = flash.prompt_tokens(batch)
         has_prompt = bool(prompt.any())
-        start = coop_tiles.prompt_start(prompt) if self.prompt_tile and has_prompt else None  # (None: no prompt tile)
+        start = batch.prompt_start() if self.prompt_tile and has_prompt else None  # (None: no prompt tile)
         on_flash = prompt if self.flash and has_prompt else None
         tiles = None if on_flash is None else flash.step_tiles(batch, cfg, prompt)
         scalar = batch.positions if on_flash is None else batch.positions[~prompt]  # attention.comp's tokens

@@ -9,8 +9,6 @@ own constants are named beside each value here; `variants.py` lists a variant pe
 
 from __future__ import annotations
 
-import numpy as np
-
 from ...switches import switched_on
 
 COOP_DTYPES = ("T16", "I8", "I4")  # weight dtypes of the cooperative path (matmul_coop.comp reads each)
@@ -149,14 +147,3 @@ def coop_whole_small(rows: int, tiles: int, sm_count: int) -> bool:
 def prompt_tile_wanted() -> bool:
     """The user's switch (GEMMA_BATCH_VK_PROMPT_TILE=0: no prompt tile)."""
     return switched_on(PROMPT_TILE_ENV)
-
-
-def prompt_start(prompt: np.ndarray) -> int:
-    """The first of a step's prompt tokens (`prompt` [T] bool, flash.prompt_tokens), which the
-    prompt tile takes from there to the end: they must come last (StepBatch's contract)."""
-    start = len(prompt) - int(prompt.sum())
-    if not prompt[start:].all():
-        raise ValueError("a step's prompt tokens must come after its other tokens, and a sequence's tokens in a "
-                         "step must be all prompt tokens or none (StepBatch.prompt_lens; the engine's scheduler "
-                         "keeps this)")
-    return start

@@ -45,10 +45,7 @@ def wanted() -> bool:
 
 def prompt_tokens(batch: StepBatch) -> np.ndarray:
     """[T] bool: the step's tokens whose positions are below their sequence's prompt length."""
-    if batch.prompt_lens is None:
-        return np.zeros(batch.num_tokens, bool)
-    lens = np.repeat(np.asarray(batch.prompt_lens), np.diff(batch.seq_starts))
-    return batch.positions < lens
+    return batch.prompt_mask()
 
 
 def tiles(batch: StepBatch, prompt: np.ndarray, per_tile: int) -> np.ndarray:
