@@ -158,6 +158,13 @@ def test_usage_errors_exit_2(tmp_path, sample_jsonl):
     same = gemma_batch("run", sample_jsonl, "--output", sample_jsonl)
     assert same.returncode == 2 and "is the input file" in same.stderr
     assert sample_jsonl.read_bytes() == (SAMPLES / "prompts.jsonl").read_bytes()
+    for flags, fragment in ((("--max-batch", "0"), "--max-batch 0: must be >= 1 (default 32)"),
+                            (("--top-k", "-1"), "--top-k must be >= 0"),
+                            (("--max-step-tokens", "4", "--max-batch", "8"), "--max-step-tokens 4: must be at least --max-batch"),
+                            (("--weights", "int3"), "(default bf16)"),
+                            (("--keep-columns", "row"), "--keep-columns row: name(s) clash")):
+        bad = gemma_batch("run", sample_jsonl, *flags)
+        assert bad.returncode == 2 and fragment in bad.stderr, bad.stderr
     table = tmp_path / "t.parquet"
     pq.write_table(pa.table({"prompt": ["a"], "id": ["x"]}), table)
     for flag, value in (("--keep-columns", "nosuch"), ("--id-column", "nosuch"), ("--prompt-column", "nosuch")):

@@ -65,7 +65,10 @@ def run_job(spec: JobSpec, log: TextIO | None = None, out: TextIO | None = None)
 
 def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
     dataset = open_dataset(spec.input, spec.prompt_column, spec.id_column, spec.keep_columns, spec.chat)
-    schema = output_schema(dataset.keep_types)
+    try:
+        schema = output_schema(dataset.keep_types)
+    except ValueError as e:  # a kept column named like an output column
+        raise UsageError(str(e)) from None
     if spec.output_format == "csv" and (problem := csv_problem(schema)):
         raise UsageError(f"--output {spec.output_path}: {problem}")
     check_writable(spec.output_path.parent)

@@ -169,17 +169,25 @@ def make_spec(settings: Mapping[str, Any], where: str = "command line") -> JobSp
         spec = JobSpec(**values)
         spec.sampling  # validates the sampling values
     except (TypeError, ValueError) as e:
-        raise UsageError(f"{where}: {e}") from None
+        message = str(e)
+        for name in fields:  # SamplingParams names its fields: name the flags
+            if message.startswith(f"{name} "):
+                message = f"--{name.replace('_', '-')}{message[len(name):]}"
+        raise UsageError(f"{where}: {message}") from None
+    default = JobSpec(input=spec.input)
     checks = [
-        (spec.backend in ("auto", *BACKENDS), f"backend {spec.backend!r}: expected auto, {', '.join(BACKENDS)}"),
+        (spec.backend in ("auto", *BACKENDS), f"--backend {spec.backend!r}: expected auto, {', '.join(BACKENDS)}"),
         (spec.device is None or spec.backend != "cpu", "--device picks a Vulkan device; it does not go with --backend cpu"),
-        (spec.max_batch >= 1, "max-batch must be >= 1"),
-        (spec.block_size >= 1, "block-size must be >= 1"),
-        (spec.max_step_tokens is None or spec.max_step_tokens >= spec.max_batch, "max-step-tokens must be >= max-batch"),
-        (spec.max_model_len is None or spec.max_model_len >= 2, "max-model-len must be >= 2"),
-        (spec.weights in FORMATS, f"weights {spec.weights!r}: expected one of {', '.join(FORMATS)}"),
-        (spec.int4_group in INT4_GROUPS, f"int4-group {spec.int4_group}: expected one of {', '.join(map(str, INT4_GROUPS))}"),
-        (spec.kv_dtype in (None, *KV_DTYPES), f"kv-dtype {spec.kv_dtype!r}: expected one of {', '.join(KV_DTYPES)}"),
+        (spec.max_batch >= 1, f"--max-batch {spec.max_batch}: must be >= 1 (default {default.max_batch})"),
+        (spec.block_size >= 1, f"--block-size {spec.block_size}: must be >= 1 (default {default.block_size})"),
+        (spec.max_step_tokens is None or spec.max_step_tokens >= spec.max_batch,
+         f"--max-step-tokens {spec.max_step_tokens}: must be at least --max-batch ({spec.max_batch}; default "
+         f"{default.max_batch}), or leave it out for the backend's"),
+        (spec.max_model_len is None or spec.max_model_len >= 2, f"--max-model-len {spec.max_model_len}: must be >= 2"),
+        (spec.weights in FORMATS, f"--weights {spec.weights!r}: expected one of {', '.join(FORMATS)} (default {default.weights})"),
+        (spec.int4_group in INT4_GROUPS,
+         f"--int4-group {spec.int4_group}: expected one of {', '.join(map(str, INT4_GROUPS))} (default {default.int4_group})"),
+        (spec.kv_dtype in (None, *KV_DTYPES), f"--kv-dtype {spec.kv_dtype!r}: expected one of {', '.join(KV_DTYPES)}"),
     ]
     for ok, message in checks:
         if not ok:
