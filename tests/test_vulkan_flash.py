@@ -20,7 +20,7 @@ import pytest
 
 from gemma_batch.backends.base import StepBatch
 from gemma_batch.backends.vulkan import VulkanBackend
-from gemma_batch.backends.vulkan.flash import ENV as FLASH_ENV, FLASH_ROWS, prompt_tokens, tiles
+from gemma_batch.backends.vulkan.flash import ENV as FLASH_ENV, FLASH_ROWS, tiles
 from gemma_batch.model.checkpoint import DEMO_MODEL, Checkpoint
 from gemma_batch.model.config import Gemma3Config
 from tests.test_cpu_vs_transformers import cpu_backend, run_batched
@@ -162,8 +162,8 @@ def test_prompt_tokens_and_their_tiles():
     batch = StepBatch(token_ids=np.zeros(76, np.int32), positions=positions, seq_starts=starts,
                       context_lens=np.array([70, 81, 45], np.int32), block_tables={}, slots={},
                       sample=np.ones(3, bool), prompt_lens=np.array([70, 50, 43], np.int32))
-    prompt = prompt_tokens(batch)
+    prompt = batch.prompt_mask()
     assert prompt.tolist() == [True] * 70 + [False] + [True] * 3 + [False] * 2
     assert tiles(batch, prompt, 32).tolist() == [[0, 32, 0, 0], [32, 32, 0, 0], [64, 6, 0, 0], [71, 3, 2, 0]]
     batch.prompt_lens = None  # (a caller that names no prompts: every token on attention.comp)
-    assert not prompt_tokens(batch).any()
+    assert not batch.prompt_mask().any()

@@ -90,10 +90,11 @@ class StepBatch:
             return np.zeros(self.num_tokens, bool)
         return self.positions < np.repeat(np.asarray(self.prompt_lens), np.diff(self.seq_starts))
 
-    def prompt_start(self) -> int:
-        """The first prompt token (T: none); ValueError if prompt tokens do not come last, every
-        sequence's tokens all prompt tokens or none (the contract on `prompt_lens`)."""
-        prompt = self.prompt_mask()
+    def prompt_start(self, prompt: np.ndarray | None = None) -> int:
+        """The first prompt token (T: none; `prompt`: `prompt_mask()` if already made); ValueError
+        if prompt tokens do not come last, every sequence's tokens all prompt tokens or none (the
+        contract on `prompt_lens`)."""
+        prompt = self.prompt_mask() if prompt is None else prompt
         start = len(prompt) - int(prompt.sum())
         if not prompt[start:].all():
             raise ValueError("a step's prompt tokens must come after its other tokens, and a sequence's tokens in a "

@@ -56,9 +56,7 @@ class Sequence:
         uncached token. So a step never feeds a sequence's prompt tokens with its others (a
         preempted sequence's recomputed completion): a backend may sum a prompt token's products
         in another order (StepBatch.prompt_lens)."""
-        if self.num_cached_tokens < self.num_prompt_tokens:
-            return self.num_prompt_tokens - self.num_cached_tokens
-        return self.num_uncached_tokens
+        return self.num_prompt_tokens - self.num_cached_tokens if self.feeds_prompt else self.num_uncached_tokens
 
     @property
     def feeds_prompt(self) -> bool:

@@ -25,7 +25,6 @@ class EngineStats:
     prefill_tokens: int = 0
     generated_tokens: int = 0
     batch_size_sum: int = 0
-    step_seconds: float = 0.0
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
     decode_tokens: int = 0
@@ -52,7 +51,6 @@ class EngineStats:
     def record_step(self, seconds: float, prefill_tokens: int, sampled: int) -> None:
         """A finished step of `seconds` that fed `prefill_tokens` outside decoding and sampled `sampled` tokens."""
         self.steps += 1
-        self.step_seconds += seconds
         self.prefill_tokens += prefill_tokens
         self.generated_tokens += sampled
         if prefill_tokens:
@@ -87,7 +85,7 @@ class EngineStats:
             "ttft_p50_s": pct(0.5),
             "ttft_p90_s": pct(0.9),
             "mean_batch_size": self.batch_size_sum / self.steps if self.steps else 0.0,
-            "mean_step_ms": 1000 * self.step_seconds / self.steps if self.steps else 0.0,
+            "mean_step_ms": 1000 * (self.prefill_seconds + self.decode_seconds) / self.steps if self.steps else 0.0,
             **{f"peak_kv_blocks_{name}": n for name, n in sorted(self.peak_blocks.items())},
             "preemptions": self.preemptions,
         }

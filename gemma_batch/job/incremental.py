@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -96,9 +96,13 @@ class EarlierRows:
         return len(self._where)
 
 
-def read_output(path: Path) -> pa.Table:
-    """A finished Parquet output's rows."""
-    return pq.read_table(path)
+def read_quietly(read: Callable[..., pa.Table | None], *args: Any) -> list[pa.Table]:
+    """[read(*args)], or [] where it gives nothing or the source cannot be read (its rows run again)."""
+    try:
+        table = read(*args)
+    except (OSError, ValueError, TypeError, pa.ArrowException):
+        return []
+    return [] if table is None else [table]
 
 
 def read_partial(parts: list[Path], journal: Journal, codec: RowCodec) -> pa.Table | None:

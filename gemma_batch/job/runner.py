@@ -192,10 +192,12 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
 def _dated_earlier(spec: JobSpec, output: Path, fingerprint: dict, log: TextIO) -> list[pa.Table]:
     """For an output name with {date}: the rows of the latest earlier file of that name whose
     job differs from this one in its input alone (incremental.py), else none."""
-    for path in incremental.dated_siblings(str(spec.output), output) if spec.output is not None else []:
-        if incremental.reusable(writers.read_parquet_fingerprint(path), fingerprint) and spec.output_format == "parquet":
+    if spec.output is None or spec.output_format != "parquet":
+        return []
+    for path in incremental.dated_siblings(str(spec.output), output):
+        if incremental.reusable(writers.read_parquet_fingerprint(path), fingerprint):
             print(f"incremental: earlier rows from {path}", file=log)
-            return [incremental.read_output(path)]
+            return incremental.read_quietly(pq.read_table, path)
     return []
 
 
@@ -268,16 +270,16 @@ def check_writable(folder: Path) -> None:
 
 def count_error_rows(output: Path, output_format: str) -> int:
     """Error rows in a finished output file (this run's and any earlier run's)."""
-    if output_format in ("parquet", "csv"):
-        if output_format == "parquet":
-            errors = pq.read_table(output, columns=["error"]).column("error")
-        else:
-            options = pacsv.ConvertOptions(include_columns=["error"], column_types={"error": pa.string()},
-                                           strings_can_be_null=True)
-            errors = pacsv.read_csv(output, convert_options=options).column("error")
-        return len(errors) - errors.null_count
-    with output.open("rb") as f:
-        return sum(1 for line in f if json.loads(line).get("error") is not None)
+    if output_format == "parquet":
+        errors = pq.read_table(output, columns=["error"]).column("error")
+    elif output_format == "csv":
+        options = pacsv.ConvertOptions(include_columns=["error"], column_types={"error": pa.string()},
+                                       strings_can_be_null=True)
+        errors = pacsv.read_csv(output, convert_options=options).column("error")
+    else:  # JSON lines: ours, or OpenAI's
+        with output.open("rb") as f:
+            return sum(1 for line in f if json.loads(line).get("error") is not None)
+    return len(errors) - errors.null_count
 
 
 def _summary(stats: dict, output, stats_path, out: TextIO) -> None:

@@ -32,9 +32,6 @@ class UsageError(ValueError):
     """A bad flag, TOML key or value: the job does not start (exit code 2)."""
 
 
-COMPRESSION_SUFFIXES = tuple(COMPRESSIONS)  # stripped from an input's name, with its own suffix, for the default output
-
-
 @dataclass(frozen=True)
 class JobSpec:
     input: Path
@@ -72,7 +69,7 @@ class JobSpec:
             return Path(str(self.output).replace(DATE, datetime.date.today().isoformat()))
         suffix = ".results.jsonl" if self.output_format == "openai" else f".completions.{self.output_format or 'parquet'}"
         name = self.input.name
-        for compressed in COMPRESSION_SUFFIXES:
+        for compressed in COMPRESSIONS:  # (stripped with the input's own suffix)
             name = name.removesuffix(compressed)
         return self.input.with_name(Path(name).stem + suffix)  # data.part1.jsonl -> data.part1.completions.parquet
 

@@ -20,10 +20,7 @@ rows beyond the frontier: with the runner's bounded window, a few thousand lines
 
 finalize() streams the parts into "<output>.tmp-<pid>" (fsync, rename, fsync dir), then removes
 the partial folder (renamed away first, so it vanishes atomically). The final file records the
-fingerprint, so that open() can tell a complete job: Parquet output in its schema metadata
-(key b"gemma_batch"); OpenAI, JSON Lines and CSV output (data/row_files.py) in the sidecar
-"<output>.job.json", written before the output
-is renamed into place (while the partial folder, which open() checks first, still exists).
+fingerprint, so that open() can tell a complete job (final_file.py).
 """
 
 from __future__ import annotations
@@ -36,11 +33,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ..data import writers
-from ..data.row_files import ROW_FORMATS, write_final_rows
+from ..data.row_files import ROW_FORMATS
+from . import final_file, incremental
 from .codec import RowCodec
-from . import incremental
 from .fingerprint import fingerprint_differences
 from .journal import Journal
 
@@ -97,7 +95,6 @@ class ResultStore:
         self.output = Path(output)
         self.partial_dir = self.output.with_name(self.output.name + ".partial")
         self.stats_path = stats_path(self.output)
-        self._sidecar = self.output.with_name(self.output.name + ".job.json")
         self._schema = schema
         self._part_schema = schema
         if output_format == "openai":
@@ -133,7 +130,7 @@ class ResultStore:
         replaces it. With force, a partial folder of another job is wiped now, and any existing
         output (even this job's, to run it again) is replaced at finalize; this job's own
         partial folder is still resumed (it holds the rows a rerun would produce)."""
-        for path in (self.output, self.partial_dir, self._sidecar, self.stats_path):
+        for path in (self.output, self.partial_dir, final_file.sidecar(self.output), self.stats_path):
             writers.remove_stale_tmps(path)
         job = {"fingerprint": self._fingerprint, "output_format": self._format}
         if self.partial_dir.is_dir():
@@ -141,54 +138,35 @@ class ResultStore:
             if stored == job:
                 self._load()
                 self.state = "resume"
-                self._keep_output_rows()
+                if self.output.exists() and self._keeps(final_file.read_fingerprint(self.output, self._format), self._format):
+                    self.earlier += incremental.read_quietly(pq.read_table, self.output)
                 return
             if not isinstance(stored, dict):
                 stored = {}
             if self._keeps(stored.get("fingerprint"), stored.get("output_format")):
-                self._read_earlier(lambda: incremental.read_partial(
-                    sorted(self.partial_dir.glob("part-*.parquet")), Journal(self.partial_dir / _JOURNAL), self._codec))
+                parts = sorted(self.partial_dir.glob("part-*.parquet"))
+                self.earlier += incremental.read_quietly(incremental.read_partial, parts, Journal(self.partial_dir / _JOURNAL),
+                                                         self._codec)
             else:
                 self._mismatch(self.partial_dir, stored.get("fingerprint"), stored.get("output_format"))
             writers.remove_tree(self.partial_dir)
         if self.output.exists():
-            stored_fp = self._output_fingerprint()
+            stored_fp = final_file.read_fingerprint(self.output, self._format)
             if stored_fp == self._fingerprint and not self._force:
                 self.state = "complete"
                 return
-            if not self._keep_output_rows():
+            if self._keeps(stored_fp, self._format):
+                self.earlier += incremental.read_quietly(pq.read_table, self.output)
+            else:
                 self._mismatch(self.output, stored_fp, self._format)
         self._create(job)
         self.state = "fresh"
-
-    def _output_fingerprint(self) -> Any:
-        if self._format == "parquet":
-            return writers.read_parquet_fingerprint(self.output)
-        return _read_json(self._sidecar)
 
     def _keeps(self, fingerprint: Any, output_format: Any) -> bool:
         """Whether finished rows of the job (`fingerprint`, `output_format`) may be kept by this
         one (incremental.py: Parquet outputs of jobs that differ in their input alone)."""
         return (not self._force and output_format == self._format == "parquet" and fingerprint != self._fingerprint
                 and incremental.reusable(fingerprint, self._fingerprint))
-
-    def _keep_output_rows(self) -> bool:
-        """Add the existing output's rows to `earlier` if this job may keep them; whether it may."""
-        if not self.output.exists() or not self._keeps(self._output_fingerprint(), self._format):
-            return False
-        self._read_earlier(lambda: incremental.read_output(self.output))
-        return True
-
-    def _read_earlier(self, read) -> None:
-        """Add the rows `read()` gives to `earlier`; a source that cannot be read is left out
-        (its rows run again)."""
-        try:
-            table = read()
-        except (OSError, ValueError, TypeError, pa.ArrowException):
-            table = None
-        if table is not None:
-            self.earlier.append(table)
-
 
     def _mismatch(self, where: Path, fingerprint: Any, output_format: Any) -> None:
         """Raise JobMismatch (unless force) for `where`, holding another job's files."""
@@ -285,18 +263,8 @@ class ResultStore:
         if self._contig > self._frontier:
             self._compact()
         self.close()
-        if self._format == "parquet":
-            with writers.atomic_file(self.output) as f:
-                writers.write_final_parquet(f, self._parts, self._schema, self._fingerprint)
-        else:
-            with writers.atomic_file(self._sidecar) as f:
-                f.write(json.dumps(self._fingerprint).encode())
-            with writers.atomic_file(self.output) as f:
-                if self._format == "openai":
-                    writers.write_final_openai(f, self._parts, self._part_schema, self._fingerprint,
-                                               model=self._openai_model, kind_column=KIND_KEY)
-                else:
-                    write_final_rows(f, self._parts, self._schema, self._format)
+        final_file.write_final(self.output, self._format, self._parts, self._schema, self._part_schema,
+                               self._fingerprint, self._openai_model, KIND_KEY)
         writers.remove_tree(self.partial_dir)
         self.state = "complete"
         return self.output

@@ -38,6 +38,7 @@ from .device import Device
 from .graph import StepGraph
 from .coop_tiles import COOP_FOLD_ROWS, COOP_MIN_CHUNK
 from .kernels import Kernels
+from .prompt_rows import prompt_rows
 from .memory import Memory
 from .step_buffers import Capacity, StepBuffers, first_capacity, fitting_step_tokens
 from .supported import check_supported
@@ -201,15 +202,10 @@ class VulkanBackend(Backend):
         self._next_slot = (slot + 1) % self.MAX_IN_FLIGHT
         graph = self.graphs[slot]
         vocab_limit = batch.sampling.vocab_size if batch.sampling is not None and batch.sampling.vocab_size else cfg.vocab_size
-        prompt = flash.prompt_tokens(batch)
-        has_prompt = bool(prompt.any())
-        start = batch.prompt_start() if self.prompt_tile and has_prompt else None  # (None: no prompt tile)
-        on_flash = prompt if self.flash and has_prompt else None
-        tiles = None if on_flash is None else flash.step_tiles(batch, cfg, prompt)
-        scalar = batch.positions if on_flash is None else batch.positions[~prompt]  # attention.comp's tokens
-        grids = graph.grids(T, len(rows), scalar, 0 if tiles is None else len(tiles), start)
-        self.buffers.inputs[slot].write(batch, token_ids, rows, vocab_limit, grids, on_flash, tiles, start)
-        self.device.submit(graph.command_buffer(T, S, has_prompt), slot)
+        p = prompt_rows(batch, cfg, self.flash, self.prompt_tile)
+        grids = graph.grids(T, len(rows), p.scalar_positions, 0 if p.tiles is None else len(p.tiles), p.start)
+        self.buffers.inputs[slot].write(batch, token_ids, rows, vocab_limit, grids, p.flash, p.tiles, p.start)
+        self.device.submit(graph.command_buffer(T, S, p.any), slot)
         id_rows = last if batch.return_logits else np.cumsum(batch.sample) - 1  # each sequence's sampled id
         self._in_flight.append(_InFlight(slot, batch, rows, id_rows))
 

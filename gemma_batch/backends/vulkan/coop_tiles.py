@@ -118,9 +118,9 @@ def coop_tile_defines(fold: bool | str, whole: bool = False, small: bool = False
     the prompt tile where `whole` (`small`: its 32-row form, "wide" only)."""
     if small:
         return (*COOP_WHOLE_SMALL_DEFINES, "WHOLE_K")
-    if not whole:
-        return {"wide": COOP_WIDE_DEFINES, "wide_split": COOP_WIDE_SPLIT_DEFINES}.get(fold, COOP_FOLD_DEFINES)
-    return (*({"wide": COOP_WHOLE_WIDE_DEFINES, "wide_split": COOP_WIDE_SPLIT_DEFINES}.get(fold, COOP_FOLD_DEFINES)), "WHOLE_K")
+    wide = COOP_WHOLE_WIDE_DEFINES if whole else COOP_WIDE_DEFINES
+    tile = {"wide": wide, "wide_split": COOP_WIDE_SPLIT_DEFINES}.get(fold, COOP_FOLD_DEFINES)
+    return (*tile, "WHOLE_K") if whole else tile
 
 
 def coop_fold(dtype: str, N: int, x_lo: bool) -> bool | str:

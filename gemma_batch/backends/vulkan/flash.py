@@ -43,11 +43,6 @@ def wanted() -> bool:
     return switched_on(ENV)
 
 
-def prompt_tokens(batch: StepBatch) -> np.ndarray:
-    """[T] bool: the step's tokens whose positions are below their sequence's prompt length."""
-    return batch.prompt_mask()
-
-
 def tiles(batch: StepBatch, prompt: np.ndarray, per_tile: int) -> np.ndarray:
     """[tiles, 4] int32 (first flat token, tokens, sequence, 0): each sequence's prompt tokens (a
     prefix of its tokens in the step) in runs of at most `per_tile`."""
@@ -60,5 +55,5 @@ def tiles(batch: StepBatch, prompt: np.ndarray, per_tile: int) -> np.ndarray:
 
 
 def step_tiles(batch: StepBatch, cfg: Gemma3Config, prompt: np.ndarray) -> np.ndarray:
-    """The tiles (`tiles`, FLASH_ROWS / G tokens each) of the step's `prompt_tokens`."""
+    """The tiles (`tiles`, FLASH_ROWS / G tokens each) of the step's `prompt` tokens ([T] bool, StepBatch.prompt_mask)."""
     return tiles(batch, prompt, FLASH_ROWS // (cfg.num_heads // cfg.num_kv_heads))

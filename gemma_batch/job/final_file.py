@@ -1,0 +1,49 @@
+"""A job's final file in its format, and the fingerprint it records, by which a rerun knows the job
+is complete (store.py). Parquet keeps the fingerprint in its schema metadata (key b"gemma_batch");
+OpenAI, JSON Lines and CSV output (data/row_files.py) in the sidecar "<output>.job.json", written
+before the output is renamed into place (while the partial folder, which the store checks first,
+still exists)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from ..data import writers
+from ..data.row_files import write_final_rows
+
+
+def sidecar(output: Path) -> Path:
+    """Where a non-Parquet output's fingerprint goes."""
+    return output.with_name(output.name + ".job.json")
+
+
+def read_fingerprint(output: Path, output_format: str) -> Any:
+    """The fingerprint the finished `output` records, or None where it records none (readable)."""
+    if output_format == "parquet":
+        return writers.read_parquet_fingerprint(output)
+    try:
+        return json.loads(sidecar(output).read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def write_final(output: Path, output_format: str, parts: Sequence[Path], schema: pa.Schema,
+                part_schema: pa.Schema, fingerprint: dict, openai_model: str, kind_column: str) -> None:
+    """Write the rows of `parts` (in order) to `output` in `output_format`, atomically, recording
+    `fingerprint`. OpenAI lines take each row's request kind from `kind_column` of `part_schema`."""
+    if output_format == "parquet":
+        with writers.atomic_file(output) as f:
+            writers.write_final_parquet(f, parts, schema, fingerprint)
+        return
+    with writers.atomic_file(sidecar(output)) as f:
+        f.write(json.dumps(fingerprint).encode())
+    with writers.atomic_file(output) as f:
+        if output_format == "openai":
+            writers.write_final_openai(f, parts, part_schema, fingerprint, model=openai_model, kind_column=kind_column)
+        else:
+            write_final_rows(f, parts, schema, output_format)
