@@ -7,6 +7,7 @@ force preemptions; every row's completion must be identical, token for token.
 
 from __future__ import annotations
 
+import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -15,7 +16,9 @@ from threadpoolctl import ThreadpoolController
 
 from gemma_batch.backends import create_backend
 from gemma_batch.backends.base import Backend
-from gemma_batch.backends.cpu import matmul_rows
+from gemma_batch.backends.cpu import CpuBackend, matmul_rows
+from gemma_batch.backends.cpu_attention import AttentionPlan, attend
+from gemma_batch.backends.kv_formats import KVStore
 from gemma_batch.engine.engine import Engine, Request
 from gemma_batch.engine.kv_plan import KVPlan, blocks_per_sequence
 from gemma_batch.engine.sampling_params import SamplingParams
@@ -104,3 +107,42 @@ def test_row_tiled_products_do_not_depend_on_the_other_rows(shape):
                 assert np.array_equal(matmul_rows(x[:n], w, pool), alone[:n])
         perm = rng.permutation(40)
         assert np.array_equal(matmul_rows(x[perm], w), alone[perm])
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp32", "bf16", "int8"])
+@pytest.mark.parametrize("window", [None, 64, 40])
+def test_attention_reads_keys_once_or_per_query_with_the_same_bits(kv_dtype, window):
+    """A sequence with many queries in a step reads its keys once and views each query's window
+    in them; the same queries copying their windows one by one must give the same bits. Prompts
+    cross the window (40 is not a multiple of the 64-key bucket: the copying path runs there)."""
+    rng = np.random.default_rng(3)
+    cfg = dataclasses.replace(Gemma3Config.from_dir(DEMO_MODEL), num_heads=4, num_kv_heads=2)
+    bs, blocks = 8, 64
+    k_cache, v_cache = (KVStore(kv_dtype, blocks * bs, 2, cfg.head_dim) for _ in range(2))
+    for store in (k_cache, v_cache):
+        store.write(np.arange(blocks * bs), rng.standard_normal((blocks * bs, 2, cfg.head_dim)).astype(np.float32))
+    table = rng.permutation(blocks).reshape(4, 16)  # 4 sequences of up to 128 positions
+    runs = [(0, 0, 100), (1, 30, 120), (2, 90, 91), (3, 5, 13)]  # (sequence, first position, end)
+    seqs = np.concatenate([np.full(e - p, s) for s, p, e in runs])
+    positions = np.concatenate([np.arange(p, e) for _, p, e in runs])
+    lo = np.zeros_like(positions) if window is None else np.maximum(0, positions - window + 1)
+    plan = AttentionPlan(seqs, positions, lo, table, bs)
+    q = rng.standard_normal((len(seqs), 4, cfg.head_dim)).astype(np.float32)
+    once = attend(q, k_cache, v_cache, plan, cfg)
+    copied = attend(q, k_cache, v_cache, plan, cfg, run_min=1 << 30)
+    assert np.array_equal(once, copied)
+    assert np.isfinite(once).all()
+
+
+def test_cpu_threads_do_not_change_the_bits():
+    """One thread, or three taking parts of each step's rows (steps of 2+ tiles), give every
+    position's logits bit for bit (the tests' machine may have one core: the count is forced)."""
+    cfg = Gemma3Config.from_dir(DEMO_MODEL)
+    requests = make_requests(cfg)
+    logits = []
+    for threads in (1, 3):
+        backend = CpuBackend(cfg, threads=threads)
+        backend.load_weights(Checkpoint.open(DEMO_MODEL, cfg).tensors())
+        logits.append({})
+        run(backend, requests, 32, 512, len(requests), logits[-1])
+    assert logits[0] == logits[1] and len(logits[0]) > 300

@@ -1,7 +1,9 @@
 """The numpy float32 backend: the reference every other backend is tested against.
 
 It favours clarity over speed. Per step it loops in Python over layers, and inside attention over
-the lengths of key windows; everything else is whole-array numpy.
+the lengths of key windows; everything else is whole-array numpy. A step of two or more tiles of
+rows runs each layer on the backend's threads, a part of the rows a thread (`_row_parts`); a
+smaller one gives the threads the blocks of its large matrices.
 
 Batch invariance (see `Backend.step`) is by construction, because BLAS does not promise it:
 OpenBLAS sums a 1-row product (gemv) in another order than a many-row one, and may switch kernels
@@ -44,35 +46,41 @@ W_ROWS = 1024  # output rows of a matrix multiplied at a time (a quantized one: 
 # backend's threads; the blocks are the same whatever the number of threads, so are the sums.
 THREADED_WEIGHTS = 1 << 21
 MAX_THREADS = 8
+RUN_TILES = 8  # tiles a thread takes at a time from a matrix of one block
 Matrix = np.ndarray | QuantizedTensor
 
 
 def matmul_rows(x: np.ndarray, w: Matrix, pool: ThreadPoolExecutor | None = None) -> np.ndarray:
     """x [T, K] @ w.T for w [N, K], in tiles of ROW_TILE rows so each row's result is batch-invariant;
-    a quantized matrix, or one of THREADED_WEIGHTS or more, in blocks of W_ROWS output rows (on
-    `pool`'s threads where given: the same blocks, so the same bits, as without)."""
-    T, N = x.shape[0], w.shape[0]
-    padded = np.zeros((-(-T // ROW_TILE) * ROW_TILE, x.shape[1]), F32)
-    padded[:T] = x
-    out = np.empty((padded.shape[0], N), F32)
+    a quantized matrix, or one of THREADED_WEIGHTS or more, in blocks of W_ROWS output rows. With
+    `pool`, its threads take the blocks (or, for a matrix of one block, runs of RUN_TILES tiles): the same
+    tiles and blocks, so the same bits, as without."""
+    T, K, N = x.shape[0], x.shape[1], w.shape[0]
+    tiles = -(-T // ROW_TILE)
+    padded = np.zeros((tiles, ROW_TILE, K), F32)
+    padded.reshape(-1, K)[:T] = x
+    out = np.empty((tiles, ROW_TILE, N), F32)
     blocked = not isinstance(w, np.ndarray) or w.size >= THREADED_WEIGHTS
-    starts = range(0, N, W_ROWS) if blocked else [0]
+    blocks = [slice(r, r + W_ROWS) for r in range(0, N, W_ROWS)] if blocked else [slice(None)]
+    run = max(tiles, 1) if pool is None or blocked else RUN_TILES
+    runs = [slice(i, i + run) for i in range(0, tiles, run)]
 
-    def block(r: int) -> None:
-        rows = slice(r, r + W_ROWS) if blocked else slice(None)
+    def product(work: tuple[slice, slice]) -> None:
+        rows, run = work
         weights = w[rows] if isinstance(w, np.ndarray) else w.dequantize(rows)  # (quantized: made as needed)
-        for i in range(0, padded.shape[0], ROW_TILE):
-            # As w @ tile.T: the tile's rows are the product's columns. OpenBLAS 0.3.31's small-matrix
-            # sgemm sums a row of `tile @ w.T` in an order that depends on the row's place in the tile
-            # (rows 6-15 differ from row 0 on Haswell); columns of `w @ tile.T` do not.
-            out[i : i + ROW_TILE, rows] = (weights @ padded[i : i + ROW_TILE].T).T
+        # As w @ tile.T, one BLAS call a tile: the tile's rows are the product's columns. OpenBLAS
+        # 0.3.31's small-matrix sgemm sums a row of `tile @ w.T` in an order that depends on the
+        # row's place in the tile (rows 6-15 differ from row 0 on Haswell); columns of
+        # `w @ tile.T` do not, up to 16 of them.
+        out[run, :, rows] = np.matmul(weights, padded[run].transpose(0, 2, 1)).transpose(0, 2, 1)
 
-    if pool is None or len(starts) == 1:
-        for r in starts:
-            block(r)
+    work = [(rows, run) for rows in blocks for run in runs]
+    if pool is None or len(work) == 1:
+        for item in work:
+            product(item)
     else:
-        list(pool.map(block, starts))
-    return out[:T]
+        list(pool.map(product, work))
+    return out.reshape(-1, N)[:T]
 
 
 def embed_rows(table: Matrix, token_ids: np.ndarray) -> np.ndarray:
@@ -81,8 +89,13 @@ def embed_rows(table: Matrix, token_ids: np.ndarray) -> np.ndarray:
 
 
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
-    """Gemma's RMSNorm over the last axis, with the weight applied as (1 + w)."""
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + F32(eps)) * (F32(1.0) + w)
+    """Gemma's RMSNorm over the last axis, with the weight applied as (1 + w): x / sqrt(mean(x^2)
+    + eps) * (1 + w), the mean as np.mean computes it (a float32 sum, then the division; the same
+    bits without its Python overhead, which small decode steps felt)."""
+    ms = np.add.reduce(x * x, axis=-1, keepdims=True)
+    ms /= F32(x.shape[-1])
+    ms += F32(eps)
+    return x / np.sqrt(ms, out=ms) * (F32(1.0) + w)
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
@@ -137,8 +150,8 @@ class CpuBackend(Backend):
         kv_slot_bytes(kv_dtype, 1, 1)  # checks the name
         self.kv_dtype = kv_dtype
         usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        threads = threads or min(MAX_THREADS, usable)
-        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="gemma-batch-cpu") if threads > 1 else None
+        self.threads = threads or min(MAX_THREADS, usable)
+        self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="gemma-batch-cpu") if self.threads > 1 else None
         self._blas = ThreadpoolController()
         self.weights: dict[str, Matrix] = {}  # canonical name -> float32 array or quantized matrix
         self.layers: list[dict[str, Matrix]] = []  # per layer: suffix -> the same arrays
@@ -206,9 +219,6 @@ class CpuBackend(Backend):
         with self._blas.limit(limits=1, user_api="blas"):
             return self._step(batch)
 
-    def _matmul(self, x: np.ndarray, w: Matrix) -> np.ndarray:
-        return matmul_rows(x, w, self.pool)
-
     def _step(self, batch: StepBatch) -> StepResult:
         cfg, w = self.cfg, self.weights
         x = embed_rows(w["embed_tokens.weight"], batch.token_ids) * F32(cfg.embed_scale)  # [T, H]
@@ -219,7 +229,7 @@ class CpuBackend(Backend):
 
         sampled = (batch.seq_starts[1:] - 1)[batch.sample]  # flat index of each sampled last token
         rows = np.arange(batch.num_tokens) if batch.return_logits else sampled
-        logits = self._matmul(rms_norm(x[rows], w["norm.weight"], cfg.rms_norm_eps), self._lm_head())  # [R, V]
+        logits = matmul_rows(rms_norm(x[rows], w["norm.weight"], cfg.rms_norm_eps), self._lm_head(), self.pool)  # [R, V]
         next_ids = np.full(batch.num_seqs, -1, np.int32)
         sampled_logits = logits[sampled] if batch.return_logits else logits
         next_ids[batch.sample] = sample_tokens(sampled_logits, batch.sampling, np.flatnonzero(batch.sample))
@@ -227,6 +237,15 @@ class CpuBackend(Backend):
 
     def _lm_head(self) -> Matrix:
         return self.weights.get("lm_head.weight", self.weights["embed_tokens.weight"])  # [V, H]
+
+    def _row_parts(self, rows: int) -> list[slice]:
+        """The step's rows cut at ROW_TILE boundaries into one part per thread (one part when
+        there are fewer tiles than threads: the products' blocks take the threads instead; small
+        decode steps split further were slower, the threads' hand-offs costing more than the work)."""
+        tiles = -(-rows // ROW_TILE)
+        count = min(self.threads, tiles)
+        ends = [min(rows, ROW_TILE * (tiles * i // count)) for i in range(count + 1)]
+        return [slice(a, b) for a, b in zip(ends, ends[1:])]
 
     def _layer(
         self,
@@ -236,24 +255,39 @@ class CpuBackend(Backend):
         plan: AttentionPlan,
         slots: np.ndarray,  # [T]
     ) -> np.ndarray:
+        """One decoder layer; a part of the rows a thread (`_row_parts`), each row's arithmetic
+        the same in any part. Attention's keys are all written before any query reads them."""
         cfg = self.cfg
         w = self.layers[layer]
-        eps, T = cfg.rms_norm_eps, x.shape[0]
+        eps = cfg.rms_norm_eps
+        parts = self._row_parts(x.shape[0])
+        pool = self.pool if len(parts) == 1 else None  # the threads take parts, or else blocks
 
-        a = rms_norm(x, w["input_layernorm.weight"], eps)
-        q = self._matmul(a, w["self_attn.q_proj.weight"]).reshape(T, cfg.num_heads, cfg.head_dim)
-        k = self._matmul(a, w["self_attn.k_proj.weight"]).reshape(T, cfg.num_kv_heads, cfg.head_dim)
-        v = self._matmul(a, w["self_attn.v_proj.weight"]).reshape(T, cfg.num_kv_heads, cfg.head_dim)
-        q = apply_rope(rms_norm(q, w["self_attn.q_norm.weight"], eps), *rope)  # QK-norm, then RoPE
-        k = apply_rope(rms_norm(k, w["self_attn.k_norm.weight"], eps), *rope)
-        self.k_cache[layer].write(slots, k)  # the cache holds K after norm and RoPE, V raw
-        self.v_cache[layer].write(slots, v)
+        def qkv(rows: slice) -> np.ndarray:
+            T = rows.stop - rows.start
+            a = rms_norm(x[rows], w["input_layernorm.weight"], eps)
+            q = matmul_rows(a, w["self_attn.q_proj.weight"], pool).reshape(T, cfg.num_heads, cfg.head_dim)
+            k = matmul_rows(a, w["self_attn.k_proj.weight"], pool).reshape(T, cfg.num_kv_heads, cfg.head_dim)
+            v = matmul_rows(a, w["self_attn.v_proj.weight"], pool).reshape(T, cfg.num_kv_heads, cfg.head_dim)
+            cos, sin = (table[rows] for table in rope)
+            q = apply_rope(rms_norm(q, w["self_attn.q_norm.weight"], eps), cos, sin)  # QK-norm, then RoPE
+            k = apply_rope(rms_norm(k, w["self_attn.k_norm.weight"], eps), cos, sin)
+            self.k_cache[layer].write(slots[rows], k)  # the cache holds K after norm and RoPE, V raw
+            self.v_cache[layer].write(slots[rows], v)
+            return q
 
-        o = attend(q, self.k_cache[layer], self.v_cache[layer], plan, cfg)
-        attn = self._matmul(o.reshape(T, cfg.q_width), w["self_attn.o_proj.weight"])  # [T, H]
-        x = x + rms_norm(attn, w["post_attention_layernorm.weight"], eps)
+        def rest(rows: slice, q: np.ndarray) -> np.ndarray:
+            T = rows.stop - rows.start
+            o = attend(q, self.k_cache[layer], self.v_cache[layer], plan.rows(rows), cfg)
+            attn = matmul_rows(o.reshape(T, cfg.q_width), w["self_attn.o_proj.weight"], pool)  # [T, H]
+            h = x[rows] + rms_norm(attn, w["post_attention_layernorm.weight"], eps)
+            b = rms_norm(h, w["pre_feedforward_layernorm.weight"], eps)
+            gate = gelu_tanh(matmul_rows(b, w["mlp.gate_proj.weight"], pool))  # [T, I]
+            up = matmul_rows(b, w["mlp.up_proj.weight"], pool)
+            mlp = matmul_rows(gate * up, w["mlp.down_proj.weight"], pool)  # [T, H]
+            return h + rms_norm(mlp, w["post_feedforward_layernorm.weight"], eps)
 
-        b = rms_norm(x, w["pre_feedforward_layernorm.weight"], eps)
-        gate = gelu_tanh(self._matmul(b, w["mlp.gate_proj.weight"]))  # [T, I]
-        mlp = self._matmul(gate * self._matmul(b, w["mlp.up_proj.weight"]), w["mlp.down_proj.weight"])  # [T, H]
-        return x + rms_norm(mlp, w["post_feedforward_layernorm.weight"], eps)
+        if len(parts) == 1:
+            return rest(parts[0], qkv(parts[0]))
+        queries = list(self.pool.map(qkv, parts))
+        return np.concatenate(list(self.pool.map(rest, parts, queries)))
