@@ -111,6 +111,10 @@ def run(
     min_p: float = _opt("Drop tokens below min_p x the top probability; 0 is off. [default: 0]"),
     seed: int = _opt("Job seed; a row's randomness depends only on (seed, row id, step). [default: 0]"),
     stop: list[str] = _opt("Stop string, not included in the output (repeatable)."),
+    regex: str = _opt("Every completion matches this regular expression, whole (a row's `regex` column overrides it). CPU backend."),
+    json_schema: Path = _opt("A JSON schema file: every completion is JSON valid under it (a row's `json_schema` column overrides it). CPU backend."),
+    json: bool = typer.Option(False, "--json", help="Every completion is a JSON object. CPU backend."),
+    choices: str = _opt("Labels between commas (\"positive,negative\"): each row's answer is the most probable one (a draw under --temperature > 0), with every label's probability in `choice_logprobs`; a row's `choices` column overrides them. CPU backend."),
     max_batch: int = _opt("Most sequences running at once. [default: 32]"),
     max_model_len: int = _opt("Bound on prompt + completion tokens. [default: the model's context]"),
     kv_memory: str = _opt("KV cache memory: a size (4GiB, 512MB) or a share of free memory (50%). [default: 50%]"),
@@ -123,7 +127,7 @@ def run(
 
     Run the same command again after a crash or kill to resume: finished rows are kept.
     """
-    flags = {"force": force, "fail_on_row_error": fail_on_row_error}
+    flags = {"force": force, "fail_on_row_error": fail_on_row_error, "json": json}
     given = {k: v for k, v in locals().items() if k not in ("source", "flags", *flags) and v not in (None, [])}
     given |= {k: True for k, v in flags.items() if v}
     try:

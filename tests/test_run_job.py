@@ -272,7 +272,10 @@ def test_a_job_killed_at_random_moments_resumes_to_the_same_file(tmp_path):
     import signal
     import time
 
-    prompts = [{"id": f"k{i}", "prompt": f"Row {i}: the weather today" + " is" * (i % 11)} for i in range(120)]
+    constraints = [{}, {"regex": "[a-z ]{1,30}"}, {"json_schema": {"type": "object", "properties": {"n": {"type": "integer"}}}},
+                   {"choices": [" sunny", " cold and wet", " warm"]}]
+    prompts = [{"id": f"k{i}", "prompt": f"Row {i}: the weather today" + " is" * (i % 11), **constraints[i % 4]}
+               for i in range(120)]  # (constrained and scored rows too: they start over on a resume)
     src = write_jsonl(tmp_path / "kill.jsonl", prompts)
     flags = ("--temperature", "0.8", "--top-k", "50", "--max-tokens", "40", "--max-batch", "8")
     reference = gemma_batch("run", src, *flags, "--output", tmp_path / "reference.parquet")

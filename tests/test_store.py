@@ -64,6 +64,8 @@ def make_row(i: int, kind: str = "text") -> dict:
         "min_p": 0.0 if run else None,
         "seed": 2**63 - 1 - i if run else None,
         "stop": ["\n\n", "</s>"] if run else None,
+        "choice_logprobs": [{"choice": "yes", "logprob": -0.1 * i, "probability": 1 / 3}, {"choice": " no", "logprob": -1e-300,
+                            "probability": 2 / 3}] if run and not error and i % 3 == 0 else None,
         "error": ("prompt is too long" if run else "prompt is null") if error else None,
         "n": None if nulls else i * 1000,
         "ts": None if nulls else T0 + timedelta(microseconds=1234567 * i),

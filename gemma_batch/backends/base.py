@@ -43,6 +43,9 @@ class SamplingBatch:
     keys: np.ndarray  # [S, 2] uint32 Philox key of each sequence
     counters: np.ndarray  # [S] uint32, index of the completion token being drawn
     vocab_size: int = 0  # draw only ids below this (0: any); 4B+ checkpoints have padding rows
+    # [S, ceil(V / 32)] int32 or None: bit j of word w allows token 32 w + j (a constrained
+    # completion's grammar, `engine.constraints`); -1 words allow all. None: every token allowed.
+    allowed: np.ndarray | None = None
 
 
 @dataclass
@@ -73,6 +76,9 @@ class StepBatch:
     # A sequence's tokens in a step are all prompt tokens or none, and the sequences of prompt
     # tokens come after the others (the engine's scheduler keeps this). None: no prompt tokens.
     prompt_lens: np.ndarray | None = None
+    # [R] int32 or None: flat token indices whose logits come back in `StepResult.row_logits`
+    # (scoring a row's choices, `engine.choices`), besides what `return_logits` asks for.
+    logit_rows: np.ndarray | None = None
 
     def sourced_tokens(self, values: np.ndarray) -> np.ndarray:
         """`token_ids` with each token named by `token_sources` taken from `values` [S of the
@@ -117,6 +123,7 @@ class StepResult:
 
     token_ids: np.ndarray  # [S] int32: the next token of each sampled sequence, -1 elsewhere
     logits: np.ndarray | None = None  # [T, V] float32 when `StepBatch.return_logits`
+    row_logits: np.ndarray | None = None  # [R, V] float32 of `StepBatch.logit_rows`, in their order
 
 
 class Backend(ABC):
@@ -198,6 +205,7 @@ class Backend(ABC):
         raise NotImplementedError(f"{self.name} cannot measure its memory bandwidth")
 
     overlaps = False  # whether `submit` returns while the device is still running the step
+    constrains = True  # whether it applies `SamplingBatch.allowed` and returns `StepBatch.logit_rows`
     small_step: int | None = None  # the most tokens a step holds at about a decode step's cost (Scheduler)
     MAX_IN_FLIGHT = 3  # steps submitted and not yet waited for
 

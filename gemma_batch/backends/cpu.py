@@ -228,12 +228,15 @@ class CpuBackend(Backend):
             x = self._layer(layer, x, rope[kind], plans[kind], batch.slots[kind])
 
         sampled = (batch.seq_starts[1:] - 1)[batch.sample]  # flat index of each sampled last token
-        rows = np.arange(batch.num_tokens) if batch.return_logits else sampled
+        extra = np.zeros(0, np.int32) if batch.logit_rows is None else batch.logit_rows
+        rows = np.concatenate([np.arange(batch.num_tokens) if batch.return_logits else sampled, extra])
         logits = matmul_rows(rms_norm(x[rows], w["norm.weight"], cfg.rms_norm_eps), self._lm_head(), self.pool)  # [R, V]
+        logits, row_logits = logits[: len(rows) - len(extra)], logits[len(rows) - len(extra):]
         next_ids = np.full(batch.num_seqs, -1, np.int32)
         sampled_logits = logits[sampled] if batch.return_logits else logits
         next_ids[batch.sample] = sample_tokens(sampled_logits, batch.sampling, np.flatnonzero(batch.sample))
-        return StepResult(next_ids, logits if batch.return_logits else None)
+        return StepResult(next_ids, logits if batch.return_logits else None,
+                          None if batch.logit_rows is None else row_logits)
 
     def _lm_head(self) -> Matrix:
         return self.weights.get("lm_head.weight", self.weights["embed_tokens.weight"])  # [V, H]

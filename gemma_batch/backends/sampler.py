@@ -3,7 +3,8 @@
 One draw for sequence s, from its row of logits x (float32):
 
 0. Only ids below `vocab_size` count (the tokenizer's; 4B+ checkpoints have 64 padding rows
-   past it, which transformers does not mask but no tokenizer can decode).
+   past it, which transformers does not mask but no tokenizer can decode), and of those only the
+   ids `allowed` lets through (a constrained completion's grammar): the others' logits are -inf.
 1. temperature 0: the arg-max (lowest id on ties). Otherwise x = x / temperature.
 2. Candidates in a fixed order: logit descending, then token id ascending (token id order when
    no filter is on).
@@ -96,10 +97,22 @@ def draw(ids: np.ndarray, probs: np.ndarray, u: float) -> int:
     return int(ids[min(int(np.searchsorted(mass, u * mass[-1], side="right")), len(ids) - 1)])
 
 
+def allowed_only(logits: np.ndarray, words: np.ndarray) -> np.ndarray:
+    """logits [V] with -inf where the bitmask `words` [ceil(V / 32)] int32 has the token's bit off."""
+    bits = np.unpackbits(words.astype("<i4").view(np.uint8), bitorder="little")[: len(logits)]
+    return np.where(bits.astype(bool), logits, np.float32(-np.inf))
+
+
 def sample_tokens(logits: np.ndarray, sampling: SamplingBatch | None, rows: np.ndarray) -> np.ndarray:
     """Token ids [len(rows)] drawn from logits [len(rows), V] for the sequences `rows` of the step."""
     if sampling is not None and sampling.vocab_size:
         logits = logits[:, : sampling.vocab_size]
+    if sampling is not None and sampling.allowed is not None:
+        masked = [i for i, s in enumerate(rows) if (sampling.allowed[s] != -1).any()]
+        if masked:
+            logits = logits.copy()
+            for i in masked:
+                logits[i] = allowed_only(logits[i], sampling.allowed[rows[i]])
     greedy = np.argmax(logits, axis=-1).astype(np.int32)
     if sampling is None:
         return greedy

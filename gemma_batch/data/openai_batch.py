@@ -3,7 +3,8 @@
 Each line is `{"custom_id": str, "method": "POST", "url": URL, "body": {...}}` with URL
 "/v1/chat/completions" (body `messages`, a chat row) or "/v1/completions" (body `prompt`, a text row,
 never wrapped in the chat template). The id is `custom_id`. Body sampling fields become the row's
-params; fields that change nothing here are ignored, anything else makes the row an error.
+params; `response_format` (json_object, json_schema) its constraint; fields that change nothing
+here are ignored, anything else makes the row an error.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .row_checks import (
     register_id,
     show,
 )
+from ..engine.constraints import Constraint
 from .rows import ROW_PARAMS, InputRow
 from .seen_ids import SeenIds
 
@@ -56,9 +58,28 @@ def _body_params(body: Mapping[str, Any]) -> dict[str, Any]:
     return params
 
 
+def _response_format(value: Any) -> Constraint | None:
+    """The constraint of a body's `response_format`: {"type": "text"} none, {"type": "json_object"}
+    any JSON object, {"type": "json_schema", "json_schema": {"schema": {...}, ...}} that schema."""
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return Constraint("json")
+    if kind == "json_schema":
+        schema = value.get("json_schema")
+        if not isinstance(schema, dict) or not isinstance(schema.get("schema"), dict):
+            raise RowError(f"body response_format json_schema must hold a 'schema' object, got {show(schema)}")
+        try:
+            return Constraint.json_schema(schema["schema"])
+        except ValueError as e:
+            raise RowError(f"body response_format: {e}") from None
+    raise RowError(f"body response_format must have type 'text', 'json_object' or 'json_schema', got {show(value)}")
+
+
 def _check_fields(body: Mapping[str, Any], prompt_field: str) -> None:
     """Raise naming every body field this engine does not support."""
-    known = {prompt_field, "max_completion_tokens", *ROW_PARAMS, *IGNORED_FIELDS}
+    known = {prompt_field, "max_completion_tokens", "response_format", *ROW_PARAMS, *IGNORED_FIELDS}
     problems = []
     for name, value in body.items():
         if name in NO_OP_VALUES:
@@ -97,6 +118,8 @@ def _request(record: Mapping[str, Any], chat: bool | None) -> InputRow:
             raise RowError(f"body prompt must be a string (or a list of one string), got a list of {len(prompt)}")
         row.prompt = check_text(prompt, "body prompt")
     row.params = _body_params(body)
+    if body.get("response_format") is not None:
+        row.constraint = _response_format(body["response_format"])
     return row
 
 

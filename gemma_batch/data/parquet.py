@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .row_checks import RowSpec, make_row, unknown_id
-from .rows import ROW_PARAMS, ColumnNotFound, DatasetError, InputRow
+from .rows import CONSTRAINT_COLUMNS, ROW_PARAMS, ColumnNotFound, DatasetError, InputRow
 from .seen_ids import SeenIds
 
 BATCH_SIZE = 1024
@@ -60,7 +60,7 @@ def open_parquet(
         raise _missing(path, f"--keep-columns {', '.join(map(repr, absent))}: not column(s) of the file", names)
     if id_column is None and "id" in names:
         id_column = "id"
-    wanted = [prompt_column, "messages", id_column, *ROW_PARAMS, *keep_columns]
+    wanted = [prompt_column, "messages", id_column, *ROW_PARAMS, *CONSTRAINT_COLUMNS, *keep_columns]
     columns = list(dict.fromkeys(name for name in wanted if name in names))
     spec = RowSpec(prompt_column, id_column, tuple(keep_columns), chat, keep_value=lambda v: v)
     return ParquetLayout(num_rows, spec, columns, {name: schema.field(name).type for name in keep_columns})

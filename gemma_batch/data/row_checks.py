@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..engine.constraints import Constraint
 from .rows import ROW_PARAMS, InputRow, Messages
 from .seen_ids import SeenIds
 
@@ -152,6 +153,36 @@ def check_params(record: Mapping[str, Any]) -> dict[str, Any]:
     return {name: check_param(name, record[name]) for name in ROW_PARAMS if record.get(name) is not None}
 
 
+def check_constraint(record: Mapping[str, Any], label: str = "") -> Constraint | None:
+    """The row's own constraint: a non-empty `regex` string or a `json_schema` (an object or its
+    JSON text), not both; None when neither is given. Whether it compiles is checked later, with
+    the tokenizer."""
+    regex, schema = record.get("regex"), record.get("json_schema")
+    if regex is not None and schema is not None:
+        raise RowError(f"has both {label}'regex' and {label}'json_schema': give one")
+    if regex is not None:
+        if not isinstance(regex, str) or not regex:
+            raise RowError(f"{label}'regex' must be a non-empty string, got {show(regex)}")
+        return Constraint("regex", regex)
+    if schema is not None:
+        try:
+            return Constraint.json_schema(schema)
+        except ValueError as e:
+            raise RowError(f"{label}'json_schema': {e}") from None
+    return None
+
+
+def check_choices(value: Any) -> tuple[str, ...] | None:
+    """A row's `choices`: a list of at least two distinct non-empty strings (None when null)."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise RowError(f"'choices' must be a list of non-empty strings, got {show(value)}")
+    if len(value) < 2 or len(set(value)) < len(value):
+        raise RowError(f"'choices' must hold at least two different labels, got {show(value)}")
+    return tuple(value)
+
+
 def keep_text(value: Any) -> str | None:
     """A kept JSON value as a string column: strings as they are, null as None, else JSON text."""
     if value is None or isinstance(value, str):
@@ -190,6 +221,10 @@ def make_row(index: int, where: str, record: Mapping[str, Any], spec: RowSpec, s
             register_id(row.id, index, seen)
         row.prompt, row.messages, row.kind = check_prompt(record, spec.prompt_column, spec.chat)
         row.params = check_params(record)
+        row.constraint = check_constraint(record)
+        row.choices = check_choices(record.get("choices"))
+        if row.choices is not None and row.constraint is not None:
+            raise RowError("has both 'choices' and a 'regex' or 'json_schema': give one")
     except RowError as e:
         return error_row(index, where, str(e), row.id, row.keep)
     return row

@@ -11,10 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..engine.constraints import Constraint
+
 Messages = list[dict[str, Any]]
 
 # Per-row sampling overrides a reader may return in `InputRow.params`, with their Python types.
 ROW_PARAMS = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop")
+# Per-row constraints (`InputRow.constraint`): a regex, or a JSON schema (an object or its text).
+CONSTRAINT_COLUMNS = ("regex", "json_schema", "choices")
 
 
 class DatasetError(Exception):
@@ -38,6 +42,8 @@ class InputRow:
     `params` holds validated overrides (keys from `ROW_PARAMS`): max_tokens int >= 1,
     temperature float >= 0, top_p float in (0, 1], top_k int >= 0 (0 = off), min_p float in [0, 1],
     seed int in [0, 2**63), stop tuple[str, ...] of non-empty strings.
+    `constraint` is the row's own `regex` or `json_schema` (None: the job's, if any); `choices` its
+    own labels (a list of strings), answered by scoring them (None: the job's, if any).
     `kind` is "chat" for rows rendered with the chat template (and OpenAI /v1/chat/completions
     requests), "text" otherwise.
     """
@@ -50,3 +56,5 @@ class InputRow:
     keep: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     kind: Literal["text", "chat"] = "text"
+    constraint: Constraint | None = None
+    choices: tuple[str, ...] | None = None

@@ -27,6 +27,10 @@ BASE_FIELDS = (
     pa.field("min_p", pa.float64()),
     pa.field("seed", pa.int64()),
     pa.field("stop", pa.list_(pa.string())),
+    # rows answered from `choices`: each choice's log-probability (its tokens' sum) and its
+    # probability normalised over the choices; null on other rows (engine/choices.py)
+    pa.field("choice_logprobs", pa.list_(pa.struct([
+        ("choice", pa.string()), ("logprob", pa.float64()), ("probability", pa.float64())]))),
     pa.field("error", pa.string()),  # why the row failed; null on success
 )
 

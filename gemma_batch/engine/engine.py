@@ -24,9 +24,10 @@ from ..backends.base import Backend, SamplingBatch, StepBatch, StepResult
 from ..model.detokenizer import IncrementalDetokenizer
 from ..model.tokenizer import Tokenizer
 from ..switches import switched_on
+from .choices import ChoiceScores, choice_rows
 from .kv_cache import KVCacheManager
 from .kv_plan import KVPlan
-from .sampling_params import SamplingParams
+from .request import Completion, Request
 from .scheduler import Scheduler
 from .sequence import Sequence
 from .stats import EngineStats
@@ -36,27 +37,6 @@ StepHook = Callable[[list[int], StepBatch, StepResult], None]
 AHEAD_ENV = "GEMMA_BATCH_SCHEDULE_AHEAD"  # steps submitted ahead: "0" schedules each after the last finished
 DEFAULT_AHEAD = 2  # where the backend holds as many more in flight: the host may take up to ~2 steps' device time
 SMALL_STEPS_ENV = "GEMMA_BATCH_SMALL_STEPS"  # "0": steps beside a full batch may take the whole budget (Scheduler)
-
-
-@dataclass
-class Request:
-    """One prompt to complete. `request_id` is unique among the engine's requests."""
-
-    request_id: int
-    prompt_ids: list[int]
-    params: SamplingParams = SamplingParams()
-    stop_token_ids: frozenset[int] = frozenset()
-    rng_key: tuple[int, int] = (0, 0)
-    max_new_tokens: int | None = None  # None: params.max_tokens (callers clamp to the context)
-
-
-@dataclass
-class Completion:
-    request_id: int
-    token_ids: list[int]  # every generated token, the stop token included
-    text: str  # the completion, without a stop token or stop string
-    finish_reason: str  # "stop" or "length"
-    num_prompt_tokens: int
 
 
 @dataclass
@@ -79,6 +59,7 @@ class _Submitted:
     batch: StepBatch
     sampled: list[tuple[int, Sequence, bool]]
     prefill_tokens: int  # tokens it feeds outside decoding, counted in the stats when it is waited for
+    scored: list = field(default_factory=list)  # (logit row, sequence, position) of scored sequences
     held: bool = False  # whether its sampled sequences hold the places of their coming tokens
 
 
@@ -109,6 +90,8 @@ class Engine:
         self.stats = EngineStats()
         self.on_step = on_step
         self._live: dict[int, _Live] = {}
+        self._constrained = 0  # live requests with a grammar or choices
+        self._scores: dict[int, ChoiceScores] = {}  # by sequence id: the rows answered by scoring choices
         # Never ahead with an `on_step` hook, which needs each step's results before the next is scheduled.
         if schedule_ahead and on_step is not None:
             raise ValueError("an on_step hook needs each step's results before the next is scheduled")
@@ -141,11 +124,18 @@ class Engine:
         if request.request_id in self._live:
             raise ValueError(f"request {request.request_id} is already in the engine")
         max_new = request.params.max_tokens if request.max_new_tokens is None else request.max_new_tokens
+        if request.choices is not None:
+            max_new = request.choices.longest
         seq = Sequence.from_prompt(request.request_id, request.prompt_ids, max_new, request.stop_token_ids)
+        if request.choices is not None:
+            scores = self._scores[seq.seq_id] = ChoiceScores(request.choices, seq.num_prompt_tokens)
+            if scores.first_choice():
+                seq.token_ids += scores.tokens_after_prompt()
         needs_text = self.tokenizer is not None
         if request.params.stop and not needs_text:
             raise ValueError("stop strings need an engine with a tokenizer")
         self._live[seq.seq_id] = _Live(request, IncrementalDetokenizer(self.tokenizer) if needs_text else None)
+        self._constrained += request.matcher is not None or request.choices is not None
         self.scheduler.add(seq)
 
     def step(self) -> list[Completion]:
@@ -164,17 +154,19 @@ class Engine:
             if not scheduled:
                 raise RuntimeError(f"scheduler made no progress with {self.num_unfinished} unfinished requests")
             self._in_flight.append(self._submit(scheduled, started))
-        while len(self._in_flight) <= self.schedule_ahead and (ahead := self._submit_ahead(self._in_flight[-1], started)):
+        # A constrained sequence's next mask needs its last token: no steps ahead while one runs.
+        while (len(self._in_flight) <= self.schedule_ahead and not self._constrained
+               and (ahead := self._submit_ahead(self._in_flight[-1], started))):
             self._in_flight.append(ahead)
         current = self._in_flight.popleft()
         result = self.backend.wait()
         if self.on_step is not None:
             self.on_step([seq.seq_id for seq, _ in current.scheduled], current.batch, result)
 
-        done, sampled = [], 0
+        done, sampled = self._scored(current, result), 0
         for s, seq, first in current.sampled:
-            if seq.finished:  # it stopped in a step before, which was still running when this one was submitted
-                continue
+            if seq.finished or seq.seq_id in self._scores:  # stopped in a step before (still running when this
+                continue  # one was submitted), or scoring its choices
             if first:
                 self.stats.record_ttft(time.perf_counter() - self._live[seq.seq_id].admitted_at)
             self._append(seq, int(result.token_ids[s]))
@@ -196,17 +188,20 @@ class Engine:
         for seq, _ in scheduled:
             live = self._live[seq.seq_id]
             live.admitted_at = live.admitted_at or started
-        batch.sampling = self._sampling(scheduled)
+        batch.sampling = self._sampling(scheduled, batch.sample)
+        batch.logit_rows, scored = choice_rows(
+            scheduled, [s.prompt_len if (s := self._scores.get(seq.seq_id)) else None for seq, _ in scheduled])
         self.backend.submit(batch)
         sampled, prefill_tokens = [], 0
         for s, (seq, n) in enumerate(scheduled):
             decode = n == 1 and seq.num_completion_tokens > 0 and seq.num_cached_tokens == seq.num_tokens - 1
             prefill_tokens += 0 if decode else n
             seq.num_cached_tokens += n
-            self.kv.release_out_of_window(seq)
+            scores = self._scores.get(seq.seq_id)  # (every choice's queries start at the prompt's end)
+            self.kv.release_out_of_window(seq, scores.prompt_len if scores else None)
             if batch.sample[s]:
                 sampled.append((s, seq, seq.num_completion_tokens == 0))
-        return _Submitted(scheduled, batch, sampled, prefill_tokens)
+        return _Submitted(scheduled, batch, sampled, prefill_tokens, scored)
 
     def _submit_ahead(self, current: _Submitted, started: float) -> _Submitted | None:
         """The step after `current` (the last submitted), submitted while it runs: each sequence
@@ -223,13 +218,42 @@ class Engine:
         scheduled = self.scheduler.schedule()
         return self._submit(scheduled, started, current) if scheduled else None
 
+    def _scored(self, step: _Submitted, result: StepResult) -> list[Completion]:
+        """Take a step's logit rows into the scores of their sequences; a sequence whose choice is
+        all fed moves to the next one (back to its prompt), or, after the last, finishes."""
+        for i, seq, position in step.scored:
+            self._scores[seq.seq_id].record(position, result.row_logits[i])
+        done = []
+        for seq in dict.fromkeys(seq for _, seq, _ in step.scored):
+            if seq.num_cached_tokens < seq.num_tokens:
+                continue
+            scores = self._scores[seq.seq_id]
+            if scores.next_choice():
+                seq.token_ids[seq.num_prompt_tokens:] = scores.tokens_after_prompt()
+                seq.num_cached_tokens = seq.num_prompt_tokens
+                continue
+            request = self._live[seq.seq_id].request
+            pick, logprobs, probs = scores.result(request.params.temperature, request.rng_key)
+            seq.token_ids[seq.num_prompt_tokens:] = request.choices.token_ids[pick]
+            seq.end()
+            done.append(self._finish(seq, request.choices.texts[pick], [
+                {"choice": c, "logprob": lp, "probability": p} for c, lp, p in zip(request.choices.texts, logprobs, probs)]))
+        return done
+
     def _build(self, scheduled: list[tuple[Sequence, int]], previous: list[Sequence] | None) -> StepBatch:
         return build_step(scheduled, [g.name for g in self.groups], self.block_size,
                           return_logits=self.on_step is not None, previous=previous)
 
-    def _sampling(self, scheduled: list[tuple[Sequence, int]]) -> SamplingBatch:
+    def _sampling(self, scheduled: list[tuple[Sequence, int]], sample: np.ndarray) -> SamplingBatch:
         params = [self._live[seq.seq_id].request for seq, _ in scheduled]
+        allowed = None
+        if any(r.matcher is not None for r in params):
+            allowed = np.full((len(params), -(-self.backend.cfg.vocab_size // 32)), -1, np.int32)
+            for s, r in enumerate(params):
+                if r.matcher is not None and sample[s]:
+                    r.matcher.fill_mask(allowed[s])
         return SamplingBatch(
+            allowed=allowed,
             temperature=np.array([r.params.temperature for r in params], np.float32),
             top_k=np.array([r.params.top_k for r in params], np.int32),
             top_p=np.array([r.params.top_p for r in params], np.float32),
@@ -247,7 +271,13 @@ class Engine:
         else:
             seq.append(token)
         live = self._live[seq.seq_id]
-        if live.detok is None or token in seq.stop_token_ids:
+        if token in seq.stop_token_ids:
+            return
+        if live.request.matcher is not None:
+            live.request.matcher.accept(token)
+            if live.request.matcher.done:  # nothing can follow: the completion ends here, whole
+                seq.end()
+        if live.detok is None:
             return
         before = len(live.text)
         live.text += live.detok.add(token)
@@ -261,12 +291,18 @@ class Engine:
                 live.stopped_by_string = True
                 seq.end()
 
-    def _finish(self, seq: Sequence) -> Completion:
+    def _finish(self, seq: Sequence, choice: str | None = None, choice_logprobs: list[dict] | None = None) -> Completion:
+        """The completion of a finished sequence (`choice`: the answer of a scored one)."""
         self.scheduler.finish(seq)  # (nothing to do if it left when its last token was scheduled)
         live = self._live.pop(seq.seq_id)
+        matcher = live.request.matcher
+        self._constrained -= matcher is not None or live.request.choices is not None
+        if choice is not None:
+            del self._scores[seq.seq_id]
+            return Completion(seq.seq_id, seq.completion_ids, choice, "stop", seq.num_prompt_tokens, choice_logprobs)
         if live.detok is not None and not live.stopped_by_string:
             live.text += live.detok.flush()
-        stopped = live.stopped_by_string or seq.token_ids[-1] in seq.stop_token_ids
+        stopped = live.stopped_by_string or seq.token_ids[-1] in seq.stop_token_ids or (matcher is not None and matcher.done)
         return Completion(
             seq.seq_id, seq.completion_ids, live.text, "stop" if stopped else "length", seq.num_prompt_tokens
         )

@@ -73,13 +73,15 @@ class KVCacheManager:
             table.extend([-1] * (missing.start - len(table)))  # entries no query can see any more
             table.extend(self.pools[g.name].allocate() for _ in missing)
 
-    def release_out_of_window(self, seq: Sequence) -> None:
-        """After a step: free sliding-window blocks that no query at or after the cache end can see."""
+    def release_out_of_window(self, seq: Sequence, first_query: int | None = None) -> None:
+        """After a step: free sliding-window blocks that no query at or after the cache end (or
+        `first_query`, where the sequence will go back to) can see."""
+        first_query = seq.num_cached_tokens if first_query is None else min(first_query, seq.num_cached_tokens)
         for g in self.groups:
             if g.window is None:
                 continue
             table = seq.block_tables.get(g.name, [])
-            first_needed = self._first_needed_position(g, seq.num_cached_tokens)
+            first_needed = self._first_needed_position(g, first_query)
             # Newest first: the entries before the first one already released were released too.
             for j in reversed(range(min(len(table), first_needed // self.block_size))):
                 if table[j] < 0:

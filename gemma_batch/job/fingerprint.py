@@ -33,7 +33,7 @@ def model_fingerprint(model_dir: Path, checkpoint_files: Iterable[Path]) -> str:
 
 def job_fingerprint(spec: JobSpec, input_fingerprint: str, model: str, backend: str, max_model_len: int) -> dict[str, Any]:
     """The settings a resumed run must share with the run that started the job."""
-    return {
+    fingerprint = {
         "version": 2,  # 2: the request_hash column
         "input": input_fingerprint,
         "model": model,
@@ -55,6 +55,12 @@ def job_fingerprint(spec: JobSpec, input_fingerprint: str, model: str, backend: 
             "weights": str(spec.weight_format),
         },
     }
+    constraint = spec.constraint
+    if constraint is not None:  # (absent, not null, without one: jobs from before constraints still match)
+        fingerprint["params"]["constraint"] = {"kind": constraint.kind, "spec": constraint.spec}
+    if spec.choices:
+        fingerprint["params"]["choices"] = list(spec.choices)
+    return fingerprint
 
 
 def fingerprint_differences(stored: Any, current: Any, prefix: str = "") -> list[str]:

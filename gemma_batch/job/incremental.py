@@ -37,8 +37,13 @@ _BASE = [f.name for f in BASE_FIELDS]
 
 
 def request_hash(row: InputRow) -> str:
-    """32 hex digits of blake2b over the row's id, kind, prompt or messages and per-row parameters."""
+    """32 hex digits of blake2b over the row's id, kind, prompt or messages, per-row parameters and
+    constraint (left out when it has none, so rows hash as before constraints existed)."""
     content = [row.id, row.kind, row.prompt, row.messages, sorted(row.params.items()), row.error]
+    if row.constraint is not None:
+        content.append([row.constraint.kind, row.constraint.spec])
+    if row.choices is not None:
+        content.append(["choices", list(row.choices)])
     data = json.dumps(content, sort_keys=True, ensure_ascii=False, default=repr).encode()
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
@@ -87,7 +92,7 @@ class EarlierRows:
             return None
         t, i = where
         self.kept += 1
-        earlier = {name: values[i] for name, values in self._columns[t].items()}
+        earlier = dict.fromkeys(_BASE) | {name: values[i] for name, values in self._columns[t].items()}  # (columns added since: null)
         return {**earlier, "row": row.index, **row.keep, "_kind": row.kind}
 
     @property

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..data.rows import InputRow
-from ..engine.engine import Completion, Request
+from ..engine.choices import Choices
+from ..engine.constraints import Constraint, Grammars
+from ..engine.request import Completion, Request
 from ..engine.sampling_params import SamplingParams
 from ..model.chat import chat_token_ids
 from ..model.tokenizer import Tokenizer
@@ -25,12 +27,22 @@ class RowRequests:
     """Turns valid rows into requests; anything that stops a row becomes a RowFailure."""
 
     def __init__(
-        self, tokenizer: Tokenizer, eos_ids: frozenset[int], params: SamplingParams, max_model_len: int
+        self, tokenizer: Tokenizer, eos_ids: frozenset[int], params: SamplingParams, max_model_len: int,
+        constraint: Constraint | None = None, vocab_size: int = 0, masks: bool = True,
+        choices: tuple[str, ...] = (),
     ) -> None:
+        """`constraint` and `choices`: the job's (a row's own overrides them); `vocab_size`: the
+        model's, the width of a grammar's mask; `masks`: whether the backend applies them (and
+        scores choices)."""
         self.tokenizer = tokenizer
         self.stop_ids = frozenset({*eos_ids, Tokenizer.EOS_ID})
         self.params = params
         self.max_model_len = max_model_len
+        self.constraint = constraint
+        self.vocab_size = vocab_size or tokenizer.vocab_size
+        self.masks = masks
+        self.choices = choices
+        self._grammars: dict[frozenset[int], Grammars] = {}  # by stop ids, built when first needed
 
     def request(self, row: InputRow) -> Request | RowFailure:
         """The row's request, or why it cannot run."""
@@ -56,7 +68,28 @@ class RowRequests:
                 f"row {row.index}: prompt is {len(ids)} tokens; the context is {self.max_model_len} tokens "
                 f"(--max-model-len), which leaves no room for a completion", len(ids))
         max_new = min(params.max_tokens, room)
-        return Request(row.index, ids, params, stop, params.rng_key(row.id), max_new)
+        own = row.constraint is not None or row.choices is not None
+        constraint, labels = (row.constraint, row.choices) if own else (self.constraint, self.choices)
+        matcher, choices = None, None
+        if (constraint is not None or labels) and not self.masks:
+            return RowFailure(f"row {row.index}: constrained completions and choices run on --backend cpu in this "
+                              "version (the Vulkan sampler does not apply them yet)", len(ids))
+        if labels:
+            try:
+                choices = Choices.encode(labels, self.tokenizer)
+            except ValueError as e:
+                return RowFailure(f"row {row.index}: {e}", len(ids))
+            if len(ids) + choices.longest > self.max_model_len:
+                return RowFailure(f"row {row.index}: prompt is {len(ids)} tokens and the longest choice {choices.longest}; "
+                                  f"the context is {self.max_model_len} tokens (--max-model-len)", len(ids))
+        if constraint is not None:
+            if stop not in self._grammars:
+                self._grammars[stop] = Grammars(self.tokenizer, self.vocab_size, stop)
+            try:
+                matcher = self._grammars[stop].matcher(constraint)
+            except ValueError as e:
+                return RowFailure(f"row {row.index}: {e}", len(ids))
+        return Request(row.index, ids, params, stop, params.rng_key(row.id), max_new, matcher, choices)
 
 
 def output_row(row: InputRow, request: Request, completion: Completion) -> dict[str, Any]:
@@ -77,6 +110,7 @@ def output_row(row: InputRow, request: Request, completion: Completion) -> dict[
         "min_p": p.min_p,
         "seed": p.seed,
         "stop": list(p.stop),
+        "choice_logprobs": completion.choice_logprobs,
         "error": None,
         **row.keep,
         "_kind": row.kind,
@@ -101,6 +135,7 @@ def error_row(row: InputRow, failure: RowFailure) -> dict[str, Any]:
         "min_p": None,
         "seed": None,
         "stop": None,
+        "choice_logprobs": None,
         "error": failure.error,
         **row.keep,
         "_kind": row.kind,

@@ -84,6 +84,9 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
     except (VulkanUnavailable, DeviceMemoryError) as e:
         raise JobFailed(str(e)) from None
     print(f"backend: {backend.identity} ({why}); weights {fmt}", file=log)
+    if (spec.constraint is not None or spec.choices) and not backend.constrains:
+        raise UsageError(f"constrained completions and choices run on --backend cpu in this version; the "
+                         f"{backend.name} backend ({why}) does not apply them yet")
 
     max_model_len = spec.max_model_len or cfg.max_position_embeddings
     if max_model_len > cfg.max_position_embeddings:
@@ -147,7 +150,8 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
             print(f"steps: up to {budget} tokens (the backend's choice; --max-step-tokens sets it)", file=log)
         for line in weights.note:
             print(f"  {line}", file=log)
-        requests = RowRequests(tokenizer, frozenset(cfg.eos_token_ids), spec.sampling, plan.max_model_len)
+        requests = RowRequests(tokenizer, frozenset(cfg.eos_token_ids), spec.sampling, plan.max_model_len,
+                               spec.constraint, cfg.vocab_size, backend.constrains, spec.choices)
         progress = Progress(dataset.num_rows, store.num_done, log, settle=spec.max_batch)
         started, done_before = time.perf_counter(), store.num_done
         started_at = datetime.datetime.now(datetime.timezone.utc)

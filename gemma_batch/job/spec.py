@@ -19,13 +19,15 @@ from typing import Any, Literal
 from ..backends import BACKENDS
 from ..backends.kv_formats import KV_DTYPES
 from ..model.quant import FORMATS, INT4_GROUPS, WeightFormat
+from ..engine.constraints import Constraint, check_grammar
 from ..engine.sampling_params import SamplingParams
 from ..data.jsonl import COMPRESSIONS
 from ..model.checkpoint import DEMO_MODEL
 
 DATE = "{date}"  # the placeholder an output name may carry (`--output "labels-{date}.parquet"`)
 
-PATH_FIELDS = ("input", "output", "model")
+PATH_FIELDS = ("input", "output", "model", "json_schema")
+LIST_FIELDS = ("keep_columns", "stop", "choices")
 
 
 class UsageError(ValueError):
@@ -54,6 +56,10 @@ class JobSpec:
     min_p: float = SamplingParams.min_p
     seed: int = SamplingParams.seed
     stop: tuple[str, ...] = SamplingParams.stop
+    regex: str | None = None  # every completion matches it whole (a row's `regex` column overrides)
+    json_schema: Path | None = None  # a JSON schema file every completion's JSON validates against
+    json: bool = False  # every completion is a JSON object
+    choices: tuple[str, ...] = ()  # every row answers with one of these, scored (a row's `choices` overrides them)
     max_batch: int = 32
     max_model_len: int | None = None  # None: the model's context
     kv_memory: str = "50%"  # bytes ("4GiB", "512MB") or a share of the backend's free memory ("50%")
@@ -76,6 +82,22 @@ class JobSpec:
     @property
     def weight_format(self) -> WeightFormat:
         return WeightFormat.parse(self.weights, self.int4_group)
+
+    @property
+    def constraint(self) -> Constraint | None:
+        """The rows' constraint from --regex, --json-schema or --json (checked by `make_spec`)."""
+        if self.regex is not None:
+            return Constraint("regex", self.regex)
+        if self.json_schema is not None:
+            try:
+                text = self.json_schema.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as e:
+                raise UsageError(f"--json-schema {self.json_schema}: cannot read it ({e})") from None
+            try:
+                return Constraint.json_schema(text)
+            except ValueError as e:
+                raise UsageError(f"--json-schema {self.json_schema}: {e}") from None
+        return Constraint("json") if self.json else None
 
     @property
     def sampling(self) -> SamplingParams:
@@ -119,7 +141,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
 
 def _check_type(key: str, value: Any, where: str) -> None:
     """Refuse a value of the wrong type (a TOML string for a number, a bool for an int...)."""
-    if key in ("keep_columns", "stop") and not all(isinstance(v, str) for v in value):
+    if key in LIST_FIELDS and not all(isinstance(v, str) for v in value):
         raise UsageError(f"{where}: {key.replace('_', '-')} must be strings, got {value!r}")
     annotation = str(JobSpec.__dataclass_fields__[key].type)
     kind = next((k for k in ("bool", "float", "int", "str") if annotation.startswith(k)), None)
@@ -152,7 +174,9 @@ def make_spec(settings: Mapping[str, Any], where: str = "command line") -> JobSp
     if unknown:
         raise UsageError(f"{where}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(fields)}")
     values = {k: v for k, v in settings.items() if v is not None}
-    for key in ("keep_columns", "stop"):
+    if isinstance(values.get("choices"), str):  # "positive,negative": labels between commas
+        values["choices"] = tuple(label.strip() for label in values["choices"].split(","))
+    for key in LIST_FIELDS:
         if isinstance(values.get(key), str):
             values[key] = (values[key],)
         if key in values:
@@ -189,7 +213,34 @@ def make_spec(settings: Mapping[str, Any], where: str = "command line") -> JobSp
     for ok, message in checks:
         if not ok:
             raise UsageError(f"{where}: {message}")
+    constraint = _checked_constraint(spec, where)
+    if (constraint is not None or spec.choices) and spec.backend == "vulkan":
+        flag = "choices" if spec.choices else constraint.kind.replace("_", "-")
+        raise UsageError(f"{where}: constrained completions and choices (--{flag}) run on --backend cpu "
+                         "in this version; the Vulkan sampler does not apply them yet")
     return dataclasses.replace(spec, output_format=resolve_output_format(spec.output, spec.output_format, where))
+
+
+def _checked_constraint(spec: JobSpec, where: str) -> Constraint | None:
+    """The job's constraint, refused (UsageError) when more than one flag gives one, the regex is
+    empty, or the grammar does not compile."""
+    given = [f"--{name.replace('_', '-')}" for name in ("regex", "json_schema", "json", "choices") if getattr(spec, name)]
+    if len(given) > 1:
+        raise UsageError(f"{where}: {' and '.join(given)}: give one constraint")
+    if spec.regex == "":
+        raise UsageError(f"{where}: --regex is empty")
+    if spec.choices and (len(spec.choices) < 2 or not all(spec.choices) or len(set(spec.choices)) < len(spec.choices)):
+        raise UsageError(f"{where}: --choices {','.join(spec.choices)!r}: give at least two different, non-empty labels")
+    try:
+        constraint = spec.constraint
+    except UsageError as e:
+        raise UsageError(f"{where}: {e}") from None
+    try:
+        if constraint is not None:
+            check_grammar(constraint)
+    except ValueError as e:
+        raise UsageError(f"{where}: {given[0]}: {e}") from None
+    return constraint
 
 
 OUTPUT_SUFFIXES = {".parquet": "parquet", ".jsonl": "jsonl", ".csv": "csv"}

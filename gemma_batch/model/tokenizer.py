@@ -194,6 +194,16 @@ class Tokenizer:
         """The UTF-8 bytes `token_id` contributes to decoded text (b"" for skipped ids)."""
         return b"" if token_id in self._skip_ids else self._bytes[token_id]
 
+    def piece_bytes(self, token_id: int) -> bytes:
+        """The bytes of `token_id`'s piece, special pieces spelled out (b"<eos>")."""
+        return self._bytes[token_id]
+
+    @property
+    def added_ids(self) -> list[int]:
+        """Ids of the pieces cut out of raw text whole (control, unknown and user-defined: step 1 of
+        the module doc), ascending."""
+        return sorted(self._added_ids.values())
+
     def encode(self, text: str, add_bos: bool = True) -> list[int]:
         """Token ids of `text`, equal to transformers' `tokenizer(text).input_ids` (with
         `add_special_tokens=add_bos`). Special-token strings in the text become their ids."""

@@ -58,6 +58,7 @@ STEP_MEMORY_SHARE = 0.9  # of the memory left after the KV pages, the most the s
 class VulkanBackend(Backend):
     name = "vulkan"
     overlaps = True
+    constrains = False  # (the sampling shaders do not read a grammar's mask yet, nor return logit rows)
     weight_formats = FORMATS
 
     def __init__(self, cfg: Gemma3Config, device: str | None = None, kv_dtype: str = "fp16",
@@ -182,6 +183,9 @@ class VulkanBackend(Backend):
         cfg = self.cfg
         if len(self._in_flight) >= self.MAX_IN_FLIGHT:
             raise RuntimeError(f"{self.MAX_IN_FLIGHT} steps are already in flight")
+        if (batch.logit_rows is not None or batch.sampling is not None and batch.sampling.allowed is not None
+                and (batch.sampling.allowed != -1).any()):
+            raise ValueError("the Vulkan backend does not apply a grammar's mask nor return logit rows yet (constrains)")
         T, S = batch.num_tokens, batch.num_seqs
         last = batch.seq_starts[1:] - 1
         rows = np.arange(T, dtype=np.int32) if batch.return_logits else last[batch.sample].astype(np.int32)

@@ -1,0 +1,120 @@
+"""Scored choices: a row whose answer is one of a few labels, with each label's probability.
+
+Each choice's log-probability is the sum over its tokens of log p(token | prompt, the choice's
+earlier tokens), from the model's logits (log-softmax in float64, no temperature). The prompt is
+computed once: its last token's logits score every choice's first token; then each choice longer
+than one token is fed after the prompt (all but its last token), scored, and taken back (the
+sequence returns to its prompt; the next choice overwrites the same KV slots). The answer is the
+most probable choice (the first on ties) under greedy, else a draw from the normalised
+probabilities with the row's Philox uniform for token 0 (`backends.sampler.uniform`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..backends.sampler import uniform
+from ..model.tokenizer import Tokenizer
+
+MAX_CHOICES = 64
+
+
+@dataclass(frozen=True)
+class Choices:
+    """The labels of a row and their token ids (as encoded after the prompt, without <bos>)."""
+
+    texts: tuple[str, ...]
+    token_ids: tuple[tuple[int, ...], ...]
+
+    @classmethod
+    def encode(cls, texts: tuple[str, ...] | list[str], tokenizer: Tokenizer) -> Choices:
+        """ValueError if there are fewer than 2 or more than MAX_CHOICES, or one is empty or repeated."""
+        texts = tuple(texts)
+        if not 2 <= len(texts) <= MAX_CHOICES:
+            raise ValueError(f"choices: give 2 to {MAX_CHOICES} labels, got {len(texts)}")
+        if not all(isinstance(t, str) and t for t in texts):
+            raise ValueError(f"choices must be non-empty strings, got {texts!r}")
+        if len(set(texts)) < len(texts):
+            raise ValueError(f"choices are repeated: {sorted(t for t in set(texts) if texts.count(t) > 1)!r}")
+        return cls(texts, tuple(tuple(tokenizer.encode(t, add_bos=False)) for t in texts))
+
+    @property
+    def longest(self) -> int:
+        """Tokens of the longest choice."""
+        return max(map(len, self.token_ids))
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """float64 log-softmax over the last axis of float32 logits."""
+    z = logits.astype(np.float64)
+    z -= z.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+class ChoiceScores:
+    """One row's scoring in progress: which choice is being fed, and every token's log-probability."""
+
+    def __init__(self, choices: Choices, prompt_len: int) -> None:
+        self.choices = choices
+        self.prompt_len = prompt_len
+        self.current = 0  # the choice being fed after the prompt
+        self.token_logprobs = [np.full(len(ids), np.nan) for ids in choices.token_ids]
+
+    def tokens_after_prompt(self) -> list[int]:
+        """What the sequence holds after its prompt while the current choice is scored."""
+        return list(self.choices.token_ids[self.current][:-1])
+
+    def record(self, position: int, logits: np.ndarray) -> None:
+        """Take the logits after the token at `position` (the prompt's last, or the current choice's)."""
+        lp = log_softmax(logits)
+        if position == self.prompt_len - 1:
+            for i, ids in enumerate(self.choices.token_ids):
+                self.token_logprobs[i][0] = lp[ids[0]]
+        else:
+            j = position - self.prompt_len + 1  # the current choice's token it predicts
+            self.token_logprobs[self.current][j] = lp[self.choices.token_ids[self.current][j]]
+
+    def next_choice(self) -> bool:
+        """Move to the next choice that needs tokens fed (longer than one); False when none is left."""
+        self.current += 1
+        while self.current < len(self.choices.texts) and len(self.choices.token_ids[self.current]) == 1:
+            self.current += 1
+        return self.current < len(self.choices.texts)
+
+    def first_choice(self) -> bool:
+        """Start at the first choice that needs tokens fed; False when every choice is one token."""
+        self.current = -1
+        return self.next_choice()
+
+    def result(self, temperature: float, key: tuple[int, int]) -> tuple[int, list[float], list[float]]:
+        """(the answer's index, each choice's log-probability, the normalised probabilities)."""
+        logprobs = np.array([lps.sum() for lps in self.token_logprobs])
+        if np.isnan(logprobs).any():
+            raise RuntimeError("a choice was not fully scored")
+        probs = np.exp(logprobs - logprobs.max())
+        probs /= probs.sum()
+        if temperature > 0:
+            u = uniform(np.array([key], np.uint32), np.zeros(1, np.uint32))[0]
+            pick = min(int(np.searchsorted(np.cumsum(probs), u, side="right")), len(probs) - 1)
+        else:
+            pick = int(np.argmax(logprobs))
+        return pick, logprobs.tolist(), probs.tolist()
+
+
+def choice_rows(scheduled: list, prompt_lens: list[int | None]) -> tuple[np.ndarray | None, list[tuple[int, object, int]]]:
+    """The logit rows a step needs for scored sequences: (flat token indices or None, and per row
+    (its index there, the sequence, the position)). `scheduled` holds (sequence, tokens) in step
+    order, before the step counts them cached; `prompt_lens` the prompt length of each scored
+    sequence (None for the others). A scored sequence needs every row from its prompt's last."""
+    rows, entries, start = [], [], 0
+    for (seq, n), prompt_len in zip(scheduled, prompt_lens):
+        if prompt_len is not None:
+            for k in range(n):
+                position = seq.num_cached_tokens + k
+                if position >= prompt_len - 1:
+                    entries.append((len(rows), seq, position))
+                    rows.append(start + k)
+        start += n
+    return (np.asarray(rows, np.int32) if rows else None), entries

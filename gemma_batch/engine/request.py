@@ -1,0 +1,34 @@
+"""What the engine takes and gives back: a request (a prompt and how to complete it) and its
+completion."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .choices import Choices
+from .constraints import Matcher
+from .sampling_params import SamplingParams
+
+
+@dataclass
+class Request:
+    """One prompt to complete. `request_id` is unique among the engine's requests."""
+
+    request_id: int
+    prompt_ids: list[int]
+    params: SamplingParams = SamplingParams()
+    stop_token_ids: frozenset[int] = frozenset()
+    rng_key: tuple[int, int] = (0, 0)
+    max_new_tokens: int | None = None  # None: params.max_tokens (callers clamp to the context)
+    matcher: Matcher | None = None  # a constrained completion's grammar (`engine.constraints`)
+    choices: Choices | None = None  # the answer is one of these, scored (`engine.choices`)
+
+
+@dataclass
+class Completion:
+    request_id: int
+    token_ids: list[int]  # every generated token, the stop token included
+    text: str  # the completion, without a stop token or stop string
+    finish_reason: str  # "stop" or "length"
+    num_prompt_tokens: int
+    choice_logprobs: list[dict] | None = None  # per choice: {"choice", "logprob", "probability"}
