@@ -111,6 +111,7 @@ def run(
     min_p: float = _opt("Drop tokens below min_p x the top probability; 0 is off. [default: 0]"),
     seed: int = _opt("Job seed; a row's randomness depends only on (seed, row id, step). [default: 0]"),
     stop: list[str] = _opt("Stop string, not included in the output (repeatable)."),
+    logprobs: int = _opt("Report each generated token's log-probability and the K most likely alternatives (0 to 20) in the `logprobs` column: the model's distribution after a --regex/--json mask, before --temperature and the filters. CPU backend."),
     regex: str = _opt("Every completion matches this regular expression, whole (a row's `regex` column overrides it). CPU backend."),
     json_schema: Path = _opt("A JSON schema file: every completion is JSON valid under it (a row's `json_schema` column overrides it). CPU backend."),
     json: bool = typer.Option(False, "--json", help="Every completion is a JSON object. CPU backend."),

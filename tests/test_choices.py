@@ -8,17 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gemma_batch.backends import create_backend
 from gemma_batch.backends.sampler import uniform
 from gemma_batch.engine.choices import Choices, log_softmax
-from gemma_batch.engine.engine import Engine, Request
-from gemma_batch.engine.kv_plan import KVPlan, blocks_per_sequence
 from gemma_batch.engine.sampling_params import SamplingParams
+from gemma_batch.engine.request import Request
 from gemma_batch.engine.score import token_logits
-from gemma_batch.job.spec import DEMO_MODEL
-from gemma_batch.model.checkpoint import Checkpoint
-from gemma_batch.model.config import Gemma3Config
-from gemma_batch.model.tokenizer import Tokenizer
+from tests.demo_engine import demo_cpu, run_engine
 
 LABELS = [" Moses", " Aaron", " the children of Israel", " Pharaoh king of Egypt", " Joshua the son of Nun"]
 PROMPTS = ["And the LORD spake unto", "Then said", "And it came to pass that", "These are the words which",
@@ -28,23 +23,13 @@ PROMPTS = ["And the LORD spake unto", "Then said", "And it came to pass that", "
 
 @pytest.fixture(scope="module")
 def model():
-    cfg = Gemma3Config.from_dir(DEMO_MODEL)
-    backend = create_backend("cpu", cfg)
-    backend.load_weights(Checkpoint.open(DEMO_MODEL, cfg).tensors())
-    return backend, Tokenizer.from_dir(DEMO_MODEL)
+    return demo_cpu()
 
 
-def answer(backend, tokenizer, requests: list[Request], max_batch: int = 8, budget: int = 512, seqs: int = 8) -> dict:
+def answer(backend, tokenizer, requests: list[Request], max_batch: int = 8, budget: int = 512, seqs: int = 8):
     """Completions by request id, and preemptions; the KV pool holds `seqs` of the longest row."""
-    bs, length = 8, max(len(r.prompt_ids) + r.choices.longest for r in requests)
-    blocks = {g.name: seqs * blocks_per_sequence(g, length, bs, budget) for g in backend.cfg.kv_groups()}
-    engine = Engine(backend, KVPlan(bs, blocks, length, 0, 0, seqs), tokenizer, max_batch, budget)
-    for r in requests:
-        engine.add(r)
-    out = {}
-    while engine.num_unfinished:
-        out.update((c.request_id, c) for c in engine.step())
-    return out, engine.stats.preemptions
+    length = max(len(r.prompt_ids) + r.choices.longest for r in requests)
+    return run_engine(backend, tokenizer, requests, max_batch, budget, seqs, length)
 
 
 def requests(tokenizer, temperature: float = 0.0, labels=LABELS) -> list[Request]:

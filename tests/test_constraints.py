@@ -14,16 +14,12 @@ import numpy as np
 import pytest
 import regex
 
-from gemma_batch.backends import create_backend
 from gemma_batch.engine.constraints import Constraint, Grammars, check_grammar
-from gemma_batch.engine.engine import Engine, Request
-from gemma_batch.engine.kv_plan import KVPlan
+from gemma_batch.engine.request import Request
 from gemma_batch.engine.sampling_params import SamplingParams
 from gemma_batch.engine.score import token_logits
-from gemma_batch.job.spec import DEMO_MODEL
-from gemma_batch.model.checkpoint import Checkpoint
-from gemma_batch.model.config import Gemma3Config
 from gemma_batch.model.tokenizer import Tokenizer
+from tests.demo_engine import demo_cpu, run_engine
 
 STOP = frozenset({Tokenizer.EOS_ID, Tokenizer.END_OF_TURN_ID})
 PROMPTS = ["And the LORD said unto Moses,", "In the beginning", "The number of the children of Israel was"]
@@ -31,11 +27,8 @@ PROMPTS = ["And the LORD said unto Moses,", "In the beginning", "The number of t
 
 @pytest.fixture(scope="module")
 def model():
-    cfg = Gemma3Config.from_dir(DEMO_MODEL)
-    backend = create_backend("cpu", cfg)
-    backend.load_weights(Checkpoint.open(DEMO_MODEL, cfg).tensors())
-    tokenizer = Tokenizer.from_dir(DEMO_MODEL)
-    return backend, tokenizer, Grammars(tokenizer, cfg.vocab_size, STOP)
+    backend, tokenizer = demo_cpu()
+    return backend, tokenizer, Grammars(tokenizer, backend.cfg.vocab_size, STOP)
 
 
 def random_regex(rng: np.random.Generator) -> str:
@@ -57,14 +50,7 @@ def random_regex(rng: np.random.Generator) -> str:
 
 
 def complete(backend, tokenizer, requests: list[Request], max_batch: int = 8, budget: int = 512) -> dict:
-    plan = KVPlan(16, {g.name: 256 for g in backend.cfg.kv_groups()}, 256, 0, 0, max_batch)
-    engine = Engine(backend, plan, tokenizer, max_batch, budget)
-    for r in requests:
-        engine.add(r)
-    out = {}
-    while engine.num_unfinished:
-        out.update((c.request_id, c) for c in engine.step())
-    return out
+    return run_engine(backend, tokenizer, requests, max_batch, budget)[0]
 
 
 def request(grammars, tokenizer, i: int, prompt: str, constraint: Constraint, temperature: float, max_tokens: int = 24):

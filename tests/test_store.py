@@ -66,6 +66,8 @@ def make_row(i: int, kind: str = "text") -> dict:
         "stop": ["\n\n", "</s>"] if run else None,
         "choice_logprobs": [{"choice": "yes", "logprob": -0.1 * i, "probability": 1 / 3}, {"choice": " no", "logprob": -1e-300,
                             "probability": 2 / 3}] if run and not error and i % 3 == 0 else None,
+        "logprobs": [{"token_id": i, "token": "é" * (i % 3), "logprob": -i / 7, "top_logprobs": [
+            {"token_id": 0, "token": "<pad>", "logprob": -1e300}][: i % 2]}] if run and not error and i % 4 == 1 else None,
         "error": ("prompt is too long" if run else "prompt is null") if error else None,
         "n": None if nulls else i * 1000,
         "ts": None if nulls else T0 + timedelta(microseconds=1234567 * i),

@@ -35,7 +35,7 @@ CHAT_URL, COMPLETIONS_URL = "/v1/chat/completions", "/v1/completions"
 # Body fields ignored always, and those ignored only when null or at their no-op value.
 IGNORED_FIELDS = frozenset({"model", "user", "metadata", "store"})
 NO_OP_VALUES: dict[str, Any] = {
-    "stream": False, "logprobs": False, "frequency_penalty": 0, "presence_penalty": 0, "n": 1,
+    "stream": False, "frequency_penalty": 0, "presence_penalty": 0, "n": 1,
 }  # fmt: skip
 
 
@@ -45,16 +45,26 @@ def _is_no_op(name: str, value: Any) -> bool:
     return value is None or (isinstance(value, bool) == isinstance(want, bool) and value == want)
 
 
-def _body_params(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The validated sampling params of a body (`max_completion_tokens` is `max_tokens`)."""
+def _body_params(body: Mapping[str, Any], chat: bool) -> dict[str, Any]:
+    """The validated sampling params of a body (`max_completion_tokens` is `max_tokens`; a chat
+    body's `logprobs: true` and `top_logprobs: K`, a completions body's `logprobs: K`, are `logprobs`)."""
     params: dict[str, Any] = {}
     if body.get("max_tokens") is not None and body.get("max_completion_tokens") is not None:
         raise RowError("body has both 'max_tokens' and 'max_completion_tokens': give one")
     if body.get("max_completion_tokens") is not None:
         params["max_tokens"] = check_param("max_tokens", body["max_completion_tokens"], "max_completion_tokens")
     for name in ROW_PARAMS:
-        if body.get(name) is not None:
+        if name != "logprobs" and body.get(name) is not None:
             params[name] = check_param(name, body[name])
+    wanted, top = body.get("logprobs"), body.get("top_logprobs")
+    if chat and wanted is not None and not isinstance(wanted, bool):
+        raise RowError(f"body logprobs must be true or false in a chat request, got {show(wanted)}")
+    if chat and top is not None and wanted is not True:
+        raise RowError("body top_logprobs needs logprobs: true")
+    if chat and wanted is True:
+        params["logprobs"] = check_param("logprobs", 0 if top is None else top, "top_logprobs")
+    elif not chat and wanted is not None:  # /v1/completions: logprobs is the count of alternatives
+        params["logprobs"] = check_param("logprobs", wanted)
     return params
 
 
@@ -79,7 +89,7 @@ def _response_format(value: Any) -> Constraint | None:
 
 def _check_fields(body: Mapping[str, Any], prompt_field: str) -> None:
     """Raise naming every body field this engine does not support."""
-    known = {prompt_field, "max_completion_tokens", "response_format", *ROW_PARAMS, *IGNORED_FIELDS}
+    known = {prompt_field, "max_completion_tokens", "response_format", "top_logprobs", *ROW_PARAMS, *IGNORED_FIELDS}
     problems = []
     for name, value in body.items():
         if name in NO_OP_VALUES:
@@ -117,7 +127,7 @@ def _request(record: Mapping[str, Any], chat: bool | None) -> InputRow:
         elif isinstance(prompt, list):
             raise RowError(f"body prompt must be a string (or a list of one string), got a list of {len(prompt)}")
         row.prompt = check_text(prompt, "body prompt")
-    row.params = _body_params(body)
+    row.params = _body_params(body, url == CHAT_URL)
     if body.get("response_format") is not None:
         row.constraint = _response_format(body["response_format"])
     return row

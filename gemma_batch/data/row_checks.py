@@ -28,6 +28,7 @@ _NUMBER_RULES: dict[str, tuple[bool, Callable[[float], bool], str]] = {
     "top_k": (True, lambda v: v >= 0, "an integer >= 0"),
     "min_p": (False, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
     "seed": (True, lambda v: 0 <= v < 2**63, "an integer in [0, 2**63)"),
+    "logprobs": (True, lambda v: 0 <= v <= 20, "an integer in [0, 20]"),
 }
 
 

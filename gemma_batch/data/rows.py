@@ -16,7 +16,7 @@ from ..engine.constraints import Constraint
 Messages = list[dict[str, Any]]
 
 # Per-row sampling overrides a reader may return in `InputRow.params`, with their Python types.
-ROW_PARAMS = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop")
+ROW_PARAMS = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "logprobs")
 # Per-row constraints (`InputRow.constraint`): a regex, or a JSON schema (an object or its text).
 CONSTRAINT_COLUMNS = ("regex", "json_schema", "choices")
 
@@ -41,7 +41,7 @@ class InputRow:
     Exactly one of `prompt` / `messages` is set on a valid row; both are None when `error` is set.
     `params` holds validated overrides (keys from `ROW_PARAMS`): max_tokens int >= 1,
     temperature float >= 0, top_p float in (0, 1], top_k int >= 0 (0 = off), min_p float in [0, 1],
-    seed int in [0, 2**63), stop tuple[str, ...] of non-empty strings.
+    seed int in [0, 2**63), stop tuple[str, ...] of non-empty strings, logprobs int in [0, 20].
     `constraint` is the row's own `regex` or `json_schema` (None: the job's, if any); `choices` its
     own labels (a list of strings), answered by scoring them (None: the job's, if any).
     `kind` is "chat" for rows rendered with the chat template (and OpenAI /v1/chat/completions

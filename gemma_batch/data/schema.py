@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import pyarrow as pa
 
 FINISH_REASONS = ("stop", "length", "error")
+TOKEN_FIELDS = [("token_id", pa.int64()), ("token", pa.string()), ("logprob", pa.float64())]
 
 # Fixed columns, in output order. Sampling columns hold the effective values the row ran with
 # (job flags with the row's overrides applied); they are null on rows that failed before running.
@@ -31,6 +32,9 @@ BASE_FIELDS = (
     # probability normalised over the choices; null on other rows (engine/choices.py)
     pa.field("choice_logprobs", pa.list_(pa.struct([
         ("choice", pa.string()), ("logprob", pa.float64()), ("probability", pa.float64())]))),
+    # with --logprobs K (or a row's): per generated token, its log-probability and the K most
+    # likely alternatives (engine/token_logprobs.py); null on other rows
+    pa.field("logprobs", pa.list_(pa.struct([*TOKEN_FIELDS, ("top_logprobs", pa.list_(pa.struct(TOKEN_FIELDS)))]))),
     pa.field("error", pa.string()),  # why the row failed; null on success
 )
 

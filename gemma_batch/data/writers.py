@@ -153,6 +153,24 @@ def write_final_parquet(
             writer.write_table(group, row_group_size=ROW_GROUP_ROWS)
 
 
+def openai_logprobs(tokens: list[dict] | None, kind: str) -> dict | None:
+    """A row's `logprobs` in OpenAI's shape: a chat choice's {"content": [{token, logprob, bytes,
+    top_logprobs}]}, a completion choice's {tokens, token_logprobs, top_logprobs, text_offset}."""
+    if tokens is None:
+        return None
+    if kind == "chat":
+        def item(t: dict) -> dict:
+            return {"token": t["token"], "logprob": t["logprob"], "bytes": list(t["token"].encode())}
+        return {"content": [{**item(t), "top_logprobs": [item(a) for a in t["top_logprobs"]]} for t in tokens],
+                "refusal": None}
+    offsets = [0]
+    for t in tokens[:-1]:
+        offsets.append(offsets[-1] + len(t["token"]))
+    return {"tokens": [t["token"] for t in tokens], "token_logprobs": [t["logprob"] for t in tokens],
+            "top_logprobs": [{a["token"]: a["logprob"] for a in t["top_logprobs"]} for t in tokens],
+            "text_offset": offsets}
+
+
 class OpenAIResults:
     """Builds OpenAI Batch output lines. Ids are deterministic: blake2b of the job fingerprint,
     the row index and the custom_id, so a resumed job writes the same file.
@@ -199,7 +217,7 @@ class OpenAIResults:
             head = {"id": "cmpl-" + self._id("cmpl", index, custom_id),
                     "object": "text_completion"}
             choice["text"] = row["completion"]
-        choice["logprobs"] = None
+        choice["logprobs"] = openai_logprobs(row.get("logprobs"), kind)
         choice["finish_reason"] = row["finish_reason"]
         prompt, completion = row["prompt_tokens"] or 0, row["completion_tokens"] or 0
         usage = {"prompt_tokens": prompt, "completion_tokens": completion,

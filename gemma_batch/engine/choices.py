@@ -17,6 +17,7 @@ import numpy as np
 
 from ..backends.sampler import uniform
 from ..model.tokenizer import Tokenizer
+from .sequence import Sequence
 
 MAX_CHOICES = 64
 
@@ -88,8 +89,17 @@ class ChoiceScores:
         self.current = -1
         return self.next_choice()
 
-    def result(self, temperature: float, key: tuple[int, int]) -> tuple[int, list[float], list[float]]:
-        """(the answer's index, each choice's log-probability, the normalised probabilities)."""
+    def rewind(self, seq: Sequence) -> bool:
+        """Put the next choice that needs feeding after `seq`'s prompt and set its cache back to the
+        prompt (the choice overwrites the same slots); False when none is left."""
+        if not self.next_choice():
+            return False
+        seq.token_ids[seq.num_prompt_tokens:] = self.tokens_after_prompt()
+        seq.num_cached_tokens = seq.num_prompt_tokens
+        return True
+
+    def result(self, temperature: float, key: tuple[int, int]) -> tuple[int, list[dict]]:
+        """(the answer's index, per choice {"choice", "logprob", "probability"} normalised over them)."""
         logprobs = np.array([lps.sum() for lps in self.token_logprobs])
         if np.isnan(logprobs).any():
             raise RuntimeError("a choice was not fully scored")
@@ -100,21 +110,6 @@ class ChoiceScores:
             pick = min(int(np.searchsorted(np.cumsum(probs), u, side="right")), len(probs) - 1)
         else:
             pick = int(np.argmax(logprobs))
-        return pick, logprobs.tolist(), probs.tolist()
+        return pick, [{"choice": c, "logprob": float(lp), "probability": float(p)}
+                      for c, lp, p in zip(self.choices.texts, logprobs, probs)]
 
-
-def choice_rows(scheduled: list, prompt_lens: list[int | None]) -> tuple[np.ndarray | None, list[tuple[int, object, int]]]:
-    """The logit rows a step needs for scored sequences: (flat token indices or None, and per row
-    (its index there, the sequence, the position)). `scheduled` holds (sequence, tokens) in step
-    order, before the step counts them cached; `prompt_lens` the prompt length of each scored
-    sequence (None for the others). A scored sequence needs every row from its prompt's last."""
-    rows, entries, start = [], [], 0
-    for (seq, n), prompt_len in zip(scheduled, prompt_lens):
-        if prompt_len is not None:
-            for k in range(n):
-                position = seq.num_cached_tokens + k
-                if position >= prompt_len - 1:
-                    entries.append((len(rows), seq, position))
-                    rows.append(start + k)
-        start += n
-    return (np.asarray(rows, np.int32) if rows else None), entries

@@ -86,6 +86,18 @@ def _one_line(problem: str) -> str:
     return " ".join([lines[0], *(line for line in lines[1:] if line.startswith("error:"))])
 
 
+def step_masks(matchers: list[Matcher | None], sample: np.ndarray, vocab_size: int) -> np.ndarray | None:
+    """A step's `SamplingBatch.allowed`: the mask of each sampled sequence with a matcher, -1 words
+    (all allowed) for the others; None when no sequence has one."""
+    if all(m is None for m in matchers):
+        return None
+    allowed = np.full((len(matchers), -(-vocab_size // 32)), -1, np.int32)
+    for s, matcher in enumerate(matchers):
+        if matcher is not None and sample[s]:
+            matcher.fill_mask(allowed[s])
+    return allowed
+
+
 class _TokenBytes:
     """What llguidance's TokenizerWrapper reads: each id's bytes, the special ids, and an encoder."""
 

@@ -24,13 +24,16 @@ from ..backends.base import Backend, SamplingBatch, StepBatch, StepResult
 from ..model.detokenizer import IncrementalDetokenizer
 from ..model.tokenizer import Tokenizer
 from ..switches import switched_on
-from .choices import ChoiceScores, choice_rows
+from .choices import ChoiceScores
+from .constraints import step_masks
 from .kv_cache import KVCacheManager
 from .kv_plan import KVPlan
+from .logit_rows import logit_rows
 from .request import Completion, Request
 from .scheduler import Scheduler
 from .sequence import Sequence
 from .stats import EngineStats
+from .token_logprobs import token_logprobs
 from .step_builder import build_step
 
 StepHook = Callable[[list[int], StepBatch, StepResult], None]
@@ -47,6 +50,7 @@ class _Live:
     detok: IncrementalDetokenizer | None
     text: str = ""
     admitted_at: float | None = None
+    logprobs: list[dict] | None = None  # per generated token, where the request asks (`token_logprobs`)
     stopped_by_string: bool = field(default=False)
 
 
@@ -60,6 +64,7 @@ class _Submitted:
     sampled: list[tuple[int, Sequence, bool]]
     prefill_tokens: int  # tokens it feeds outside decoding, counted in the stats when it is waited for
     scored: list = field(default_factory=list)  # (logit row, sequence, position) of scored sequences
+    logprob_rows: dict[int, int] = field(default_factory=dict)  # sampled sequence index -> its logit row
     held: bool = False  # whether its sampled sequences hold the places of their coming tokens
 
 
@@ -132,8 +137,8 @@ class Engine:
             if scores.first_choice():
                 seq.token_ids += scores.tokens_after_prompt()
         needs_text = self.tokenizer is not None
-        if request.params.stop and not needs_text:
-            raise ValueError("stop strings need an engine with a tokenizer")
+        if (request.params.stop or request.params.logprobs is not None) and not needs_text:
+            raise ValueError("stop strings and logprobs need an engine with a tokenizer")
         self._live[seq.seq_id] = _Live(request, IncrementalDetokenizer(self.tokenizer) if needs_text else None)
         self._constrained += request.matcher is not None or request.choices is not None
         self.scheduler.add(seq)
@@ -169,6 +174,8 @@ class Engine:
                 continue  # one was submitted), or scoring its choices
             if first:
                 self.stats.record_ttft(time.perf_counter() - self._live[seq.seq_id].admitted_at)
+            if s in current.logprob_rows:
+                self._log_token(seq, current, s, result)
             self._append(seq, int(result.token_ids[s]))
             sampled += 1
             if seq.finished:
@@ -189,8 +196,9 @@ class Engine:
             live = self._live[seq.seq_id]
             live.admitted_at = live.admitted_at or started
         batch.sampling = self._sampling(scheduled, batch.sample)
-        batch.logit_rows, scored = choice_rows(
-            scheduled, [s.prompt_len if (s := self._scores.get(seq.seq_id)) else None for seq, _ in scheduled])
+        batch.logit_rows, scored, logprob_rows = logit_rows(
+            scheduled, batch, [s.prompt_len if (s := self._scores.get(seq.seq_id)) else None for seq, _ in scheduled],
+            [self._live[seq.seq_id].request.params.logprobs is not None for seq, _ in scheduled])
         self.backend.submit(batch)
         sampled, prefill_tokens = [], 0
         for s, (seq, n) in enumerate(scheduled):
@@ -201,7 +209,7 @@ class Engine:
             self.kv.release_out_of_window(seq, scores.prompt_len if scores else None)
             if batch.sample[s]:
                 sampled.append((s, seq, seq.num_completion_tokens == 0))
-        return _Submitted(scheduled, batch, sampled, prefill_tokens, scored)
+        return _Submitted(scheduled, batch, sampled, prefill_tokens, scored, logprob_rows)
 
     def _submit_ahead(self, current: _Submitted, started: float) -> _Submitted | None:
         """The step after `current` (the last submitted), submitted while it runs: each sequence
@@ -227,18 +235,22 @@ class Engine:
         for seq in dict.fromkeys(seq for _, seq, _ in step.scored):
             if seq.num_cached_tokens < seq.num_tokens:
                 continue
-            scores = self._scores[seq.seq_id]
-            if scores.next_choice():
-                seq.token_ids[seq.num_prompt_tokens:] = scores.tokens_after_prompt()
-                seq.num_cached_tokens = seq.num_prompt_tokens
+            scores, request = self._scores[seq.seq_id], self._live[seq.seq_id].request
+            if scores.rewind(seq):
                 continue
-            request = self._live[seq.seq_id].request
-            pick, logprobs, probs = scores.result(request.params.temperature, request.rng_key)
+            pick, scored = scores.result(request.params.temperature, request.rng_key)
             seq.token_ids[seq.num_prompt_tokens:] = request.choices.token_ids[pick]
             seq.end()
-            done.append(self._finish(seq, request.choices.texts[pick], [
-                {"choice": c, "logprob": lp, "probability": p} for c, lp, p in zip(request.choices.texts, logprobs, probs)]))
+            done.append(self._finish(seq, request.choices.texts[pick], scored))
         return done
+
+    def _log_token(self, seq: Sequence, step: _Submitted, s: int, result: StepResult) -> None:
+        """Record the log-probabilities of the token sequence `s` of `step` drew."""
+        live, allowed = self._live[seq.seq_id], step.batch.sampling.allowed
+        entry = token_logprobs(result.row_logits[step.logprob_rows[s]], int(result.token_ids[s]),
+                               live.request.params.logprobs, self.tokenizer, None if allowed is None else allowed[s])
+        live.logprobs = live.logprobs if live.logprobs is not None else []
+        live.logprobs.append(entry)
 
     def _build(self, scheduled: list[tuple[Sequence, int]], previous: list[Sequence] | None) -> StepBatch:
         return build_step(scheduled, [g.name for g in self.groups], self.block_size,
@@ -246,14 +258,8 @@ class Engine:
 
     def _sampling(self, scheduled: list[tuple[Sequence, int]], sample: np.ndarray) -> SamplingBatch:
         params = [self._live[seq.seq_id].request for seq, _ in scheduled]
-        allowed = None
-        if any(r.matcher is not None for r in params):
-            allowed = np.full((len(params), -(-self.backend.cfg.vocab_size // 32)), -1, np.int32)
-            for s, r in enumerate(params):
-                if r.matcher is not None and sample[s]:
-                    r.matcher.fill_mask(allowed[s])
         return SamplingBatch(
-            allowed=allowed,
+            allowed=step_masks([r.matcher for r in params], sample, self.backend.cfg.vocab_size),
             temperature=np.array([r.params.temperature for r in params], np.float32),
             top_k=np.array([r.params.top_k for r in params], np.int32),
             top_p=np.array([r.params.top_p for r in params], np.float32),
@@ -303,9 +309,8 @@ class Engine:
         if live.detok is not None and not live.stopped_by_string:
             live.text += live.detok.flush()
         stopped = live.stopped_by_string or seq.token_ids[-1] in seq.stop_token_ids or (matcher is not None and matcher.done)
-        return Completion(
-            seq.seq_id, seq.completion_ids, live.text, "stop" if stopped else "length", seq.num_prompt_tokens
-        )
+        return Completion(seq.seq_id, seq.completion_ids, live.text, "stop" if stopped else "length",
+                          seq.num_prompt_tokens, logprobs=live.logprobs)
 
     def _record(self, step: _Submitted, sampled: int, started: float) -> None:
         stats = self.stats

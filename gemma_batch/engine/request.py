@@ -32,3 +32,4 @@ class Completion:
     finish_reason: str  # "stop" or "length"
     num_prompt_tokens: int
     choice_logprobs: list[dict] | None = None  # per choice: {"choice", "logprob", "probability"}
+    logprobs: list[dict] | None = None  # per generated token, where asked (`engine.token_logprobs`)

@@ -10,12 +10,16 @@ from dataclasses import dataclass
 from typing import Any
 
 
+MAX_LOGPROBS = 20
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """The sampling flags of `gemma-batch run` (and the per-row columns named like them).
 
     temperature 0 is greedy; top_k 0, top_p 1 and min_p 0 switch those filters off. `stop` strings
-    end the completion and are not part of it.
+    end the completion and are not part of it. `logprobs` K (0 to MAX_LOGPROBS; None: off) reports
+    each generated token's log-probability and the K most likely alternatives.
     """
 
     max_tokens: int = 256
@@ -25,6 +29,7 @@ class SamplingParams:
     min_p: float = 0.0
     seed: int = 0
     stop: tuple[str, ...] = ()
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         checks = [
@@ -35,6 +40,8 @@ class SamplingParams:
             (0 <= self.min_p <= 1, "min_p must be in [0, 1]", self.min_p),
             (0 <= self.seed < 2**63, "seed must be in [0, 2**63)", self.seed),
             (all(self.stop), "stop strings must not be empty", self.stop),
+            (self.logprobs is None or 0 <= self.logprobs <= MAX_LOGPROBS, f"logprobs must be in [0, {MAX_LOGPROBS}]",
+             self.logprobs),
         ]
         for ok, message, value in checks:
             if not ok:

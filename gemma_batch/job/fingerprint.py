@@ -60,6 +60,8 @@ def job_fingerprint(spec: JobSpec, input_fingerprint: str, model: str, backend: 
         fingerprint["params"]["constraint"] = {"kind": constraint.kind, "spec": constraint.spec}
     if spec.choices:
         fingerprint["params"]["choices"] = list(spec.choices)
+    if spec.logprobs is not None:
+        fingerprint["params"]["logprobs"] = spec.logprobs
     return fingerprint
 
 

@@ -71,9 +71,9 @@ class RowRequests:
         own = row.constraint is not None or row.choices is not None
         constraint, labels = (row.constraint, row.choices) if own else (self.constraint, self.choices)
         matcher, choices = None, None
-        if (constraint is not None or labels) and not self.masks:
-            return RowFailure(f"row {row.index}: constrained completions and choices run on --backend cpu in this "
-                              "version (the Vulkan sampler does not apply them yet)", len(ids))
+        if (constraint is not None or labels or params.logprobs is not None) and not self.masks:
+            return RowFailure(f"row {row.index}: constrained completions, choices and logprobs run on --backend cpu "
+                              "in this version (the Vulkan sampler does not apply them yet)", len(ids))
         if labels:
             try:
                 choices = Choices.encode(labels, self.tokenizer)
@@ -111,6 +111,7 @@ def output_row(row: InputRow, request: Request, completion: Completion) -> dict[
         "seed": p.seed,
         "stop": list(p.stop),
         "choice_logprobs": completion.choice_logprobs,
+        "logprobs": completion.logprobs,
         "error": None,
         **row.keep,
         "_kind": row.kind,
@@ -136,6 +137,7 @@ def error_row(row: InputRow, failure: RowFailure) -> dict[str, Any]:
         "seed": None,
         "stop": None,
         "choice_logprobs": None,
+        "logprobs": None,
         "error": failure.error,
         **row.keep,
         "_kind": row.kind,

@@ -84,7 +84,7 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
     except (VulkanUnavailable, DeviceMemoryError) as e:
         raise JobFailed(str(e)) from None
     print(f"backend: {backend.identity} ({why}); weights {fmt}", file=log)
-    if (spec.constraint is not None or spec.choices) and not backend.constrains:
+    if (spec.constraint is not None or spec.choices or spec.logprobs is not None) and not backend.constrains:
         raise UsageError(f"constrained completions and choices run on --backend cpu in this version; the "
                          f"{backend.name} backend ({why}) does not apply them yet")
 

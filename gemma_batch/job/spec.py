@@ -56,6 +56,7 @@ class JobSpec:
     min_p: float = SamplingParams.min_p
     seed: int = SamplingParams.seed
     stop: tuple[str, ...] = SamplingParams.stop
+    logprobs: int | None = SamplingParams.logprobs  # report K alternatives per generated token
     regex: str | None = None  # every completion matches it whole (a row's `regex` column overrides)
     json_schema: Path | None = None  # a JSON schema file every completion's JSON validates against
     json: bool = False  # every completion is a JSON object
@@ -102,7 +103,7 @@ class JobSpec:
     @property
     def sampling(self) -> SamplingParams:
         return SamplingParams(
-            self.max_tokens, self.temperature, self.top_k, self.top_p, self.min_p, self.seed, self.stop
+            self.max_tokens, self.temperature, self.top_k, self.top_p, self.min_p, self.seed, self.stop, self.logprobs
         )
 
 
@@ -214,8 +215,8 @@ def make_spec(settings: Mapping[str, Any], where: str = "command line") -> JobSp
         if not ok:
             raise UsageError(f"{where}: {message}")
     constraint = _checked_constraint(spec, where)
-    if (constraint is not None or spec.choices) and spec.backend == "vulkan":
-        flag = "choices" if spec.choices else constraint.kind.replace("_", "-")
+    if (constraint is not None or spec.choices or spec.logprobs is not None) and spec.backend == "vulkan":
+        flag = "choices" if spec.choices else "logprobs" if constraint is None else constraint.kind.replace("_", "-")
         raise UsageError(f"{where}: constrained completions and choices (--{flag}) run on --backend cpu "
                          "in this version; the Vulkan sampler does not apply them yet")
     return dataclasses.replace(spec, output_format=resolve_output_format(spec.output, spec.output_format, where))
