@@ -205,7 +205,7 @@ class Backend(ABC):
         raise NotImplementedError(f"{self.name} cannot measure its memory bandwidth")
 
     overlaps = False  # whether `submit` returns while the device is still running the step
-    constrains = True  # whether it applies `SamplingBatch.allowed` and returns `StepBatch.logit_rows`
+    constrains = True  # whether its sampling applies `SamplingBatch.allowed` (a grammar's mask)
     small_step: int | None = None  # the most tokens a step holds at about a decode step's cost (Scheduler)
     MAX_IN_FLIGHT = 3  # steps submitted and not yet waited for
 

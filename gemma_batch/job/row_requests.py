@@ -32,8 +32,7 @@ class RowRequests:
         choices: tuple[str, ...] = (),
     ) -> None:
         """`constraint` and `choices`: the job's (a row's own overrides them); `vocab_size`: the
-        model's, the width of a grammar's mask; `masks`: whether the backend applies them (and
-        scores choices)."""
+        model's, the width of a grammar's mask; `masks`: whether the backend applies masks."""
         self.tokenizer = tokenizer
         self.stop_ids = frozenset({*eos_ids, Tokenizer.EOS_ID})
         self.params = params
@@ -71,9 +70,9 @@ class RowRequests:
         own = row.constraint is not None or row.choices is not None
         constraint, labels = (row.constraint, row.choices) if own else (self.constraint, self.choices)
         matcher, choices = None, None
-        if (constraint is not None or labels or params.logprobs is not None) and not self.masks:
-            return RowFailure(f"row {row.index}: constrained completions, choices and logprobs run on --backend cpu "
-                              "in this version (the Vulkan sampler does not apply them yet)", len(ids))
+        if constraint is not None and not self.masks:
+            return RowFailure(f"row {row.index}: constrained completions run on --backend cpu in this version "
+                              "(the Vulkan sampler does not apply grammars yet)", len(ids))
         if labels:
             try:
                 choices = Choices.encode(labels, self.tokenizer)

@@ -84,9 +84,9 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
     except (VulkanUnavailable, DeviceMemoryError) as e:
         raise JobFailed(str(e)) from None
     print(f"backend: {backend.identity} ({why}); weights {fmt}", file=log)
-    if (spec.constraint is not None or spec.choices or spec.logprobs is not None) and not backend.constrains:
-        raise UsageError(f"constrained completions and choices run on --backend cpu in this version; the "
-                         f"{backend.name} backend ({why}) does not apply them yet")
+    if spec.constraint is not None and not backend.constrains:
+        raise UsageError(f"constrained completions run on --backend cpu in this version; the {backend.name} backend "
+                         f"({why}) does not apply grammars yet")
 
     max_model_len = spec.max_model_len or cfg.max_position_embeddings
     if max_model_len > cfg.max_position_embeddings:

@@ -215,10 +215,9 @@ def make_spec(settings: Mapping[str, Any], where: str = "command line") -> JobSp
         if not ok:
             raise UsageError(f"{where}: {message}")
     constraint = _checked_constraint(spec, where)
-    if (constraint is not None or spec.choices or spec.logprobs is not None) and spec.backend == "vulkan":
-        flag = "choices" if spec.choices else "logprobs" if constraint is None else constraint.kind.replace("_", "-")
-        raise UsageError(f"{where}: constrained completions and choices (--{flag}) run on --backend cpu "
-                         "in this version; the Vulkan sampler does not apply them yet")
+    if constraint is not None and spec.backend == "vulkan":
+        raise UsageError(f"{where}: constrained completions (--{constraint.kind.replace('_', '-')}) run on --backend cpu "
+                         "in this version; the Vulkan sampler does not apply grammars yet")
     return dataclasses.replace(spec, output_format=resolve_output_format(spec.output, spec.output_format, where))
 
 

@@ -58,7 +58,7 @@ STEP_MEMORY_SHARE = 0.9  # of the memory left after the KV pages, the most the s
 class VulkanBackend(Backend):
     name = "vulkan"
     overlaps = True
-    constrains = False  # (the sampling shaders do not read a grammar's mask yet, nor return logit rows)
+    constrains = False  # (the sampling shaders do not read a grammar's mask yet)
     weight_formats = FORMATS
 
     def __init__(self, cfg: Gemma3Config, device: str | None = None, kv_dtype: str = "fp16",
@@ -183,17 +183,18 @@ class VulkanBackend(Backend):
         cfg = self.cfg
         if len(self._in_flight) >= self.MAX_IN_FLIGHT:
             raise RuntimeError(f"{self.MAX_IN_FLIGHT} steps are already in flight")
-        if (batch.logit_rows is not None or batch.sampling is not None and batch.sampling.allowed is not None
-                and (batch.sampling.allowed != -1).any()):
-            raise ValueError("the Vulkan backend does not apply a grammar's mask nor return logit rows yet (constrains)")
+        if batch.sampling is not None and batch.sampling.allowed is not None and (batch.sampling.allowed != -1).any():
+            raise ValueError("the Vulkan backend does not apply a grammar's mask yet (constrains)")
         T, S = batch.num_tokens, batch.num_seqs
         last = batch.seq_starts[1:] - 1
         rows = np.arange(T, dtype=np.int32) if batch.return_logits else last[batch.sample].astype(np.int32)
+        if batch.logit_rows is not None:  # after the sampled rows: the sampler draws for them too, unread
+            rows = np.concatenate([rows, batch.logit_rows]).astype(np.int32)
         R = len(rows)
         need = Capacity(T, S, max(R, 1), tuple((g, t.shape[1]) for g, t in batch.block_tables.items()))
         grows = self._outgrown(need)
         before = self._in_flight[-1] if self._in_flight else None
-        if grows or any(step.batch.return_logits for step in self._in_flight):
+        if grows or any(step.batch.return_logits or step.batch.logit_rows is not None for step in self._in_flight):
             for step in self._in_flight:  # their ids (and logits: one buffer for every set) must be read first
                 self._finish(step)
         if before is not None and before.result is None:  # still running: -1 - its ids row, for embed.comp
@@ -228,16 +229,21 @@ class VulkanBackend(Backend):
         cfg, b, graph, batch = self.cfg, self.buffers.inputs[step.slot], self.graphs[step.slot], step.batch
         self.device.wait(step.slot)
         ids = StepBuffers.view(b.ids, np.int32, len(step.rows)).copy()
+        extra = 0 if batch.logit_rows is None else len(batch.logit_rows)
+        row_logits = None
+        if extra:  # the last `extra` rows of the logits buffer
+            V, R = cfg.vocab_size, len(step.rows)
+            row_logits = self.mem.download(self.buffers.logits, 4 * extra * V, 4 * (R - extra) * V).view(np.float32).reshape(extra, V)
         step.profile = graph.profile_seconds()  # one read of the timestamps: per kernel, or "step"
         next_ids = np.full(batch.num_seqs, -1, np.int32)
         if batch.return_logits:
             T = batch.num_tokens
             next_ids[batch.sample] = ids[step.id_rows[batch.sample]]
             logits = self.mem.download(self.buffers.logits, 4 * T * cfg.vocab_size).view(np.float32).reshape(T, cfg.vocab_size)
-            step.result = StepResult(next_ids, logits)
+            step.result = StepResult(next_ids, logits, row_logits)
         else:
-            next_ids[batch.sample] = ids
-            step.result = StepResult(next_ids)
+            next_ids[batch.sample] = ids[: len(ids) - extra]
+            step.result = StepResult(next_ids, row_logits=row_logits)
         return step
 
     def last_step_device_seconds(self) -> float | None:
