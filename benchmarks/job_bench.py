@@ -2,7 +2,7 @@
 of a real shape, reading, tokenizing and writing included, once per step budget asked.
 
     python benchmarks/job_bench.py --shape 4b --rows 32 --prompt-len 1024 --max-tokens 8 \
-        --max-step-tokens default,512,4096 --out DIR [--backend vulkan]
+        --max-step-tokens default,512,4096 --out DIR [--backend vulkan] [--flags "" --flags "--choices a,b"]
 
 DIR gets the checkpoint (`model-SHAPE/`, written once: `gemma_batch.bench.random_checkpoint`), the
 prompts (`prompts-ROWSxLEN.jsonl`: random text of the demo tokenizer's pieces, LEN tokens each with
@@ -11,13 +11,15 @@ the BOS), and per budget the job's output, its stats and its log. Each job is a 
 job's wall time (the stats' `wall_seconds`: from the first row read to the file written), prompt
 and generated tokens over that time (`prefill_tokens` over it, and the stats'
 `generated_tokens_per_s`), and generated tokens over the process's whole time (model loading included), and writes them with
-the whole stats row to DIR/job_bench.json.
+the whole stats row to DIR/job_bench.json. `--flags` (repeatable) runs each budget once per set of
+extra `run` flags given (shell words), to compare jobs side by side in one call.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -59,21 +61,22 @@ def write_prompts(path: Path, shape: str, rows: int, length: int, seed: int) -> 
     path.write_text("\n".join(lines) + "\n")
 
 
-def run_job(args: argparse.Namespace, model: Path, prompts: Path, budget: str) -> dict:
-    """One job; `budget` a number of tokens, or "default" (no --max-step-tokens: the backend's)."""
-    output = args.out / f"out-{budget}.parquet"
+def run_job(args: argparse.Namespace, model: Path, prompts: Path, budget: str, extra: str, n: int) -> dict:
+    """One job; `budget` a number of tokens, or "default" (no --max-step-tokens: the backend's);
+    `extra` more flags (shell words); `n` numbers its files."""
+    output = args.out / f"out-{budget}-{n}.parquet"
     flag = [] if budget == "default" else ["--max-step-tokens", budget]
     command = [sys.executable, "-m", "gemma_batch", "run", str(prompts), "--model", str(model), "--output", str(output),
                "--max-tokens", str(args.max_tokens), "--max-batch", str(args.rows), *flag,
-               "--backend", args.backend, "--force"]
+               "--backend", args.backend, "--force", *shlex.split(extra)]
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True)
     seconds = time.perf_counter() - started
-    (args.out / f"out-{budget}.log").write_text(done.stdout + done.stderr)
+    (args.out / f"out-{budget}-{n}.log").write_text(done.stdout + done.stderr)
     if done.returncode != 0:
         sys.exit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
     stats = pq.read_table(stats_path(output)).to_pylist()[0]
-    return {"max_step_tokens": budget, "command": " ".join(command), "process_s": seconds, **stats,
+    return {"max_step_tokens": budget, "flags": extra, "command": shlex.join(command), "process_s": seconds, **stats,
             "generated_tokens_per_s_process": stats["generated_tokens"] / seconds}
 
 
@@ -87,19 +90,21 @@ def main(argv: list[str]) -> None:
                         help="comma-separated step budgets, one job each; `default`: the flag left out")
     parser.add_argument("--backend", default="auto")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--flags", action="append", default=None, help="extra run flags of one job (repeatable)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     model = write_random_checkpoint(args.shape, args.out / f"model-{args.shape}", args.seed)
     prompts = args.out / f"prompts-{args.rows}x{args.prompt_len}.jsonl"
     write_prompts(prompts, args.shape, args.rows, args.prompt_len, args.seed)
-    runs = [run_job(args, model, prompts, b) for b in args.max_step_tokens.split(",")]
+    runs = [run_job(args, model, prompts, b, extra, n) for b in args.max_step_tokens.split(",")
+            for n, extra in enumerate(args.flags or [""])]
     (args.out / "job_bench.json").write_text(json.dumps({"shape": args.shape, "rows": args.rows,
                                                          "prompt_len": args.prompt_len, "runs": runs}, indent=1))
-    table = [["max step tokens", "job s", "prompt tok/s (job)", "generated tok/s (job)", "generated tok/s (process)",
+    table = [["max step tokens", "flags", "job s", "prompt tok/s (job)", "generated tok/s (job)", "generated tok/s (process)",
               "backend"]]
     for r in runs:
-        table.append([str(r["max_step_tokens"]), f"{r['wall_seconds']:.2f}", f"{r['prefill_tokens'] / r['wall_seconds']:,.1f}",
+        table.append([str(r["max_step_tokens"]), r["flags"] or "-", f"{r['wall_seconds']:.2f}", f"{r['prefill_tokens'] / r['wall_seconds']:,.1f}",
                       f"{r['generated_tokens_per_s']:,.1f}", f"{r['generated_tokens_per_s_process']:,.1f}",
                       str(r.get("backend"))])
     print(f"gemma-batch run: shape {args.shape}, {args.rows} prompts of {args.prompt_len} tokens, "

@@ -28,6 +28,7 @@ class Choices:
 
     texts: tuple[str, ...]
     token_ids: tuple[tuple[int, ...], ...]
+    vocab_size: int  # the tokenizer's: probabilities are over its ids (a model may have padding rows past it)
 
     @classmethod
     def encode(cls, texts: tuple[str, ...] | list[str], tokenizer: Tokenizer) -> Choices:
@@ -39,7 +40,7 @@ class Choices:
             raise ValueError(f"choices must be non-empty strings, got {texts!r}")
         if len(set(texts)) < len(texts):
             raise ValueError(f"choices are repeated: {sorted(t for t in set(texts) if texts.count(t) > 1)!r}")
-        return cls(texts, tuple(tuple(tokenizer.encode(t, add_bos=False)) for t in texts))
+        return cls(texts, tuple(tuple(tokenizer.encode(t, add_bos=False)) for t in texts), tokenizer.vocab_size)
 
     @property
     def longest(self) -> int:
@@ -69,7 +70,7 @@ class ChoiceScores:
 
     def record(self, position: int, logits: np.ndarray) -> None:
         """Take the logits after the token at `position` (the prompt's last, or the current choice's)."""
-        lp = log_softmax(logits)
+        lp = log_softmax(logits[: self.choices.vocab_size])
         if position == self.prompt_len - 1:
             for i, ids in enumerate(self.choices.token_ids):
                 self.token_logprobs[i][0] = lp[ids[0]]

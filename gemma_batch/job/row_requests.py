@@ -78,6 +78,9 @@ class RowRequests:
                 choices = Choices.encode(labels, self.tokenizer)
             except ValueError as e:
                 return RowFailure(f"row {row.index}: {e}", len(ids))
+            if max(max(label) for label in choices.token_ids) >= self.vocab_size:
+                return RowFailure(f"row {row.index}: a choice has a token id past the model's {self.vocab_size} "
+                                  "(the tokenizer does not match the model)", len(ids))
             if len(ids) + choices.longest > self.max_model_len:
                 return RowFailure(f"row {row.index}: prompt is {len(ids)} tokens and the longest choice {choices.longest}; "
                                   f"the context is {self.max_model_len} tokens (--max-model-len)", len(ids))
