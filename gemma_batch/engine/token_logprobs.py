@@ -22,7 +22,11 @@ def token_logprobs(logits: np.ndarray, token: int, k: int, tokenizer: Tokenizer,
     if allowed is not None and (allowed != -1).any():
         logits = allowed_only(logits, allowed)
     lp = log_softmax(logits)
-    top = np.lexsort((np.arange(len(lp)), -lp))[:k] if k else []
+    top = []
+    if k:  # the ids at or above the k-th largest, then sorted: O(V), not a sort of the vocabulary
+        kth = np.partition(lp, len(lp) - k)[len(lp) - k]
+        candidates = np.flatnonzero(lp >= kth)
+        top = candidates[np.lexsort((candidates, -lp[candidates]))][:k]
 
     def entry(t: int) -> dict:
         return {"token_id": t, "token": tokenizer.piece_bytes(t).decode("utf-8", "replace"), "logprob": float(lp[t])}

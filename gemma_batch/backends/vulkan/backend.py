@@ -53,6 +53,7 @@ SCRATCH_RESERVE = 0.1  # share of free device memory left out of `available_memo
 # (docs/EXPERIMENTS.md, "The step budget of a job"); the portable kernels keep the base's 512.
 PREFILL_STEP_TOKENS = 8192
 STEP_MEMORY_SHARE = 0.9  # of the memory left after the KV pages, the most the step buffers take
+ROWS_PER_SEQ = 4  # logits rows the step buffers start with per sequence (`reserve`)
 
 
 class VulkanBackend(Backend):
@@ -152,8 +153,11 @@ class VulkanBackend(Backend):
     def reserve(self, max_tokens: int, max_seqs: int, max_blocks: Mapping[str, int]) -> None:
         """Size the step buffers and record the steps for the whole run: a step that outgrows them
         waits while every step is recorded again (about 2 s at 4b on the H100), and the GPU idles
-        down meanwhile (docs/EXPERIMENTS.md, "Steps recorded once per run")."""
-        need = Capacity(max_tokens, max_seqs, max_seqs, tuple(sorted(max_blocks.items())))
+        down meanwhile (docs/EXPERIMENTS.md, "Steps recorded once per run"). Logits rows for
+        ROWS_PER_SEQ a sequence: its sampled row, and rows a step returns for scored choices or
+        log-probabilities (`StepBatch.logit_rows`; 4 a sequence: 134 MB of logits at batch 32 and a
+        262k vocabulary)."""
+        need = Capacity(max_tokens, max_seqs, ROWS_PER_SEQ * max_seqs, tuple(sorted(max_blocks.items())))
         if self._outgrown(need):
             self._ensure(need)
 

@@ -38,6 +38,7 @@ class Memory:
         self.peak = 0  # most bytes allocated at once
         self.buffers: list[Buffer] = []
         self._staging: Buffer | None = None
+        self._readback: Buffer | None = None  # staging for downloads, in cached memory (`alloc_host(readback=True)`)
         self._copy_cb = device.command_buffer()
 
     # -- budget -------------------------------------------------------------------------------
@@ -56,11 +57,11 @@ class Memory:
                 return t
         return None
 
-    def _create(self, size: int, label: str, host: bool) -> Buffer:
+    def _create(self, size: int, label: str, host: bool, readback: bool = False) -> Buffer:
         vk = self.vk
         dev = self.dev.device
         limit = self.dev.info.max_storage_buffer_range
-        if size > limit:
+        if size > limit and not readback:  # (a limit on what a shader binds; readback staging is only copied into)
             raise DeviceMemoryError(
                 f"{label}: one buffer of {size / 2**20:.1f} MiB exceeds {self.dev.info.name}'s largest storage "
                 f"buffer ({limit / 2**20:.0f} MiB); use a smaller --kv-memory or --backend cpu")
@@ -72,7 +73,11 @@ class Memory:
             sharingMode=vk.VK_SHARING_MODE_EXCLUSIVE), None)
         req = vk.vkGetBufferMemoryRequirements(dev, handle)
         local, visible = vk.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
-        if host:
+        cached = vk.VK_MEMORY_PROPERTY_HOST_CACHED_BIT
+        if host and readback:  # read by the CPU: cached system memory (device-local BAR memory reads at PCIe latency)
+            kind = (self._memory_type(req.memoryTypeBits, visible | cached, avoid=local)
+                    or self._memory_type(req.memoryTypeBits, visible | cached) or self._memory_type(req.memoryTypeBits, visible))
+        elif host:
             kind = self._memory_type(req.memoryTypeBits, visible | local) or self._memory_type(req.memoryTypeBits, visible)
         else:
             kind = self._memory_type(req.memoryTypeBits, local)
@@ -105,9 +110,10 @@ class Memory:
         """A device-local buffer of `size` bytes; `label` names it in errors."""
         return self._create(size, label, host=False)
 
-    def alloc_host(self, size: int, label: str) -> Buffer:
-        """A host-visible, mapped buffer (`.array` is its bytes)."""
-        return self._create(size, label, host=True)
+    def alloc_host(self, size: int, label: str, readback: bool = False) -> Buffer:
+        """A host-visible, mapped buffer (`.array` is its bytes); `readback`: one the CPU reads, in
+        cached memory where the device has it."""
+        return self._create(size, label, host=True, readback=readback)
 
     def free(self, buf: Buffer) -> None:
         vk = self.vk
@@ -124,6 +130,11 @@ class Memory:
         if self._staging is None:
             self._staging = self.alloc_host(STAGING_BYTES, "staging")
         return self._staging
+
+    def _readback_buffer(self) -> Buffer:
+        if self._readback is None:
+            self._readback = self.alloc_host(STAGING_BYTES, "readback staging", readback=True)
+        return self._readback
 
     def _copy(self, src, dst, src_offset: int, dst_offset: int, size: int) -> None:
         vk, cb = self.vk, self._copy_cb
@@ -152,7 +163,7 @@ class Memory:
         size = src.size - offset if size is None else size
         if src.array is not None:
             return src.array[offset : offset + size].copy()
-        staging = self._staging_buffer()
+        staging = self._readback_buffer()
         out = np.empty(size, np.uint8)
         for start in range(0, size, STAGING_BYTES):
             n = min(STAGING_BYTES, size - start)
