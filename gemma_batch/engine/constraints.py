@@ -125,10 +125,13 @@ class Grammars:
         self.words = -(-vocab_size // 32)
         self._tokenizer_vocab = tokenizer.vocab_size
         self._lltokenizer = LLTokenizer(TokenizerWrapper(_TokenBytes(tokenizer)), eos_token=sorted(stop_ids))
+        self._grammars: dict[Constraint, str] = {}  # checked once: a job's constraint serves every row
 
     def matcher(self, constraint: Constraint) -> Matcher:
         """A fresh matcher; ValueError naming the constraint if its grammar does not compile."""
-        grammar = check_grammar(constraint)
+        grammar = self._grammars.get(constraint)
+        if grammar is None:
+            grammar = self._grammars[constraint] = check_grammar(constraint)
         matcher = LLMatcher(self._lltokenizer, grammar, log_level=0)
         if matcher.is_error():
             raise ValueError(f"{constraint.describe()} does not compile: {_one_line(matcher.get_error())}")

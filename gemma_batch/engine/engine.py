@@ -63,7 +63,7 @@ class _Submitted:
     batch: StepBatch
     sampled: list[tuple[int, Sequence, bool]]
     prefill_tokens: int  # tokens it feeds outside decoding, counted in the stats when it is waited for
-    scored: list = field(default_factory=list)  # (logit row, sequence, position) of scored sequences
+    scored: list[tuple[int, Sequence, int]] = field(default_factory=list)  # (logit row, sequence, position) of scored ones
     logprob_rows: dict[int, int] = field(default_factory=dict)  # sampled sequence index -> its logit row
     held: bool = False  # whether its sampled sequences hold the places of their coming tokens
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..data.rows import InputRow
 from ..engine.choices import Choices
-from ..engine.constraints import Constraint, Grammars
+from ..engine.constraints import Constraint, Grammars, Matcher
 from ..engine.request import Completion, Request
 from ..engine.sampling_params import SamplingParams
 from ..model.chat import chat_token_ids
@@ -66,7 +66,13 @@ class RowRequests:
             return RowFailure(
                 f"row {row.index}: prompt is {len(ids)} tokens; the context is {self.max_model_len} tokens "
                 f"(--max-model-len), which leaves no room for a completion", len(ids))
-        max_new = min(params.max_tokens, room)
+        answer = self._answer(row, ids, stop)
+        if isinstance(answer, RowFailure):
+            return answer
+        return Request(row.index, ids, params, stop, params.rng_key(row.id), min(params.max_tokens, room), *answer)
+
+    def _answer(self, row: InputRow, ids: list[int], stop: frozenset[int]) -> tuple[Matcher | None, Choices | None] | RowFailure:
+        """The row's grammar matcher or choices (its own, else the job's), or why it cannot have them."""
         own = row.constraint is not None or row.choices is not None
         constraint, labels = (row.constraint, row.choices) if own else (self.constraint, self.choices)
         matcher, choices = None, None
@@ -91,7 +97,7 @@ class RowRequests:
                 matcher = self._grammars[stop].matcher(constraint)
             except ValueError as e:
                 return RowFailure(f"row {row.index}: {e}", len(ids))
-        return Request(row.index, ids, params, stop, params.rng_key(row.id), max_new, matcher, choices)
+        return matcher, choices
 
 
 def output_row(row: InputRow, request: Request, completion: Completion) -> dict[str, Any]:

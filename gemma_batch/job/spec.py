@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import re
 import tomllib
 from collections.abc import Mapping
@@ -84,9 +85,10 @@ class JobSpec:
     def weight_format(self) -> WeightFormat:
         return WeightFormat.parse(self.weights, self.int4_group)
 
-    @property
+    @functools.cached_property
     def constraint(self) -> Constraint | None:
-        """The rows' constraint from --regex, --json-schema or --json (checked by `make_spec`)."""
+        """The rows' constraint from --regex, --json-schema or --json (checked by `make_spec`; the
+        schema file read once)."""
         if self.regex is not None:
             return Constraint("regex", self.regex)
         if self.json_schema is not None:
