@@ -18,14 +18,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
 
-from ..backends.base import Backend, SamplingBatch, StepBatch, StepResult
+from ..backends.base import Backend, StepBatch, StepResult
 from ..model.detokenizer import IncrementalDetokenizer
 from ..model.tokenizer import Tokenizer
 from ..switches import switched_on
 from .choices import ChoiceScores
-from .constraints import step_masks
 from .kv_cache import KVCacheManager
 from .kv_plan import KVPlan
 from .logit_rows import logit_rows
@@ -34,7 +32,7 @@ from .scheduler import Scheduler
 from .sequence import Sequence
 from .stats import EngineStats
 from .token_logprobs import token_logprobs
-from .step_builder import build_step
+from .step_builder import build_sampling, build_step
 
 StepHook = Callable[[list[int], StepBatch, StepResult], None]
 AHEAD_ENV = "GEMMA_BATCH_SCHEDULE_AHEAD"  # steps submitted ahead: "0" schedules each after the last finished
@@ -195,7 +193,8 @@ class Engine:
         for seq, _ in scheduled:
             live = self._live[seq.seq_id]
             live.admitted_at = live.admitted_at or started
-        batch.sampling = self._sampling(scheduled, batch.sample)
+        batch.sampling = build_sampling(scheduled, [self._live[seq.seq_id].request for seq, _ in scheduled], batch.sample,
+                                        self.backend.cfg.vocab_size, self.tokenizer.vocab_size if self.tokenizer else 0)
         batch.logit_rows, scored, logprob_rows = logit_rows(
             scheduled, batch, [s.prompt_len if (s := self._scores.get(seq.seq_id)) else None for seq, _ in scheduled],
             [self._live[seq.seq_id].request.params.logprobs is not None for seq, _ in scheduled])
@@ -255,19 +254,6 @@ class Engine:
     def _build(self, scheduled: list[tuple[Sequence, int]], previous: list[Sequence] | None) -> StepBatch:
         return build_step(scheduled, [g.name for g in self.groups], self.block_size,
                           return_logits=self.on_step is not None, previous=previous)
-
-    def _sampling(self, scheduled: list[tuple[Sequence, int]], sample: np.ndarray) -> SamplingBatch:
-        params = [self._live[seq.seq_id].request for seq, _ in scheduled]
-        return SamplingBatch(
-            allowed=step_masks([r.matcher for r in params], sample, self.backend.cfg.vocab_size),
-            temperature=np.array([r.params.temperature for r in params], np.float32),
-            top_k=np.array([r.params.top_k for r in params], np.int32),
-            top_p=np.array([r.params.top_p for r in params], np.float32),
-            min_p=np.array([r.params.min_p for r in params], np.float32),
-            keys=np.array([r.rng_key for r in params], np.uint32).reshape(-1, 2),
-            counters=np.array([seq.num_completion_tokens for seq, _ in scheduled], np.uint32),
-            vocab_size=self.tokenizer.vocab_size if self.tokenizer is not None else 0,
-        )
 
     def _append(self, seq: Sequence, token: int) -> None:
         """Add a sampled token (in the place `_submit_ahead` held for it, if any); end the

@@ -1,10 +1,13 @@
-"""Turn the sequences scheduled for a step into the flat `StepBatch` a backend runs."""
+"""Turn the sequences scheduled for a step into the flat `StepBatch` a backend runs, and their
+requests into its `SamplingBatch`."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..backends.base import StepBatch
+from ..backends.base import SamplingBatch, StepBatch
+from .constraints import step_masks
+from .request import Request
 from .sequence import PENDING, Sequence
 
 
@@ -60,3 +63,18 @@ def build_step(
         prompt_lens=np.asarray([seq.num_prompt_tokens for seq, _ in scheduled], np.int32),
     )
 
+
+def build_sampling(scheduled: list[tuple[Sequence, int]], requests: list[Request], sample: np.ndarray,
+                   model_vocab: int, tokenizer_vocab: int) -> SamplingBatch:
+    """The step's sampling parameters, one per scheduled sequence (`requests` in the same order),
+    with the grammar masks of the sampled ones (`sample`)."""
+    return SamplingBatch(
+        allowed=step_masks([r.matcher for r in requests], sample, model_vocab),
+        temperature=np.array([r.params.temperature for r in requests], np.float32),
+        top_k=np.array([r.params.top_k for r in requests], np.int32),
+        top_p=np.array([r.params.top_p for r in requests], np.float32),
+        min_p=np.array([r.params.min_p for r in requests], np.float32),
+        keys=np.array([r.rng_key for r in requests], np.uint32).reshape(-1, 2),
+        counters=np.array([seq.num_completion_tokens for seq, _ in scheduled], np.uint32),
+        vocab_size=tokenizer_vocab,
+    )

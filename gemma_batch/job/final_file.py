@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 
 from ..data import writers
 from ..data.row_files import write_final_rows
@@ -47,3 +49,17 @@ def write_final(output: Path, output_format: str, parts: Sequence[Path], schema:
             writers.write_final_openai(f, parts, part_schema, fingerprint, model=openai_model, kind_column=kind_column)
         else:
             write_final_rows(f, parts, schema, output_format)
+
+
+def count_error_rows(output: Path, output_format: str) -> int:
+    """Error rows in a finished output file (this run's and any earlier run's)."""
+    if output_format == "parquet":
+        errors = pq.read_table(output, columns=["error"]).column("error")
+    elif output_format == "csv":
+        options = pacsv.ConvertOptions(include_columns=["error"], column_types={"error": pa.string()},
+                                       strings_can_be_null=True)
+        errors = pacsv.read_csv(output, convert_options=options).column("error")
+    else:  # JSON lines: ours, or OpenAI's
+        with output.open("rb") as f:
+            return sum(1 for line in f if json.loads(line).get("error") is not None)
+    return len(errors) - errors.null_count

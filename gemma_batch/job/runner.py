@@ -12,7 +12,6 @@ memory stays bounded however long the dataset and however uneven the completions
 from __future__ import annotations
 
 import datetime
-import json
 import sys
 import tempfile
 import time
@@ -22,7 +21,6 @@ from pathlib import Path
 from typing import TextIO
 
 import pyarrow as pa
-import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from ..backends import create_backend, resolve_backend
@@ -38,6 +36,7 @@ from ..model.checkpoint import Checkpoint
 from ..model.config import Gemma3Config
 from ..model.quant_cache import cache_root, converted_nbytes_by_dtype, load_converted
 from ..model.tokenizer import Tokenizer
+from .final_file import count_error_rows
 from .fingerprint import job_fingerprint, model_fingerprint
 from .lock import OutputLock
 from .progress import Progress
@@ -270,20 +269,6 @@ def check_writable(folder: Path) -> None:
             pass
     except OSError as e:
         raise JobFailed(f"cannot write in the output folder {folder}: {e.strerror or e}; nothing was run") from None
-
-
-def count_error_rows(output: Path, output_format: str) -> int:
-    """Error rows in a finished output file (this run's and any earlier run's)."""
-    if output_format == "parquet":
-        errors = pq.read_table(output, columns=["error"]).column("error")
-    elif output_format == "csv":
-        options = pacsv.ConvertOptions(include_columns=["error"], column_types={"error": pa.string()},
-                                       strings_can_be_null=True)
-        errors = pacsv.read_csv(output, convert_options=options).column("error")
-    else:  # JSON lines: ours, or OpenAI's
-        with output.open("rb") as f:
-            return sum(1 for line in f if json.loads(line).get("error") is not None)
-    return len(errors) - errors.null_count
 
 
 def _summary(stats: dict, output, stats_path, out: TextIO) -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -36,6 +35,7 @@ from .bandwidth import measure_read_bandwidth
 from . import coop_tiles, coopmat, flash, fragment_order
 from .device import Device
 from .graph import StepGraph
+from .in_flight import InFlight, logits_rows, read_result
 from .coop_tiles import COOP_FOLD_ROWS, COOP_MIN_CHUNK
 from .kernels import Kernels
 from .prompt_rows import prompt_rows
@@ -94,7 +94,7 @@ class VulkanBackend(Backend):
         self.block_size = 0
         self.buffers: StepBuffers | None = None
         self.graphs: list[StepGraph] = []  # one per input set of `buffers`
-        self._in_flight: deque[_InFlight] = deque()  # submitted steps, oldest first
+        self._in_flight: deque[InFlight] = deque()  # submitted steps, oldest first
         self._next_slot = 0  # the input set the next step writes
         self._last_profile: dict[str, float] = {}  # GPU seconds of the last step `wait` returned
         self.inv_freq = {}
@@ -190,10 +190,7 @@ class VulkanBackend(Backend):
         if batch.sampling is not None and batch.sampling.allowed is not None and (batch.sampling.allowed != -1).any():
             raise ValueError("the Vulkan backend does not apply a grammar's mask yet (constrains)")
         T, S = batch.num_tokens, batch.num_seqs
-        last = batch.seq_starts[1:] - 1
-        rows = np.arange(T, dtype=np.int32) if batch.return_logits else last[batch.sample].astype(np.int32)
-        if batch.logit_rows is not None:  # after the sampled rows: the sampler draws for them too, unread
-            rows = np.concatenate([rows, batch.logit_rows]).astype(np.int32)
+        rows, id_rows = logits_rows(batch)
         R = len(rows)
         need = Capacity(T, S, max(R, 1), tuple((g, t.shape[1]) for g, t in batch.block_tables.items()))
         grows = self._outgrown(need)
@@ -215,8 +212,7 @@ class VulkanBackend(Backend):
         grids = graph.grids(T, len(rows), p.scalar_positions, 0 if p.tiles is None else len(p.tiles), p.start)
         self.buffers.inputs[slot].write(batch, token_ids, rows, vocab_limit, grids, p.flash, p.tiles, p.start)
         self.device.submit(graph.command_buffer(T, S, p.any), slot)
-        id_rows = last if batch.return_logits else np.cumsum(batch.sample) - 1  # each sequence's sampled id
-        self._in_flight.append(_InFlight(slot, batch, rows, id_rows))
+        self._in_flight.append(InFlight(slot, batch, rows, id_rows))
 
     def wait(self) -> StepResult:
         step = self._finish(self._in_flight.popleft())
@@ -226,28 +222,19 @@ class VulkanBackend(Backend):
     def discard(self) -> None:
         self._finish(self._in_flight.popleft())  # the device is done with its input set
 
-    def _finish(self, step: _InFlight) -> _InFlight:
+    def _finish(self, step: InFlight) -> InFlight:
         """Wait for `step` (the oldest in flight) and read its results and timestamps, once."""
         if step.result is not None:
             return step
-        cfg, b, graph, batch = self.cfg, self.buffers.inputs[step.slot], self.graphs[step.slot], step.batch
+        V = self.cfg.vocab_size
         self.device.wait(step.slot)
-        ids = StepBuffers.view(b.ids, np.int32, len(step.rows)).copy()
-        extra = 0 if batch.logit_rows is None else len(batch.logit_rows)
-        row_logits = None
-        if extra:  # the last `extra` rows of the logits buffer
-            V, R = cfg.vocab_size, len(step.rows)
-            row_logits = self.mem.download(self.buffers.logits, 4 * extra * V, 4 * (R - extra) * V).view(np.float32).reshape(extra, V)
-        step.profile = graph.profile_seconds()  # one read of the timestamps: per kernel, or "step"
-        next_ids = np.full(batch.num_seqs, -1, np.int32)
-        if batch.return_logits:
-            T = batch.num_tokens
-            next_ids[batch.sample] = ids[step.id_rows[batch.sample]]
-            logits = self.mem.download(self.buffers.logits, 4 * T * cfg.vocab_size).view(np.float32).reshape(T, cfg.vocab_size)
-            step.result = StepResult(next_ids, logits, row_logits)
-        else:
-            next_ids[batch.sample] = ids[: len(ids) - extra]
-            step.result = StepResult(next_ids, row_logits=row_logits)
+        ids = StepBuffers.view(self.buffers.inputs[step.slot].ids, np.int32, len(step.rows)).copy()
+
+        def logits(first: int, n: int) -> np.ndarray:
+            return self.mem.download(self.buffers.logits, 4 * n * V, 4 * first * V).view(np.float32).reshape(n, V)
+
+        step.result = read_result(step, ids, logits)
+        step.profile = self.graphs[step.slot].profile_seconds()  # one read of the timestamps: per kernel, or "step"
         return step
 
     def last_step_device_seconds(self) -> float | None:
@@ -302,16 +289,3 @@ class VulkanBackend(Backend):
         self.kernels.close()
         self.mem.close()
         self.device.close()
-
-
-@dataclass
-class _InFlight:
-    """A submitted step: its input set, its logits rows, the ids row of each sequence's sampled
-    token, and once waited for, its result and GPU seconds per kernel."""
-
-    slot: int
-    batch: StepBatch
-    rows: np.ndarray
-    id_rows: np.ndarray
-    result: StepResult | None = None
-    profile: dict[str, float] = field(default_factory=dict)
