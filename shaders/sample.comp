@@ -2,7 +2,9 @@
 // One token per row of logits [R, row_stride] (fp32), by the rule of gemma_batch/backends/sampler.py.
 // One workgroup per row.
 //
-// The rule, for the ids below meta.vocab_limit (L):
+// The rule, for the ids below meta.vocab_limit (L) that the row's grammar mask allows (a row
+// with `mask` > 0 reads word w of its mask, masks[(mask - 1) * ceil(row_stride / 32) + w], bit j
+// allowing id 32 w + j; the others count as logits of -inf, as in the reference):
 //   temperature <= 0 (or NaN): the arg-max of the logits, the lowest id on ties.
 //   otherwise y = x / temperature (fp32, correctly rounded), the weight of an id is
 //   exp(y - max y) (the difference in fp32, as in the reference), and the candidates go in the
@@ -84,13 +86,14 @@ struct RowParams {
     uint key0;
     uint key1;
     uint counter;
-    uint pad;
+    uint mask;  // 0: every id allowed; else the row's mask, plus one
 };
 
 layout(std430, binding = 0) readonly buffer Lb { float logits[]; };
 layout(std430, binding = 0) readonly buffer L4b { vec4 logits4[]; };  // the same rows, for pass 0's arg-max
 layout(std430, binding = 1) readonly buffer Pb { RowParams params[]; };
 layout(std430, binding = 2) writeonly buffer Ob { int ids[]; };
+layout(std430, binding = 3) readonly buffer Mb { uint masks[]; };  // grammar masks (RowParams.mask)
 
 layout(push_constant) uniform Push {
     uint row_stride;
@@ -115,6 +118,8 @@ shared uint c_min[BINS];
 // Row state. Every invocation holds the same values (from params, or read from shared memory
 // after a barrier), so all control flow outside the per-element loops is uniform.
 uint g_base, g_L;
+bool g_masked;        // the row has a grammar mask, from word g_mbase of masks
+uint g_mbase;
 float g_t, g_rcp, g_m, g_p, g_minp;
 uint g_u24;           // the draw's 24 random bits
 bool g_minp_on;
@@ -205,7 +210,13 @@ float div_rn(float x) {
     return q1;
 }
 
-float load_y(uint id) { return div_rn(logits[g_base + id]); }
+// A logit as the rule sees it: -inf where the row's mask has the id's bit off.
+float load_x(uint id) {
+    if (g_masked && (masks[g_mbase + (id >> 5)] & (1u << (id & 31u))) == 0u) return -1.0 / 0.0;
+    return logits[g_base + id];
+}
+
+float load_y(uint id) { return div_rn(load_x(id)); }
 
 // Order-preserving bits: a larger float has a larger key; -0 gets +0's key (they tie, as in the
 // reference, and then go in id order).
@@ -386,7 +397,7 @@ void gather_element(uint id, float y);
 
 void sweep(uint mode, uint begin, uint end) {
     for (uint i = begin + gl_LocalInvocationID.x; i < end; i += WG) {
-        float x = logits[g_base + i];
+        float x = load_x(i);
         if (!(x >= sw_xlo && x <= sw_xhi)) continue;
         float y = div_rn(x);
         if (mode == SWEEP_HIST) hist_element(i, y);
@@ -727,6 +738,8 @@ void main() {
     RowParams prm = params[r];
     g_base = r * pc.row_stride;
     g_L = min(meta.vocab_limit, pc.row_stride);
+    g_masked = prm.mask != 0u;
+    g_mbase = (prm.mask - 1u) * ((pc.row_stride + 31u) / 32u);
     g_t = prm.temperature;
     g_rcp = 1.0 / g_t;
     bool sampled = g_t > 0.0;
@@ -757,7 +770,8 @@ void main() {
         // at a time left the pass waiting on its loads: greedy took 31-43 us a 4b step on the H100), then
         // the ids past the last whole vec4. An invocation's ids rise along both loops, so the first
         // maximum is kept.
-        uint n4 = pc.row_stride % 4u == 0u ? g_L / 4u : 0u, b4 = g_base / 4u;
+        // Masked rows take the loop of one id at a time.
+        uint n4 = pc.row_stride % 4u == 0u && !g_masked ? g_L / 4u : 0u, b4 = g_base / 4u;
         for (uint v = tid; v < n4; v += WG * ARGMAX_LOADS) {
             vec4 xs[ARGMAX_LOADS];
             [[unroll]] for (uint k = 0u; k < ARGMAX_LOADS; k++) xs[k] = v + k * WG < n4 ? logits4[b4 + v + k * WG] : vec4(0.0);
@@ -768,7 +782,7 @@ void main() {
                 }
             }
         }
-        for (uint i = 4u * n4 + tid; i < g_L; i += WG) keep_max(logits[g_base + i], i, bv, bi);
+        for (uint i = 4u * n4 + tid; i < g_L; i += WG) keep_max(load_x(i), i, bv, bi);
     } else {
         for (uint i = tid; i < g_L; i += WG) {
             float y = load_y(i);

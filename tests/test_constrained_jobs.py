@@ -70,9 +70,10 @@ def test_parquet_rows_carry_constraints_as_text_columns(tmp_path):
     (("--regex", "(("), "--regex: regex '((' does not compile"),
     (("--regex", "a", "--json"), "--regex and --json: give one constraint"),
     (("--json-schema", "missing.json"), "--json-schema missing.json: cannot read it"),
-    (("--json", "--backend", "vulkan"), "run on --backend cpu in this version"),
     (("--choices", "yes"), "give at least two different, non-empty labels"),
     (("--choices", "yes,no", "--json"), "--json and --choices: give one constraint"),
+    (("--score-only", "--regex", "a"), "--score-only scores choices; --regex constrains generated text"),
+    (("--choices", "yes,no", "--score-only", "--output-format", "openai"), "OpenAI result lines do not have"),
 ])
 def test_bad_constraint_and_choices_flags_are_usage_errors(tmp_path, flags, message):
     src = write_jsonl(tmp_path / "rows.jsonl", [{"id": "a", "prompt": "In the beginning"}])
@@ -138,3 +139,28 @@ def test_choices_answer_every_row_with_label_probabilities(tmp_path):
     assert "at least two different labels" in out["one"]["error"]
     assert "has both 'choices' and a 'regex'" in out["both"]["error"]
     assert out["one"]["choice_logprobs"] is None
+
+
+def test_score_only_writes_the_probabilities_and_no_answer(tmp_path):
+    """--score-only: the same label probabilities as a choices job, no completion, and rows without
+    choices fail (here the job has none: only the rows' columns give them)."""
+    rows = [
+        {"id": "a", "prompt": "And the LORD spake unto", "choices": [" Moses", " Aaron", " Pharaoh"]},
+        {"id": "b", "prompt": "Then said", "choices": [" Moses", " the children of Israel"]},
+        {"id": "none", "prompt": "Then said"},
+    ]
+    src = write_jsonl(tmp_path / "rows.jsonl", rows)
+    answered = gemma_batch("run", src, "--backend", "cpu", "--temperature", "0.8", "--output", tmp_path / "answered.parquet")
+    scored = gemma_batch("run", src, "--backend", "cpu", "--temperature", "0.8", "--score-only",
+                         "--output", tmp_path / "scored.parquet")
+    assert answered.returncode == 0 and scored.returncode == 0, scored.stderr
+    full = {r["id"]: r for r in read_rows(tmp_path / "answered.parquet")}
+    out = {r["id"]: r for r in read_rows(tmp_path / "scored.parquet")}
+    for name in ("a", "b"):
+        assert out[name]["completion"] is None and out[name]["finish_reason"] == "scored"
+        assert out[name]["completion_tokens"] == 0 and out[name]["error"] is None
+        assert out[name]["choice_logprobs"] == full[name]["choice_logprobs"]
+    assert full["none"]["completion"] and full["none"]["finish_reason"] in ("stop", "length")
+    assert out["none"]["finish_reason"] == "error" and "--score-only: the row has no choices" in out["none"]["error"]
+    again = gemma_batch("run", src, "--backend", "cpu", "--temperature", "0.8", "--output", tmp_path / "scored.parquet")
+    assert again.returncode == 2 and "score_only" in again.stderr  # a different job: it is part of the fingerprint

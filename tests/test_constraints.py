@@ -180,3 +180,18 @@ def test_a_mask_never_allows_ids_past_the_tokenizer(model):
     assert bits[tokenizer.vocab_size:].sum() == 0
     assert bits[: tokenizer.vocab_size].sum() > 100
     assert not bits[sorted(STOP)].any()  # nothing matched yet: a stop token would end an empty completion
+
+
+def test_a_stop_id_past_the_tokenizer_is_left_to_the_mask(model):
+    """A checkpoint whose EOS id is past the tokenizer's pieces (random-weight shapes): the grammar
+    still ends on the tokenizer's EOS."""
+    _, tokenizer, _ = model
+    past = tokenizer.vocab_size + 60
+    grammars = Grammars(tokenizer, tokenizer.vocab_size + 64, frozenset({past, Tokenizer.EOS_ID}))
+    matcher = grammars.matcher(Constraint("regex", "no"))
+    for token in tokenizer.encode("no", add_bos=False):
+        matcher.accept(token)
+    words = np.zeros(grammars.words, np.int32)
+    matcher.fill_mask(words)
+    bits = np.unpackbits(words.view(np.uint8), bitorder="little")
+    assert np.flatnonzero(bits).tolist() == [Tokenizer.EOS_ID]

@@ -1,9 +1,13 @@
-"""Scored choices and token log-probabilities on the Vulkan backend: the same answers as the CPU
-backend, every label's and token's log-probability within the backends' logits tolerance (fp32 KV,
-`test_vulkan_backend.TOL`), and a grammar refused with a clear error (its mask is not in the
-sampling shader yet)."""
+"""Scored choices, token log-probabilities and grammars on the Vulkan backend: the same answers as
+the CPU backend, every label's and token's log-probability within the backends' logits tolerance
+(fp32 KV, `test_vulkan_backend.TOL`), and grammar masks applied by the sampling shader, given while
+the step runs."""
 
 from __future__ import annotations
+
+import json
+import re
+import time
 
 import numpy as np
 import pytest
@@ -16,11 +20,16 @@ from gemma_batch.engine.sampling_params import SamplingParams
 from gemma_batch.job.spec import DEMO_MODEL
 from gemma_batch.model.checkpoint import Checkpoint
 from gemma_batch.model.config import Gemma3Config
+from gemma_batch.model.tokenizer import Tokenizer
 from tests.demo_engine import demo_cpu, run_engine
 
 TOL = 1e-3  # log-probabilities: a float64 log-softmax of logits within test_vulkan_backend's fp32 TOL (1e-4) of the CPU's
 LABELS = [" Moses", " Aaron", " the children of Israel", " Pharaoh king of Egypt"]
 PROMPTS = ["And the LORD spake unto", "Then said", "And it came to pass that", "These are the words which"]
+STOP = frozenset({Tokenizer.EOS_ID, Tokenizer.END_OF_TURN_ID})
+SCHEMA = {"type": "object", "properties": {"tribe": {"enum": ["Judah", "Levi", "Dan"]},
+                                           "count": {"type": "integer", "minimum": 0, "maximum": 99}},
+          "required": ["tribe", "count"], "additionalProperties": False}
 
 
 @pytest.fixture(scope="module")
@@ -60,12 +69,65 @@ def test_token_logprobs_on_vulkan_equal_the_cpu(backends):
             assert [a["token_id"] for a in ours["top_logprobs"]][:1] == [a["token_id"] for a in theirs["top_logprobs"]][:1]
 
 
-def test_a_grammar_mask_is_refused_on_vulkan(backends):
+def constrained(grammars, tokenizer, temperature: float) -> list[Request]:
+    """Rows under regexes and JSON schemas (fresh matchers: they hold state)."""
+    constraints = [Constraint("regex", "(yes|no|maybe), [a-z]{3,8}"), Constraint("regex", "[0-9]{1,3}( [A-Z][a-z]+)?"),
+                   Constraint.json_schema(SCHEMA), Constraint("json")]
+    params = SamplingParams(max_tokens=24, temperature=temperature, top_k=40 if temperature else 0, seed=5)
+    return [Request(i, tokenizer.encode(PROMPTS[i]), params, STOP, params.rng_key(f"g{i}"), 24, grammars.matcher(c))
+            for i, c in enumerate(constraints)]
+
+
+def valid(completion, i: int) -> bool:
+    """Whether row i's completion matches its constraint (`re`, and the schema checked by hand: the
+    GPU machine has neither `regex` nor `jsonschema`)."""
+    text = completion.text
+    if i < 2:
+        return re.fullmatch(["(yes|no|maybe), [a-z]{3,8}", "[0-9]{1,3}( [A-Z][a-z]+)?"][i], text) is not None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return completion.finish_reason == "length"  # cut by --max-tokens: a prefix is all there is
+    if i == 2:
+        return (isinstance(value, dict) and sorted(value) == ["count", "tribe"] and value["tribe"] in ("Judah", "Levi", "Dan")
+                and type(value["count"]) is int and 0 <= value["count"] <= 99)
+    return isinstance(value, dict)
+
+
+def test_grammars_on_vulkan_equal_the_cpu_and_hold(backends):
+    """Greedy under a grammar: the CPU's tokens (the sampling shader masks as backends.sampler
+    does). Sampled: every completion valid, the same alone as in the batch."""
+    cpu, vulkan, tokenizer = backends
+    grammars = Grammars(tokenizer, vulkan.cfg.vocab_size, STOP)
+    ref, _ = run_engine(cpu, tokenizer, constrained(grammars, tokenizer, 0.0))
+    got, _ = run_engine(vulkan, tokenizer, constrained(grammars, tokenizer, 0.0))
+    assert {i: c.token_ids for i, c in got.items()} == {i: c.token_ids for i, c in ref.items()}
+    together, _ = run_engine(vulkan, tokenizer, constrained(grammars, tokenizer, 1.0))
+    for i, completion in together.items():
+        assert valid(completion, i), (i, completion.text)
+    for i in (0, 2):
+        alone, _ = run_engine(vulkan, tokenizer, [constrained(grammars, tokenizer, 1.0)[i]], max_batch=1)
+        assert alone[i].token_ids == together[i].token_ids
+
+
+def test_a_step_samples_only_once_its_masks_come(backends, monkeypatch):
+    """The engine submits a constrained step, then computes its masks while the device runs it
+    (Backend.allow): the step cannot finish before they come."""
     _, vulkan, tokenizer = backends
-    grammars = Grammars(tokenizer, vulkan.cfg.vocab_size, frozenset({1}))
-    params = SamplingParams(max_tokens=4)
-    request = Request(0, tokenizer.encode("Then said"), params, frozenset({1}), (0, 0), 4,
-                      grammars.matcher(Constraint("regex", "(yes|no)")))
-    with pytest.raises(ValueError, match="does not apply a grammar's mask"):
-        run_engine(vulkan, tokenizer, [request])
-    assert not vulkan.constrains
+    grammars = Grammars(tokenizer, vulkan.cfg.vocab_size, STOP)
+    vk, given, finished_early = vulkan.device.vk, vulkan.allow, []
+
+    def late_allow(allowed):
+        time.sleep(0.2)  # (a demo step takes a few ms)
+        fence = vulkan.device.fences[vulkan._in_flight[-1].slot]
+        try:
+            vk.vkGetFenceStatus(vulkan.device.device, fence)
+            finished_early.append(True)
+        except vk.VkNotReady:
+            finished_early.append(False)
+        given(allowed)
+
+    monkeypatch.setattr(vulkan, "allow", late_allow)
+    done, _ = run_engine(vulkan, tokenizer, constrained(grammars, tokenizer, 0.0)[:2])
+    assert finished_early and not any(finished_early)
+    assert all(valid(c, i) for i, c in done.items())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import re
 import shutil
 from pathlib import Path
 
@@ -34,15 +35,18 @@ def test_devices_lists_each_device_with_its_capabilities():
         assert field in done.stdout
 
 
-def test_run_on_vulkan_gives_the_cpu_completions(tmp_path, sample_jsonl):
+@pytest.mark.parametrize("flags", [(), ("--regex", "[A-Z][a-z]{2,9}(, [A-Z][a-z]{2,9})?")])
+def test_run_on_vulkan_gives_the_cpu_completions(tmp_path, sample_jsonl, flags):
     outputs = {}
     for backend in ("cpu", "vulkan"):
         out = tmp_path / f"{backend}.parquet"
-        done = gemma_batch("run", sample_jsonl, "--backend", backend, "--max-tokens", "24", "--output", out)
+        done = gemma_batch("run", sample_jsonl, "--backend", backend, "--max-tokens", "24", "--output", out, *flags)
         assert done.returncode == 0, done.stderr
         outputs[backend] = pq.read_table(out).to_pylist()
         assert f"backend: {backend}" in done.stderr
     assert [r["completion"] for r in outputs["vulkan"]] == [r["completion"] for r in outputs["cpu"]]
+    if flags:  # a grammar: the Vulkan sampler applied its masks
+        assert all(re.fullmatch(flags[1], r["completion"]) for r in outputs["vulkan"])
     stats = pq.read_table(tmp_path / "vulkan.stats.parquet").to_pylist()[0]
     assert stats["backend"].startswith("vulkan on ")  # the device is part of the job's identity
 

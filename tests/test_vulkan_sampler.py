@@ -34,7 +34,7 @@ import numpy as np
 import pytest
 
 from gemma_batch.backends.base import SamplingBatch
-from gemma_batch.backends.sampler import candidates, draw, philox4x32, sample_tokens, uniform
+from gemma_batch.backends.sampler import allowed_only, candidates, draw, philox4x32, sample_tokens, uniform
 from gemma_batch.backends.vulkan.device import Device
 from gemma_batch.backends.vulkan.kernels import META_BINDING, Kernels
 from gemma_batch.backends.vulkan.memory import Memory
@@ -52,10 +52,15 @@ class SamplerHarness:
         self.mem = Memory(self.dev)
         self.kernels = Kernels(self.dev)
 
-    def run(self, logits: np.ndarray, params: np.ndarray, vocab_limit: int) -> tuple[np.ndarray, float]:
-        """ids [R] for logits [R, V] and a PARAMS_DTYPE array [R]; and the seconds the dispatch took."""
+    def run(self, logits: np.ndarray, params: np.ndarray, vocab_limit: int,
+            masks: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+        """ids [R] for logits [R, V] and a PARAMS_DTYPE array [R] (its `mask` naming a row of
+        `masks` [M, ceil(V / 32)] int32, plus one); and the seconds the dispatch took."""
         R, V = logits.shape
         mem, vk = self.mem, self.dev.vk
+        masks = np.full((1, -(-V // 32)), -1, np.int32) if masks is None else masks
+        mb = mem.alloc_host(masks.nbytes, "masks")
+        mb.array[: masks.nbytes].view(np.int32)[:] = masks.ravel()
         meta = mem.alloc_host(16, "meta")
         meta.array[:16].view(np.uint32)[:] = (0, 0, R, vocab_limit)
         lb = mem.alloc(4 * R * V, "logits")
@@ -66,7 +71,7 @@ class SamplerHarness:
         ib.array[: 4 * R].view(np.int32)[:] = -7
         gb = mem.alloc_host(12, "grid")
         gb.array[:12].view(np.uint32)[:] = (R, 1, 1)
-        dset = self.kernels.descriptor_set({META_BINDING: meta, 0: lb, 1: pb, 2: ib}, meta)
+        dset = self.kernels.descriptor_set({META_BINDING: meta, 0: lb, 1: pb, 2: ib, 3: mb}, meta)
         cb = self.dev.command_buffer()
         vk.vkBeginCommandBuffer(cb, vk.VkCommandBufferBeginInfo(sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO))
         self.kernels.record(cb, "sample", dset, {"row_stride": V}, gb, 0)
@@ -76,7 +81,7 @@ class SamplerHarness:
         seconds = time.perf_counter() - start
         out = ib.array[: 4 * R].view(np.int32).copy()
         vk.vkFreeCommandBuffers(self.dev.device, self.dev.command_pool, 1, [cb])
-        for buf in (meta, lb, pb, ib, gb):
+        for buf in (meta, lb, pb, ib, gb, mb):
             mem.free(buf)
         return out, seconds
 
@@ -160,9 +165,12 @@ def reference_tokens(x: np.ndarray, prm, u: float) -> tuple[int, set[int]]:
     return token, tokens
 
 
-def compare(sampler, logits: np.ndarray, params: np.ndarray, vocab_limit: int) -> dict:
-    """Runs the shader and checks each row against the reference; returns the statistics."""
-    got, seconds = sampler.run(logits, params, vocab_limit)
+def compare(sampler, logits: np.ndarray, params: np.ndarray, vocab_limit: int, masks: np.ndarray | None = None) -> dict:
+    """Runs the shader and checks each row against the reference (a row with a mask: on its logits
+    with -inf where the mask has the id off, `sampler.allowed_only`); returns the statistics."""
+    got, seconds = sampler.run(logits, params, vocab_limit, masks)
+    if masks is not None:
+        logits = np.stack([allowed_only(x, masks[m - 1]) if m else x for x, m in zip(logits, params["mask"])])
     x = logits[:, :vocab_limit]
     theirs = sample_tokens(logits, sampling_batch(params, vocab_limit), np.arange(len(logits)))
     u = uniform(np.stack([params["key0"], params["key1"]], axis=1).astype(np.uint32), params["counter"].astype(np.uint32))
@@ -310,6 +318,48 @@ def test_top_k_1_is_greedy(sampler):
     p["temperature"] = np.where(p["temperature"] > 0, p["temperature"], 1.0)
     got, _ = sampler.run(x, p, V)
     assert got.tolist() == np.argmax(x, axis=1).tolist()
+
+
+def random_masks(rng, M: int, V: int, limit: int) -> np.ndarray:
+    """M grammar masks [M, ceil(V / 32)] int32 over ids below `limit`: a few ids allowed, many, all
+    but a few, one, or runs of whole words (ids past the limit off, as `Matcher.fill_mask` leaves them)."""
+    allowed = np.zeros((M, -(-V // 32) * 32), bool)
+    V = limit
+    for m in range(M):
+        kind = m % 5
+        if kind == 0:
+            allowed[m, rng.choice(V, int(rng.integers(2, 40)), replace=False)] = True
+        elif kind == 1:
+            allowed[m, :V] = rng.random(V) < 0.3
+        elif kind == 2:
+            allowed[m, :V] = True
+            allowed[m, rng.choice(V, 50, replace=False)] = False
+        elif kind == 3:
+            allowed[m, int(rng.integers(V))] = True
+        else:
+            start = int(rng.integers(V // 32)) * 32
+            allowed[m, start: min(V, start + 32 * int(rng.integers(1, 8)))] = True
+    return np.packbits(allowed, axis=1, bitorder="little").view("<i4").astype(np.int32)
+
+
+def test_grammar_masks_on_every_path(sampler):
+    """Rows with a mask (RowParams.mask) draw as the reference does on their logits with -inf where
+    the mask has an id off: every filter combination, greedy rows, masks of one id to all but 50,
+    rows without a mask among them; a drawn id is always one the mask allows."""
+    rng = np.random.default_rng(17)
+    for R, V, limit in [(48, 262144, 262144), (64, 5000, 4099), (64, 97, 97)]:
+        x = llm_like(rng, R, V)
+        x[:, limit:] = 50.0
+        masks = random_masks(rng, R, V, limit)
+        p = random_params(rng, R)
+        p["mask"] = np.where(rng.random(R) < 0.8, np.arange(1, R + 1), 0)
+        stats = compare(sampler, x, p, limit, masks)
+        print(f"R={R} V={V}: {stats}")
+        assert stats["differ"] <= 0.02 * R
+        got, _ = sampler.run(x, p, limit, masks)
+        bits = np.unpackbits(masks.view(np.uint8), axis=1, bitorder="little")
+        masked = p["mask"] > 0
+        assert bits[p["mask"][masked] - 1, got[masked]].all()
 
 
 def test_rows_do_not_depend_on_the_batch(sampler):

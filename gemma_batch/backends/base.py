@@ -46,6 +46,9 @@ class SamplingBatch:
     # [S, ceil(V / 32)] int32 or None: bit j of word w allows token 32 w + j (a constrained
     # completion's grammar, `engine.constraints`); -1 words allow all. None: every token allowed.
     allowed: np.ndarray | None = None
+    # `allowed` comes after `Backend.submit`, through `Backend.allow`, computed on the host while
+    # the device runs the step; its draws wait for it.
+    masks_follow: bool = False
 
 
 @dataclass
@@ -205,7 +208,6 @@ class Backend(ABC):
         raise NotImplementedError(f"{self.name} cannot measure its memory bandwidth")
 
     overlaps = False  # whether `submit` returns while the device is still running the step
-    constrains = True  # whether its sampling applies `SamplingBatch.allowed` (a grammar's mask)
     small_step: int | None = None  # the most tokens a step holds at about a decode step's cost (Scheduler)
     MAX_IN_FLIGHT = 3  # steps submitted and not yet waited for
 
@@ -218,9 +220,20 @@ class Backend(ABC):
             raise RuntimeError(f"{self.MAX_IN_FLIGHT} steps are already in flight")
         self._submitted.append(batch)
 
+    def allow(self, allowed: np.ndarray) -> None:
+        """The grammar masks (`SamplingBatch.allowed`, which this sets) of the step submitted last,
+        submitted with `masks_follow`: given while the device runs it, before the next `submit` or
+        `wait`; the step's draws wait for them. Default: kept for `wait`, where the step runs."""
+        sampling = self._submitted[-1].sampling if self._submitted else None
+        if sampling is None or not sampling.masks_follow or sampling.allowed is not None:
+            raise RuntimeError("allow() without a step submitted with masks_follow waiting for its masks")
+        sampling.allowed = allowed
+
     def wait(self) -> StepResult:
         """The result of the oldest step submitted and not yet waited for."""
         batch = self._submitted.popleft()
+        if batch.sampling is not None and batch.sampling.masks_follow and batch.sampling.allowed is None:
+            raise RuntimeError("wait() before allow(): the step's grammar masks were never given")
         if batch.token_sources is not None:
             batch = replace(batch, token_ids=batch.sourced_tokens(self._last_ids))
         result = self.step(batch)

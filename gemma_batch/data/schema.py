@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
-FINISH_REASONS = ("stop", "length", "error")
+FINISH_REASONS = ("stop", "length", "scored", "error")  # scored: --score-only, no completion
 TOKEN_FIELDS = [("token_id", pa.int64()), ("token", pa.string()), ("logprob", pa.float64())]
 
 # Fixed columns, in output order. Sampling columns hold the effective values the row ran with
@@ -17,7 +17,7 @@ BASE_FIELDS = (
     # what the completion depends on besides the job's settings (job/incremental.py): a rerun
     # over a changed input keeps a finished row whose id and request_hash it meets again
     pa.field("request_hash", pa.string(), nullable=False),
-    pa.field("completion", pa.string()),  # null on error rows
+    pa.field("completion", pa.string()),  # null on error rows and --score-only rows
     pa.field("finish_reason", pa.string(), nullable=False),  # one of FINISH_REASONS
     pa.field("prompt_tokens", pa.int64()),
     pa.field("completion_tokens", pa.int64()),

@@ -120,11 +120,13 @@ class Grammars:
 
     def __init__(self, tokenizer: Tokenizer, vocab_size: int, stop_ids: frozenset[int]) -> None:
         """`vocab_size`: the model's (mask width); `stop_ids`: the tokens that may end a completion
-        the grammar accepts."""
+        the grammar accepts (those past the tokenizer's ids, which no mask allows, left out; the
+        tokenizer's EOS always in)."""
         self.vocab_size = vocab_size
         self.words = -(-vocab_size // 32)
         self._tokenizer_vocab = tokenizer.vocab_size
-        self._lltokenizer = LLTokenizer(TokenizerWrapper(_TokenBytes(tokenizer)), eos_token=sorted(stop_ids))
+        stops = sorted({Tokenizer.EOS_ID, *(i for i in stop_ids if i < tokenizer.vocab_size)})
+        self._lltokenizer = LLTokenizer(TokenizerWrapper(_TokenBytes(tokenizer)), eos_token=stops)
         self._grammars: dict[Constraint, str] = {}  # checked once: a job's constraint serves every row
 
     def matcher(self, constraint: Constraint) -> Matcher:

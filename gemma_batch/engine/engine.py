@@ -24,6 +24,7 @@ from ..model.detokenizer import IncrementalDetokenizer
 from ..model.tokenizer import Tokenizer
 from ..switches import switched_on
 from .choices import ChoiceScores
+from .constraints import step_masks
 from .kv_cache import KVCacheManager
 from .kv_plan import KVPlan
 from .logit_rows import logit_rows
@@ -193,12 +194,14 @@ class Engine:
         for seq, _ in scheduled:
             live = self._live[seq.seq_id]
             live.admitted_at = live.admitted_at or started
-        batch.sampling = build_sampling(scheduled, [self._live[seq.seq_id].request for seq, _ in scheduled], batch.sample,
-                                        self.backend.cfg.vocab_size, self.tokenizer.vocab_size if self.tokenizer else 0)
+        requests = [self._live[seq.seq_id].request for seq, _ in scheduled]
+        batch.sampling = build_sampling(scheduled, requests, batch.sample, self.tokenizer.vocab_size if self.tokenizer else 0)
         batch.logit_rows, scored, logprob_rows = logit_rows(
             scheduled, batch, [s.prompt_len if (s := self._scores.get(seq.seq_id)) else None for seq, _ in scheduled],
             [self._live[seq.seq_id].request.params.logprobs is not None for seq, _ in scheduled])
         self.backend.submit(batch)
+        if batch.sampling.masks_follow:  # computed while the device runs the step
+            self.backend.allow(step_masks([r.matcher for r in requests], batch.sample, self.backend.cfg.vocab_size))
         sampled, prefill_tokens = [], 0
         for s, (seq, n) in enumerate(scheduled):
             decode = n == 1 and seq.num_completion_tokens > 0 and seq.num_cached_tokens == seq.num_tokens - 1

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..backends.base import SamplingBatch, StepBatch
-from .constraints import step_masks
 from .request import Request
 from .sequence import PENDING, Sequence
 
@@ -65,11 +64,11 @@ def build_step(
 
 
 def build_sampling(scheduled: list[tuple[Sequence, int]], requests: list[Request], sample: np.ndarray,
-                   model_vocab: int, tokenizer_vocab: int) -> SamplingBatch:
-    """The step's sampling parameters, one per scheduled sequence (`requests` in the same order),
-    with the grammar masks of the sampled ones (`sample`)."""
+                   tokenizer_vocab: int) -> SamplingBatch:
+    """The step's sampling parameters, one per scheduled sequence (`requests` in the same order);
+    where a sampled one (`sample`) has a grammar, its masks follow (`Backend.allow`)."""
     return SamplingBatch(
-        allowed=step_masks([r.matcher for r in requests], sample, model_vocab),
+        masks_follow=any(r.matcher is not None and sampled for r, sampled in zip(requests, sample)),
         temperature=np.array([r.params.temperature for r in requests], np.float32),
         top_k=np.array([r.params.top_k for r in requests], np.int32),
         top_p=np.array([r.params.top_p for r in requests], np.float32),

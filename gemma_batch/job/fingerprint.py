@@ -62,6 +62,8 @@ def job_fingerprint(spec: JobSpec, input_fingerprint: str, model: str, backend: 
         fingerprint["params"]["choices"] = list(spec.choices)
     if spec.logprobs is not None:
         fingerprint["params"]["logprobs"] = spec.logprobs
+    if spec.score_only:
+        fingerprint["params"]["score_only"] = True
     return fingerprint
 
 

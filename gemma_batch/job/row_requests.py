@@ -28,19 +28,19 @@ class RowRequests:
 
     def __init__(
         self, tokenizer: Tokenizer, eos_ids: frozenset[int], params: SamplingParams, max_model_len: int,
-        constraint: Constraint | None = None, vocab_size: int = 0, masks: bool = True,
-        choices: tuple[str, ...] = (),
+        constraint: Constraint | None = None, vocab_size: int = 0, choices: tuple[str, ...] = (),
+        score_only: bool = False,
     ) -> None:
         """`constraint` and `choices`: the job's (a row's own overrides them); `vocab_size`: the
-        model's, the width of a grammar's mask; `masks`: whether the backend applies masks."""
+        model's, the width of a grammar's mask; `score_only`: every row must have choices."""
         self.tokenizer = tokenizer
         self.stop_ids = frozenset({*eos_ids, Tokenizer.EOS_ID})
         self.params = params
         self.max_model_len = max_model_len
         self.constraint = constraint
         self.vocab_size = vocab_size or tokenizer.vocab_size
-        self.masks = masks
         self.choices = choices
+        self.score_only = score_only
         self._grammars: dict[frozenset[int], Grammars] = {}  # by stop ids, built when first needed
 
     def request(self, row: InputRow) -> Request | RowFailure:
@@ -76,9 +76,9 @@ class RowRequests:
         own = row.constraint is not None or row.choices is not None
         constraint, labels = (row.constraint, row.choices) if own else (self.constraint, self.choices)
         matcher, choices = None, None
-        if constraint is not None and not self.masks:
-            return RowFailure(f"row {row.index}: constrained completions run on --backend cpu in this version "
-                              "(the Vulkan sampler does not apply grammars yet)", len(ids))
+        if self.score_only and not labels:
+            return RowFailure(f"row {row.index}: --score-only: the row has no choices (--choices or a `choices` column)",
+                              len(ids))
         if labels:
             try:
                 choices = Choices.encode(labels, self.tokenizer)
@@ -100,17 +100,17 @@ class RowRequests:
         return matcher, choices
 
 
-def output_row(row: InputRow, request: Request, completion: Completion) -> dict[str, Any]:
-    """A finished row of the output (see `data.schema`)."""
+def output_row(row: InputRow, request: Request, completion: Completion, score_only: bool = False) -> dict[str, Any]:
+    """A finished row of the output (see `data.schema`); with `score_only`, its choices' scores only."""
     p = request.params
     return {
         "row": row.index,
         "id": row.id,
         "request_hash": request_hash(row),
-        "completion": completion.text,
-        "finish_reason": completion.finish_reason,
+        "completion": None if score_only else completion.text,
+        "finish_reason": "scored" if score_only else completion.finish_reason,
         "prompt_tokens": completion.num_prompt_tokens,
-        "completion_tokens": len(completion.token_ids),
+        "completion_tokens": 0 if score_only else len(completion.token_ids),
         "max_tokens": request.max_new_tokens,
         "temperature": p.temperature,
         "top_k": p.top_k,

@@ -83,9 +83,6 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
     except (VulkanUnavailable, DeviceMemoryError) as e:
         raise JobFailed(str(e)) from None
     print(f"backend: {backend.identity} ({why}); weights {fmt}", file=log)
-    if spec.constraint is not None and not backend.constrains:
-        raise UsageError(f"constrained completions run on --backend cpu in this version; the {backend.name} backend "
-                         f"({why}) does not apply grammars yet")
 
     max_model_len = spec.max_model_len or cfg.max_position_embeddings
     if max_model_len > cfg.max_position_embeddings:
@@ -150,7 +147,7 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
         for line in weights.note:
             print(f"  {line}", file=log)
         requests = RowRequests(tokenizer, frozenset(cfg.eos_token_ids), spec.sampling, plan.max_model_len,
-                               spec.constraint, cfg.vocab_size, backend.constrains, spec.choices)
+                               spec.constraint, cfg.vocab_size, spec.choices, spec.score_only)
         progress = Progress(dataset.num_rows, store.num_done, log, settle=spec.max_batch)
         started, done_before = time.perf_counter(), store.num_done
         started_at = datetime.datetime.now(datetime.timezone.utc)
@@ -249,7 +246,7 @@ def _stream(
             return done, failed
         for completion in engine.step():
             row, request = in_flight.pop(completion.request_id)
-            store.commit(output_row(row, request, completion))
+            store.commit(output_row(row, request, completion, requests.score_only))
             progress.update(1, len(completion.token_ids))
             done += 1
 

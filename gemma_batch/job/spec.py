@@ -62,6 +62,7 @@ class JobSpec:
     json_schema: Path | None = None  # a JSON schema file every completion's JSON validates against
     json: bool = False  # every completion is a JSON object
     choices: tuple[str, ...] = ()  # every row answers with one of these, scored (a row's `choices` overrides them)
+    score_only: bool = False  # rows get their choices' probabilities only: no completion
     max_batch: int = 32
     max_model_len: int | None = None  # None: the model's context
     kv_memory: str = "50%"  # bytes ("4GiB", "512MB") or a share of the backend's free memory ("50%")
@@ -217,9 +218,12 @@ def make_spec(settings: Mapping[str, Any], where: str = "command line") -> JobSp
         if not ok:
             raise UsageError(f"{where}: {message}")
     constraint = _checked_constraint(spec, where)
-    if constraint is not None and spec.backend == "vulkan":
-        raise UsageError(f"{where}: constrained completions (--{constraint.kind.replace('_', '-')}) run on --backend cpu "
-                         "in this version; the Vulkan sampler does not apply grammars yet")
+    if spec.score_only and constraint is not None:
+        raise UsageError(f"{where}: --score-only scores choices; --{constraint.kind.replace('_', '-')} constrains "
+                         "generated text: give one")
+    if spec.score_only and spec.output_format == "openai":
+        raise UsageError(f"{where}: --score-only writes `choice_logprobs`, which OpenAI result lines do not have; "
+                         "write Parquet, JSONL or CSV")
     return dataclasses.replace(spec, output_format=resolve_output_format(spec.output, spec.output_format, where))
 
 

@@ -59,7 +59,6 @@ ROWS_PER_SEQ = 4  # logits rows the step buffers start with per sequence (`reser
 class VulkanBackend(Backend):
     name = "vulkan"
     overlaps = True
-    constrains = False  # (the sampling shaders do not read a grammar's mask yet)
     weight_formats = FORMATS
 
     def __init__(self, cfg: Gemma3Config, device: str | None = None, kv_dtype: str = "fp16",
@@ -133,7 +132,7 @@ class VulkanBackend(Backend):
         4b, with the GPU clocking down (docs/EXPERIMENTS.md, "A new engine on the same pages")."""
         cfg = self.cfg
         while self._in_flight:  # an engine left steps running (it stopped early): nobody will take them
-            self.device.wait(self._in_flight.popleft().slot)
+            self._finish(self._in_flight.popleft())
         slot_bytes = kv_slot_bytes(self.kv_dtype, cfg.num_kv_heads, cfg.head_dim)
         sizes = {layer: max(1, num_blocks[group.name]) * block_size * slot_bytes
                  for group in cfg.kv_groups() for layer in group.layers}
@@ -152,11 +151,9 @@ class VulkanBackend(Backend):
 
     def reserve(self, max_tokens: int, max_seqs: int, max_blocks: Mapping[str, int]) -> None:
         """Size the step buffers and record the steps for the whole run: a step that outgrows them
-        waits while every step is recorded again (about 2 s at 4b on the H100), and the GPU idles
-        down meanwhile (docs/EXPERIMENTS.md, "Steps recorded once per run"). Logits rows for
-        ROWS_PER_SEQ a sequence: its sampled row, and rows a step returns for scored choices or
-        log-probabilities (`StepBatch.logit_rows`; 4 a sequence: 134 MB of logits at batch 32 and a
-        262k vocabulary)."""
+        waits while every step is recorded again (about 2 s at 4b on the H100; docs/EXPERIMENTS.md,
+        "Steps recorded once per run"). Logits rows for ROWS_PER_SEQ a sequence: its sampled row,
+        and rows for scored choices or log-probabilities (`StepBatch.logit_rows`)."""
         need = Capacity(max_tokens, max_seqs, ROWS_PER_SEQ * max_seqs, tuple(sorted(max_blocks.items())))
         if self._outgrown(need):
             self._ensure(need)
@@ -187,8 +184,8 @@ class VulkanBackend(Backend):
         cfg = self.cfg
         if len(self._in_flight) >= self.MAX_IN_FLIGHT:
             raise RuntimeError(f"{self.MAX_IN_FLIGHT} steps are already in flight")
-        if batch.sampling is not None and batch.sampling.allowed is not None and (batch.sampling.allowed != -1).any():
-            raise ValueError("the Vulkan backend does not apply a grammar's mask yet (constrains)")
+        if self._in_flight and self._in_flight[-1].masks_due:
+            raise RuntimeError("submit() before allow(): the step before waits for its grammar masks")
         T, S = batch.num_tokens, batch.num_seqs
         rows, id_rows = logits_rows(batch)
         R = len(rows)
@@ -211,10 +208,30 @@ class VulkanBackend(Backend):
         p = prompt_rows(batch, cfg, self.flash, self.prompt_tile)
         grids = graph.grids(T, len(rows), p.scalar_positions, 0 if p.tiles is None else len(p.tiles), p.start)
         self.buffers.inputs[slot].write(batch, token_ids, rows, vocab_limit, grids, p.flash, p.tiles, p.start)
+        s = batch.sampling
+        step = InFlight(slot, batch, rows, id_rows, s is not None and (s.masks_follow or s.allowed is not None))
+        if step.masks_due:
+            graph.hold_sampling()
         self.device.submit(graph.command_buffer(T, S, p.any), slot)
-        self._in_flight.append(InFlight(slot, batch, rows, id_rows))
+        self._in_flight.append(step)
+        if step.masks_due and s.allowed is not None:  # (given already)
+            self.allow(s.allowed)
+
+    def allow(self, allowed: np.ndarray) -> None:
+        """The masks go into the step's input set, and the step, held before its sampler since
+        `submit` (graph.hold_sampling), goes on."""
+        step = self._in_flight[-1] if self._in_flight else None
+        if step is None or not step.masks_due:
+            raise RuntimeError("allow() without a step submitted with masks_follow waiting for its masks")
+        step.batch.sampling.allowed = allowed
+        self.buffers.inputs[step.slot].write_masks(allowed, step.batch.sample, step.id_rows)
+        self.graphs[step.slot].release_sampling()
+        step.masks_due = False
 
     def wait(self) -> StepResult:
+        if self._in_flight and self._in_flight[0].masks_due:
+            self.discard()
+            raise RuntimeError("wait() before allow(): the step's grammar masks were never given")
         step = self._finish(self._in_flight.popleft())
         self._last_ids, self._last_profile = step.result.token_ids, step.profile
         return step.result
@@ -227,6 +244,9 @@ class VulkanBackend(Backend):
         if step.result is not None:
             return step
         V = self.cfg.vocab_size
+        if step.masks_due:  # never given (the engine stopped): let the step end; nobody reads its draws
+            self.graphs[step.slot].release_sampling()
+            step.masks_due = False
         self.device.wait(step.slot)
         ids = StepBuffers.view(self.buffers.inputs[step.slot].ids, np.int32, len(step.rows)).copy()
 
@@ -272,6 +292,8 @@ class VulkanBackend(Backend):
     def _drop_graph(self) -> None:
         """Free the recorded steps and their buffers; the next step records them again."""
         if self.buffers is not None:
+            for step in self._in_flight:  # (read before their buffers go; a held one released)
+                self._finish(step)
             self.device.vk.vkDeviceWaitIdle(self.device.device)
             for graph in self.graphs:
                 graph.free()
@@ -283,9 +305,7 @@ class VulkanBackend(Backend):
         """Release every device resource (also done at interpreter exit by the driver)."""
         if self.device.device is None:
             return
-        self.device.vk.vkDeviceWaitIdle(self.device.device)
-        for graph in self.graphs:
-            graph.free()
+        self._drop_graph()
         self.kernels.close()
         self.mem.close()
         self.device.close()

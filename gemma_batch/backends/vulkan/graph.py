@@ -7,9 +7,9 @@ Nothing in the recording depends on the step's size: kernels read T, S and R fro
 header and every dispatch takes its grid from the indirect buffer, which the host fills per step
 (`grids`, grids.py). The command buffer is recorded again only when the step buffers grow. (The
 cooperative path records several: by step size, prompt tokens and decode steps, recordings.py;
-`command_buffer` picks.) The backend
-keeps a graph per input set (step_buffers.StepInputs), so that a step can be submitted while the one before it runs;
-a barrier at the start of each recording orders it after that step.
+`command_buffer` picks.) The backend keeps a graph per input set (step_buffers.StepInputs), so
+that a step can be submitted while the one before it runs; a barrier at the start of each
+recording orders it after that step.
 
 Per step (shapes for T tokens, R logits rows):
 
@@ -31,6 +31,8 @@ Per step (shapes for T tokens, R logits rows):
       matmul post_norm
                      y [T, H]          = act . Wdown, then x += rms(y)(1 + post_ff_ln)
     matmul rows      logits [R, V]     = rms(x[rows])(1 + norm) . E
+    (wait)                               for the host's grammar masks, where they come while the
+                                         step runs (`hold_sampling`, `release_sampling`)
     sample           ids [R]
 
 On a device with cooperative matrices (`Device.coopmat`), each matmul whose shape fits
@@ -109,6 +111,9 @@ class StepGraph:
         self.profile = profile
         self.stamps = Timestamps(kernels.dev, STAMPS_PER_LAYER * cfg.num_layers + 16)
         self._recorded: dict[str, tuple[object, list[str]]] = {}  # recordings.py: the modes
+        vk, dev = kernels.vk, kernels.dev.device
+        self.masks_ready = vk.vkCreateEvent(dev, vk.VkEventCreateInfo(sType=vk.VK_STRUCTURE_TYPE_EVENT_CREATE_INFO), None)
+        vk.vkSetEvent(dev, self.masks_ready)  # set unless a step's masks are due
         heads_in_attention = any(self.plan.layer(layer).heads_in_attention for layer in range(cfg.num_layers))
         for mode in recording_modes(coop_min_chunk is not None, flash, heads_in_attention):
             self.mode = mode.removesuffix(FLASH)  # which one `_record` is recording
@@ -123,6 +128,14 @@ class StepGraph:
         prompt tokens or none (`profile_seconds` then reads its timestamps)."""
         self.cb, self.stamped = self._recorded[recording_for(num_tokens, num_seqs, prompt, self._recorded)]
         return self.cb
+
+    def hold_sampling(self) -> None:
+        """The next step submitted here samples once `release_sampling` is called (after the host
+        wrote its grammar masks). Only while none of this graph's steps is running."""
+        self.kernels.vk.vkResetEvent(self.kernels.dev.device, self.masks_ready)
+
+    def release_sampling(self) -> None:
+        self.kernels.vk.vkSetEvent(self.kernels.dev.device, self.masks_ready)
 
     def grids(self, num_tokens: int, num_rows: int, positions: np.ndarray, flash_tiles: int = 0,
               prompt_start: int | None = None) -> np.ndarray:
@@ -276,12 +289,15 @@ class StepGraph:
                          split_next={3: w.layers[layer + 1]["input_layernorm"]} if fuse.split_next_qkv else None)
             qkv_presplit = fuse.split_next_qkv
         self._matmul("norm_rows", -1, "lm_head", b.x, b.logits, cfg.vocab_size, H, w.buffer(-1, "norm"), {5: inp.rows})
-        self._dispatch("sample", {0: b.logits, 1: inp.params, 2: inp.ids}, {"row_stride": cfg.vocab_size}, ("rows", 1))
+        self.kernels.wait_host(self.cb, self.masks_ready)
+        self._dispatch("sample", {0: b.logits, 1: inp.params, 2: inp.ids, 3: inp.masks}, {"row_stride": cfg.vocab_size},
+                       ("rows", 1))
         if not self.profile:
             self._stamp("step")
         self.kernels.end_step(self.cb)
 
     def free(self) -> None:
         self.stamps.free()
+        self.kernels.vk.vkDestroyEvent(self.kernels.dev.device, self.masks_ready, None)
         for cb, _ in self._recorded.values():
             self.kernels.vk.vkFreeCommandBuffers(self.kernels.dev.device, self.kernels.dev.command_pool, 1, [cb])

@@ -21,6 +21,7 @@ class InFlight:
     batch: StepBatch
     rows: np.ndarray
     id_rows: np.ndarray
+    masks_due: bool = False  # its sampler waits for the grammar masks (`VulkanBackend.allow`)
     result: StepResult | None = None
     profile: dict[str, float] = field(default_factory=dict)
 

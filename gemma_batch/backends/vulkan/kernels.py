@@ -175,6 +175,15 @@ class Kernels:
                                      dstAccessMask=access if dst is None else dst)
         vk.vkCmdPipelineBarrier(cb, src_stage or shader, dst_stage or shader, 0, 1, [barrier], 0, None, 0, None)
 
+    def wait_host(self, cb, event) -> None:
+        """Later dispatches wait until the host sets `event` (vkSetEvent), and see what the host
+        wrote before setting it."""
+        vk = self.vk
+        barrier = vk.VkMemoryBarrier(sType=vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER, srcAccessMask=vk.VK_ACCESS_HOST_WRITE_BIT,
+                                     dstAccessMask=vk.VK_ACCESS_SHADER_READ_BIT)
+        vk.vkCmdWaitEvents(cb, 1, [event], vk.VK_PIPELINE_STAGE_HOST_BIT, vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                           1, [barrier], 0, None, 0, None)
+
     def begin_step(self, cb) -> None:
         """Begin recording a step into `cb`. The step before may still be running (submitted ahead,
         backend.submit): its shader writes (scratch, KV pages, its sampled ids) come before this

@@ -4,8 +4,9 @@ Host-visible inputs (`StepInputs`), written by the host before each submit (a fe
 `meta` (the step header of common.glsl), `tokens`, `positions`, `token_seq` (sequence of each
 token; -1 for a prompt token on the flash kernel, which attention.comp skips), `flash_tiles`
 (flash.py), per KV group `slots` and `tables` ([S, width] block ids), `rows` (the flat token of each
-logits row), `params` (per-row sampling parameters), `grids` (the indirect dispatch sizes) and
-the output `ids`. There is a set per step in flight (`sets`, the backend's MAX_IN_FLIGHT), used
+logits row), `params` (per-row sampling parameters), `masks` (grammar masks [S, ceil(V / 32)], a
+row's params naming its sequence's; written while the step runs, `write_masks`), `grids` (the
+indirect dispatch sizes) and the output `ids`. There is a set per step in flight (`sets`, the backend's MAX_IN_FLIGHT), used
 by turns, so that a step can be written and submitted while the one before it runs (its tokens
 may be read from the previous set's `ids`: embed.comp).
 Device-local scratch, shared by the sets (one step runs at a time): the residual stream `x`
@@ -40,7 +41,7 @@ from .memory import Buffer, Memory
 
 PARAMS_DTYPE = np.dtype([  # mirrors RowParams in shaders/sample.comp
     ("temperature", np.float32), ("top_k", np.int32), ("top_p", np.float32), ("min_p", np.float32),
-    ("key0", np.uint32), ("key1", np.uint32), ("counter", np.uint32), ("pad", np.uint32),
+    ("key0", np.uint32), ("key1", np.uint32), ("counter", np.uint32), ("mask", np.uint32),
 ])
 
 
@@ -89,8 +90,9 @@ def coop_matmuls(cfg: Gemma3Config) -> dict[str, tuple[int, int, int, bool]]:
 class StepInputs:
     """One set of a step's host-visible inputs and its sampled ids (see the module doc)."""
 
-    def __init__(self, memory: Memory, capacity: Capacity, name: str) -> None:
+    def __init__(self, memory: Memory, capacity: Capacity, vocab_size: int, name: str) -> None:
         T, S, R = capacity.tokens, capacity.seqs, capacity.rows
+        self.mask_words = -(-vocab_size // 32)
         self.widths = dict(capacity.widths)
 
         def host(size: int, what: str) -> Buffer:
@@ -103,6 +105,7 @@ class StepInputs:
         self.flash_tiles = host(16 * (T + S), "flash tiles")  # at most T / tile + S tiles
         self.rows = host(4 * R, "logits rows")
         self.params = host(PARAMS_DTYPE.itemsize * R, "sampling parameters")
+        self.masks = host(4 * S * self.mask_words, "grammar masks")
         self.grids = host(12 * GRID_SLOTS, "dispatch grids")
         self.ids = host(4 * R, "sampled ids")
         self.slots = {g: host(4 * T, f"{g} slots") for g, _ in capacity.widths}
@@ -132,9 +135,18 @@ class StepInputs:
         _fill_params(StepBuffers.view(self.params, PARAMS_DTYPE, R), batch, rows)
         StepBuffers.view(self.grids, np.uint32, self.grids.size // 4)[:] = grids.ravel()
 
+    def write_masks(self, allowed: np.ndarray, sample: np.ndarray, id_rows: np.ndarray) -> None:
+        """The step's grammar masks (`SamplingBatch.allowed` [S, words]): each sampled sequence's
+        that holds an id off, named by its draw's row `id_rows[s]` (the others allow every id)."""
+        masked = np.flatnonzero(sample & (allowed != -1).any(axis=1))
+        words = StepBuffers.view(self.masks, np.int32, len(allowed) * self.mask_words).reshape(-1, self.mask_words)
+        words[masked] = allowed[masked]
+        params = StepBuffers.view(self.params, PARAMS_DTYPE, int(id_rows.max(initial=-1)) + 1)
+        params["mask"][id_rows[masked]] = masked + 1
+
     def all(self) -> list[Buffer]:
         return [self.meta, self.tokens, self.positions, self.token_seq, self.flash_tiles, self.rows, self.params,
-                self.grids, self.ids, *self.slots.values(), *self.tables.values()]
+                self.masks, self.grids, self.ids, *self.slots.values(), *self.tables.values()]
 
 
 def _fill_params(params: np.ndarray, batch: StepBatch, rows: np.ndarray) -> None:
@@ -225,7 +237,7 @@ class StepBuffers:
         shape fits, whatever its weights' dtype, on a device of `sm_count` SMs (0: unknown;
         coop_tiles.coop_fold_rows)."""
         self.cfg, self.mem, self.capacity = cfg, memory, capacity
-        self.inputs = tuple(StepInputs(memory, capacity, f"set {i}") for i in range(sets))
+        self.inputs = tuple(StepInputs(memory, capacity, cfg.vocab_size, f"set {i}") for i in range(sets))
         size = scratch_sizes(cfg, capacity, block_size, attention_chunk, coop_min_chunk, sm_count)
         dev = memory.alloc
         self.x, self.qkv, self.q = dev(*size["x"]), dev(*size["qkv"]), dev(*size["q"])
