@@ -229,20 +229,6 @@ float y_of_key(uint k) {
     return uintBitsToFloat((k & 0x80000000u) != 0u ? (k & 0x7fffffffu) : ~k);
 }
 
-// exp(d) for d <= 0 within 1.02e-7 relative on any driver (Vulkan's exp may be off by 3 + 2|d|
-// ulp): Cody-Waite reduction by ln 2 (k * 0.693359375 is exact for |k| <= 126), a degree-7
-// polynomial on |r| <= 0.35. Exactly 1 at d = 0; 0 below -87 (in 2^-40 fixed point anything
-// below e^-28.4 is 0 already).
-float exp_neg(float d) {
-    if (!(d >= -87.0)) return 0.0;
-    precise float k = round(d * 1.44269504088896341);
-    precise float r = d - k * 0.693359375;
-    r = r + k * 2.12194440e-4;
-    precise float p = 1.0 + r * (1.0 + r * (0.5 + r * (1.6666667163e-1 + r * (4.1666667908e-2
-                    + r * (8.3333337680e-3 + r * (1.3888889225e-3 + r * 1.9841270114e-4))))));
-    return ldexp(p, int(k));
-}
-
 float weight_of(float y) {
     precise float d = y - g_m;
     return exp_neg(d);

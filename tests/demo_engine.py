@@ -22,11 +22,12 @@ def demo_cpu() -> tuple[Backend, Tokenizer]:
 
 
 def run_engine(backend: Backend, tokenizer: Tokenizer, requests: list[Request], max_batch: int = 8, budget: int = 512,
-               seqs: int = 8, length: int = 256) -> tuple[dict[int, Completion], int]:
-    """Completions by request id, and preemptions; the KV pool holds `seqs` sequences of `length`."""
+               seqs: int = 8, length: int = 256, ahead: int | None = None) -> tuple[dict[int, Completion], int]:
+    """Completions by request id, and preemptions; the KV pool holds `seqs` sequences of `length`;
+    `ahead`: Engine's schedule_ahead (None: its default)."""
     bs = 8
     blocks = {g.name: seqs * blocks_per_sequence(g, length, bs, budget) for g in backend.cfg.kv_groups()}
-    engine = Engine(backend, KVPlan(bs, blocks, length, 0, 0, seqs), tokenizer, max_batch, budget)
+    engine = Engine(backend, KVPlan(bs, blocks, length, 0, 0, seqs), tokenizer, max_batch, budget, schedule_ahead=ahead)
     for r in requests:
         engine.add(r)
     out = {}

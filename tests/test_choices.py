@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gemma_batch.backends.sampler import uniform
-from gemma_batch.engine.choices import Choices, log_softmax
+from gemma_batch.backends.sampler import log_softmax, uniform
+from gemma_batch.engine.choices import Choices
 from gemma_batch.engine.sampling_params import SamplingParams
 from gemma_batch.engine.request import Request
 from gemma_batch.engine.score import token_logits
@@ -26,10 +26,11 @@ def model():
     return demo_cpu()
 
 
-def answer(backend, tokenizer, requests: list[Request], max_batch: int = 8, budget: int = 512, seqs: int = 8):
+def answer(backend, tokenizer, requests: list[Request], max_batch: int = 8, budget: int = 512, seqs: int = 8,
+           ahead: int | None = None):
     """Completions by request id, and preemptions; the KV pool holds `seqs` of the longest row."""
     length = max(len(r.prompt_ids) + r.choices.longest for r in requests)
-    return run_engine(backend, tokenizer, requests, max_batch, budget, seqs, length)
+    return run_engine(backend, tokenizer, requests, max_batch, budget, seqs, length, ahead)
 
 
 def requests(tokenizer, temperature: float = 0.0, labels=LABELS) -> list[Request]:
@@ -76,11 +77,14 @@ def test_sampling_draws_a_label_from_its_probabilities(model):
 def test_choices_are_batch_invariant_with_preemptions(model):
     backend, tokenizer = model
     alone = {r.request_id: answer(backend, tokenizer, [r], 1)[0][r.request_id] for r in requests(tokenizer)}
-    shuffled = [requests(tokenizer)[i] for i in (3, 0, 4, 2, 1)]
-    squeezed, preemptions = answer(backend, tokenizer, shuffled, 4, 24, 1)
-    assert preemptions > 0
-    for i, c in alone.items():
-        assert squeezed[i].text == c.text and squeezed[i].choice_logprobs == c.choice_logprobs
+    for ahead in (0, 2):  # with steps submitted ahead, a sequence whose scores are in flight is not preempted
+        shuffled = [requests(tokenizer)[i] for i in (3, 0, 4, 2, 1)]
+        squeezed, preemptions = answer(backend, tokenizer, shuffled, 4, 24, 1, ahead)
+        assert preemptions > 0
+        for i, c in alone.items():
+            assert squeezed[i].text == c.text and squeezed[i].choice_logprobs == c.choice_logprobs
+        roomy, _ = answer(backend, tokenizer, shuffled, 4, 24, 8, ahead)
+        assert {i: c.choice_logprobs for i, c in roomy.items()} == {i: c.choice_logprobs for i, c in alone.items()}
 
 
 def test_single_token_labels_need_no_step_after_the_prompt(model):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import regex
 
-from gemma_batch.engine.choices import log_softmax
+from gemma_batch.backends.sampler import log_softmax
 from gemma_batch.engine.constraints import Constraint, Grammars
 from gemma_batch.engine.request import Request
 from gemma_batch.engine.sampling_params import SamplingParams

@@ -21,7 +21,9 @@ from gemma_batch.job.spec import DEMO_MODEL
 from gemma_batch.model.checkpoint import Checkpoint
 from gemma_batch.model.config import Gemma3Config
 from gemma_batch.model.tokenizer import Tokenizer
+from gemma_batch.backends.sampler import log_softmax
 from tests.demo_engine import demo_cpu, run_engine
+from tests.vulkan_dispatch import Dispatches
 
 TOL = 1e-3  # log-probabilities: a float64 log-softmax of logits within test_vulkan_backend's fp32 TOL (1e-4) of the CPU's
 LABELS = [" Moses", " Aaron", " the children of Israel", " Pharaoh king of Egypt"]
@@ -56,6 +58,37 @@ def test_choices_on_vulkan_equal_the_cpu(backends):
         assert got[i].text == ref[i].text
         ours, theirs = ([c["logprob"] for c in x[i].choice_logprobs] for x in (got, ref))
         assert np.abs(np.array(ours) - theirs).max() < TOL
+
+
+def test_row_scores_are_the_log_softmax_at_the_pairs():
+    """row_scores.comp against a float64 log-softmax of the same logits (ids below the vocabulary
+    limit only). Within 2e-5: its values are about 20 in size, so fp32 rounds each of lse and
+    x - lse by up to 1e-6, and the fp32 sum of 1,024 invocations' 256 terms each (exp_neg within
+    1e-7) is within 256 x 6e-8 = 1.5e-5 relative at worst (about 1e-6 as measured)."""
+    rng = np.random.default_rng(23)
+    R, V, limit = 6, 262208, 262144
+    x = (rng.standard_normal((R, V)) * 3).astype(np.float32)
+    x[:, rng.choice(limit, 30)] += 12  # peaked rows, as a model's are
+    x[:, limit:] = 60.0  # past the limit: never counted
+    rows, counts = [5, 0, 3, 2], [3, 1, 64, 2]
+    ids = [rng.choice(limit, n, replace=False) for n in counts]
+    firsts = np.cumsum(counts) - counts
+    header = np.array([len(rows), *np.stack([rows, firsts, counts], 1).ravel()], np.uint32)
+    try:
+        d = Dispatches(tokens=1, rows=R)
+    except Exception as e:  # no Vulkan driver here
+        pytest.skip(f"no Vulkan device: {e}")
+    with d:
+        d.meta.array[12:16] = np.array([limit], np.uint32).view(np.uint8)  # the header's vocab_limit
+        out = d.alloc(4 * sum(counts), "scores")
+        d.dispatch("row_scores", {0: d.upload(x, "logits"), 1: d.upload(header, "score rows"),
+                                  2: d.upload(np.concatenate(ids).astype(np.uint32), "ids"), 3: out},
+                   {"row_stride": V}, groups=R)
+        d.run()
+        got = d.download(out).view(np.float32)
+    want = np.concatenate([log_softmax(x[r, :limit])[i] for r, i in zip(rows, ids)])
+    print("row_scores max error", np.abs(got - want).max())
+    assert np.abs(got - want).max() < 2e-5
 
 
 def test_token_logprobs_on_vulkan_equal_the_cpu(backends):

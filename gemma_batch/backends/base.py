@@ -80,8 +80,14 @@ class StepBatch:
     # tokens come after the others (the engine's scheduler keeps this). None: no prompt tokens.
     prompt_lens: np.ndarray | None = None
     # [R] int32 or None: flat token indices whose logits come back in `StepResult.row_logits`
-    # (scoring a row's choices, `engine.choices`), besides what `return_logits` asks for.
+    # (a token's log-probabilities, `engine.token_logprobs`), besides what `return_logits` asks for.
     logit_rows: np.ndarray | None = None
+    # [P] int32 each, or None: the log-probability of token `score_ids[p]` after flat token
+    # `score_tokens[p]` comes back in `StepResult.scores` [P]: a log-softmax of that token's logits
+    # over the ids below the sampling vocabulary (no temperature, no mask; `sampler.log_softmax`),
+    # without its row of logits read back (scoring a row's choices, `engine.choices`).
+    score_tokens: np.ndarray | None = None
+    score_ids: np.ndarray | None = None
 
     def sourced_tokens(self, values: np.ndarray) -> np.ndarray:
         """`token_ids` with each token named by `token_sources` taken from `values` [S of the
@@ -127,6 +133,7 @@ class StepResult:
     token_ids: np.ndarray  # [S] int32: the next token of each sampled sequence, -1 elsewhere
     logits: np.ndarray | None = None  # [T, V] float32 when `StepBatch.return_logits`
     row_logits: np.ndarray | None = None  # [R, V] float32 of `StepBatch.logit_rows`, in their order
+    scores: np.ndarray | None = None  # [P] float64 of `StepBatch.score_tokens`, in their order
 
 
 class Backend(ABC):

@@ -37,7 +37,7 @@ from ..model.weights import tensor_shapes
 from .base import Backend, StepBatch, StepResult
 from .cpu_attention import AttentionPlan, attend, attention_plan
 from .kv_formats import KVStore, kv_slot_bytes, kv_token_bytes
-from .sampler import sample_tokens
+from .sampler import sample_tokens, scores
 
 F32 = np.float32
 ROW_TILE = 16  # rows per weight product: a fixed shape keeps BLAS on one code path
@@ -229,14 +229,18 @@ class CpuBackend(Backend):
 
         sampled = (batch.seq_starts[1:] - 1)[batch.sample]  # flat index of each sampled last token
         extra = np.zeros(0, np.int32) if batch.logit_rows is None else batch.logit_rows
-        rows = np.concatenate([np.arange(batch.num_tokens) if batch.return_logits else sampled, extra])
+        scored = np.zeros(0, np.int32) if batch.score_tokens is None else np.unique(batch.score_tokens)
+        rows = np.concatenate([np.arange(batch.num_tokens) if batch.return_logits else sampled, extra, scored])
         logits = matmul_rows(rms_norm(x[rows], w["norm.weight"], cfg.rms_norm_eps), self._lm_head(), self.pool)  # [R, V]
-        logits, row_logits = logits[: len(rows) - len(extra)], logits[len(rows) - len(extra):]
+        first, last = len(rows) - len(extra) - len(scored), len(rows) - len(scored)
+        logits, row_logits, score_logits = logits[:first], logits[first:last], logits[last:]
         next_ids = np.full(batch.num_seqs, -1, np.int32)
         sampled_logits = logits[sampled] if batch.return_logits else logits
         next_ids[batch.sample] = sample_tokens(sampled_logits, batch.sampling, np.flatnonzero(batch.sample))
         return StepResult(next_ids, logits if batch.return_logits else None,
-                          None if batch.logit_rows is None else row_logits)
+                          None if batch.logit_rows is None else row_logits,
+                          None if batch.score_tokens is None else
+                          scores(score_logits, scored, batch.sampling, batch.score_tokens, batch.score_ids))
 
     def _lm_head(self) -> Matrix:
         return self.weights.get("lm_head.weight", self.weights["embed_tokens.weight"])  # [V, H]

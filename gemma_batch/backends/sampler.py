@@ -97,6 +97,21 @@ def draw(ids: np.ndarray, probs: np.ndarray, u: float) -> int:
     return int(ids[min(int(np.searchsorted(mass, u * mass[-1], side="right")), len(ids) - 1)])
 
 
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """float64 log-softmax over the last axis of float32 logits."""
+    z = logits.astype(np.float64)
+    z -= z.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+def scores(logits: np.ndarray, rows: np.ndarray, sampling: SamplingBatch | None, tokens: np.ndarray,
+           ids: np.ndarray) -> np.ndarray:
+    """`StepResult.scores` [P] for the pairs (`tokens`, `ids`) [P] of `StepBatch.score_tokens` and
+    `score_ids`, from the logits [len(rows), V] of the flat tokens `rows` (ascending, each once)."""
+    limit = sampling.vocab_size if sampling is not None and sampling.vocab_size else logits.shape[1]
+    return log_softmax(logits[:, :limit])[np.searchsorted(rows, tokens), ids]
+
+
 def allowed_only(logits: np.ndarray, words: np.ndarray) -> np.ndarray:
     """logits [V] with -inf where the bitmask `words` [ceil(V / 32)] int32 has the token's bit off."""
     bits = np.unpackbits(words.astype("<i4").view(np.uint8), bitorder="little")[: len(logits)]

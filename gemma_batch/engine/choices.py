@@ -1,7 +1,8 @@
 """Scored choices: a row whose answer is one of a few labels, with each label's probability.
 
 Each choice's log-probability is the sum over its tokens of log p(token | prompt, the choice's
-earlier tokens), from the model's logits (log-softmax in float64, no temperature). The prompt is
+earlier tokens), from the model's logits (a log-softmax over the tokenizer's ids, no temperature:
+the backend computes it, `StepBatch.score_tokens`, without reading the logits back). The prompt is
 computed once: its last token's logits score every choice's first token; then each choice longer
 than one token is fed after the prompt (all but its last token), scored, and taken back (the
 sequence returns to its prompt; the next choice overwrites the same KV slots). The answer is the
@@ -28,7 +29,6 @@ class Choices:
 
     texts: tuple[str, ...]
     token_ids: tuple[tuple[int, ...], ...]
-    vocab_size: int  # the tokenizer's: probabilities are over its ids (a model may have padding rows past it)
 
     @classmethod
     def encode(cls, texts: tuple[str, ...] | list[str], tokenizer: Tokenizer) -> Choices:
@@ -40,19 +40,12 @@ class Choices:
             raise ValueError(f"choices must be non-empty strings, got {texts!r}")
         if len(set(texts)) < len(texts):
             raise ValueError(f"choices are repeated: {sorted(t for t in set(texts) if texts.count(t) > 1)!r}")
-        return cls(texts, tuple(tuple(tokenizer.encode(t, add_bos=False)) for t in texts), tokenizer.vocab_size)
+        return cls(texts, tuple(tuple(tokenizer.encode(t, add_bos=False)) for t in texts))
 
     @property
     def longest(self) -> int:
         """Tokens of the longest choice."""
         return max(map(len, self.token_ids))
-
-
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    """float64 log-softmax over the last axis of float32 logits."""
-    z = logits.astype(np.float64)
-    z -= z.max(axis=-1, keepdims=True)
-    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
 
 
 class ChoiceScores:
@@ -68,15 +61,20 @@ class ChoiceScores:
         """What the sequence holds after its prompt while the current choice is scored."""
         return list(self.choices.token_ids[self.current][:-1])
 
-    def record(self, position: int, logits: np.ndarray) -> None:
-        """Take the logits after the token at `position` (the prompt's last, or the current choice's)."""
-        lp = log_softmax(logits[: self.choices.vocab_size])
+    def wanted(self, position: int) -> list[int]:
+        """The tokens whose log-probabilities after the token at `position` the scoring needs (the
+        prompt's last: every choice's first token; else the current choice's next)."""
         if position == self.prompt_len - 1:
-            for i, ids in enumerate(self.choices.token_ids):
-                self.token_logprobs[i][0] = lp[ids[0]]
+            return [ids[0] for ids in self.choices.token_ids]
+        return [self.choices.token_ids[self.current][position - self.prompt_len + 1]]
+
+    def record(self, position: int, logprobs: np.ndarray) -> None:
+        """Take the log-probabilities of the `wanted(position)` tokens, in their order."""
+        if position == self.prompt_len - 1:
+            for i, lp in enumerate(logprobs):
+                self.token_logprobs[i][0] = lp
         else:
-            j = position - self.prompt_len + 1  # the current choice's token it predicts
-            self.token_logprobs[self.current][j] = lp[self.choices.token_ids[self.current][j]]
+            self.token_logprobs[self.current][position - self.prompt_len + 1] = logprobs[0]
 
     def next_choice(self) -> bool:
         """Move to the next choice that needs tokens fed (longer than one); False when none is left."""

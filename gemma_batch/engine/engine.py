@@ -27,7 +27,7 @@ from .choices import ChoiceScores
 from .constraints import step_masks
 from .kv_cache import KVCacheManager
 from .kv_plan import KVPlan
-from .logit_rows import logit_rows
+from .read_back import ReadBack, read_back
 from .request import Completion, Request
 from .scheduler import Scheduler
 from .sequence import Sequence
@@ -62,8 +62,7 @@ class _Submitted:
     batch: StepBatch
     sampled: list[tuple[int, Sequence, bool]]
     prefill_tokens: int  # tokens it feeds outside decoding, counted in the stats when it is waited for
-    scored: list[tuple[int, Sequence, int]] = field(default_factory=list)  # (logit row, sequence, position) of scored ones
-    logprob_rows: dict[int, int] = field(default_factory=dict)  # sampled sequence index -> its logit row
+    reads: ReadBack = field(default_factory=ReadBack)  # what it reads back for scored choices and logprobs
     held: bool = False  # whether its sampled sequences hold the places of their coming tokens
 
 
@@ -94,7 +93,7 @@ class Engine:
         self.stats = EngineStats()
         self.on_step = on_step
         self._live: dict[int, _Live] = {}
-        self._constrained = 0  # live requests with a grammar or choices
+        self._constrained = 0  # live requests with a grammar
         self._scores: dict[int, ChoiceScores] = {}  # by sequence id: the rows answered by scoring choices
         # Never ahead with an `on_step` hook, which needs each step's results before the next is scheduled.
         if schedule_ahead and on_step is not None:
@@ -139,7 +138,7 @@ class Engine:
         if (request.params.stop or request.params.logprobs is not None) and not needs_text:
             raise ValueError("stop strings and logprobs need an engine with a tokenizer")
         self._live[seq.seq_id] = _Live(request, IncrementalDetokenizer(self.tokenizer) if needs_text else None)
-        self._constrained += request.matcher is not None or request.choices is not None
+        self._constrained += request.matcher is not None
         self.scheduler.add(seq)
 
     def step(self) -> list[Completion]:
@@ -173,7 +172,7 @@ class Engine:
                 continue  # one was submitted), or scoring its choices
             if first:
                 self.stats.record_ttft(time.perf_counter() - self._live[seq.seq_id].admitted_at)
-            if s in current.logprob_rows:
+            if s in current.reads.logprob_rows:
                 self._log_token(seq, current, s, result)
             self._append(seq, int(result.token_ids[s]))
             sampled += 1
@@ -196,9 +195,9 @@ class Engine:
             live.admitted_at = live.admitted_at or started
         requests = [self._live[seq.seq_id].request for seq, _ in scheduled]
         batch.sampling = build_sampling(scheduled, requests, batch.sample, self.tokenizer.vocab_size if self.tokenizer else 0)
-        batch.logit_rows, scored, logprob_rows = logit_rows(
-            scheduled, batch, [s.prompt_len if (s := self._scores.get(seq.seq_id)) else None for seq, _ in scheduled],
-            [self._live[seq.seq_id].request.params.logprobs is not None for seq, _ in scheduled])
+        reads = read_back(scheduled, batch, [self._scores.get(seq.seq_id) for seq, _ in scheduled],
+                          [r.params.logprobs is not None for r in requests])
+        batch.score_tokens, batch.score_ids, batch.logit_rows = reads.score_tokens, reads.score_ids, reads.logit_rows
         self.backend.submit(batch)
         if batch.sampling.masks_follow:  # computed while the device runs the step
             self.backend.allow(step_masks([r.matcher for r in requests], batch.sample, self.backend.cfg.vocab_size))
@@ -211,31 +210,34 @@ class Engine:
             self.kv.release_out_of_window(seq, scores.prompt_len if scores else None)
             if batch.sample[s]:
                 sampled.append((s, seq, seq.num_completion_tokens == 0))
-        return _Submitted(scheduled, batch, sampled, prefill_tokens, scored, logprob_rows)
+        return _Submitted(scheduled, batch, sampled, prefill_tokens, reads)
 
     def _submit_ahead(self, current: _Submitted, started: float) -> _Submitted | None:
         """The step after `current` (the last submitted), submitted while it runs: each sequence
         `current` samples holds the place of its coming token, and those that reach their length
-        limit with it leave the batch now."""
+        limit with it leave the batch now. A scored sequence (choices) holds no place: the host
+        decides what it feeds next once its scores are in, and until then it is not preempted."""
         if not current.held:  # (held already when the last call scheduled nothing after it)
             for _, seq, _ in current.sampled:
-                if seq.finished:  # stopped in a step before `current`
+                if seq.finished or seq.seq_id in self._scores:  # stopped in a step before `current`; scored
                     continue
                 seq.append_pending()
                 if seq.at_length_limit:
                     self.scheduler.finish(seq)
             current.held = True
-        scheduled = self.scheduler.schedule()
+        scoring = {seq.seq_id for step in self._in_flight for seq, _ in step.scheduled if seq.seq_id in self._scores}
+        scheduled = self.scheduler.schedule(pinned=scoring)
         return self._submit(scheduled, started, current) if scheduled else None
 
     def _scored(self, step: _Submitted, result: StepResult) -> list[Completion]:
-        """Take a step's logit rows into the scores of their sequences; a sequence whose choice is
-        all fed moves to the next one (back to its prompt), or, after the last, finishes."""
-        for i, seq, position in step.scored:
-            self._scores[seq.seq_id].record(position, result.row_logits[i])
-        done = []
-        for seq in dict.fromkeys(seq for _, seq, _ in step.scored):
-            if seq.num_cached_tokens < seq.num_tokens:
+        """Take a step's scores into the scorings of their sequences; a sequence whose choice is
+        all fed (by this step: none ahead holds it) moves to the next one (back to its prompt), or,
+        after the last, finishes."""
+        for first, n, seq, position in step.reads.scored:
+            self._scores[seq.seq_id].record(position, result.scores[first: first + n])
+        done, ahead = [], {seq.seq_id for later in self._in_flight for seq, _ in later.scheduled}
+        for seq in dict.fromkeys(seq for _, _, seq, _ in step.reads.scored):
+            if seq.num_cached_tokens < seq.num_tokens or seq.seq_id in ahead:
                 continue
             scores, request = self._scores[seq.seq_id], self._live[seq.seq_id].request
             if scores.rewind(seq):
@@ -249,7 +251,7 @@ class Engine:
     def _log_token(self, seq: Sequence, step: _Submitted, s: int, result: StepResult) -> None:
         """Record the log-probabilities of the token sequence `s` of `step` drew."""
         live, allowed = self._live[seq.seq_id], step.batch.sampling.allowed
-        entry = token_logprobs(result.row_logits[step.logprob_rows[s]], int(result.token_ids[s]),
+        entry = token_logprobs(result.row_logits[step.reads.logprob_rows[s]], int(result.token_ids[s]),
                                live.request.params.logprobs, self.tokenizer, None if allowed is None else allowed[s])
         live.logprobs = live.logprobs if live.logprobs is not None else []
         live.logprobs.append(entry)
@@ -291,7 +293,7 @@ class Engine:
         self.scheduler.finish(seq)  # (nothing to do if it left when its last token was scheduled)
         live = self._live.pop(seq.seq_id)
         matcher = live.request.matcher
-        self._constrained -= matcher is not None or live.request.choices is not None
+        self._constrained -= matcher is not None
         if choice is not None:
             del self._scores[seq.seq_id]
             return Completion(seq.seq_id, seq.completion_ids, choice, "stop", seq.num_prompt_tokens, choice_logprobs)

@@ -60,8 +60,9 @@ class Scheduler:
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
 
-    def schedule(self) -> list[tuple[Sequence, int]]:
-        """The step's (sequence, number of tokens) pairs; their blocks are allocated."""
+    def schedule(self, pinned: frozenset[int] | set[int] = frozenset()) -> list[tuple[Sequence, int]]:
+        """The step's (sequence, number of tokens) pairs; their blocks are allocated. The sequences
+        whose ids are `pinned` are not preempted (a sequence that needs blocks then waits)."""
         scheduled: dict[int, tuple[Sequence, int]] = {}
         decoding = [s for s in self.running if s.num_uncached_tokens == 1]
         prefilling = [s for s in self.running if s.num_uncached_tokens > 1]
@@ -80,7 +81,9 @@ class Scheduler:
             if n == 0:
                 break
             while not self.kv.can_allocate(seq, seq.num_cached_tokens + n):
-                victim = self.running[-1]
+                victim = next((s for s in reversed(self.running) if s.seq_id not in pinned), None)
+                if victim is None:
+                    break
                 preempted = True
                 if victim.seq_id in scheduled:
                     budget += scheduled.pop(victim.seq_id)[1]

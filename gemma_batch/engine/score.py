@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..backends.base import Backend
+from ..backends.sampler import log_softmax
 from ..model.tokenizer import Tokenizer
 from .generate import generate_greedy
 
@@ -60,11 +61,9 @@ def scores_of(sequences: list[list[int]], logits: list[np.ndarray]) -> Scores:
     """The Scores of `sequences` given their `token_logits`."""
     logprobs, top1 = [], []
     for seq, rows in zip(sequences, logits):
-        z = rows.astype(np.float64)  # [L-1, V]
-        z -= z.max(axis=1, keepdims=True)
-        log_softmax = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-        logprobs.append(log_softmax[np.arange(len(seq) - 1), seq[1:]])
-        top1.append(z.argmax(axis=1))
+        lp = log_softmax(rows)  # [L-1, V]
+        logprobs.append(lp[np.arange(len(seq) - 1), seq[1:]])
+        top1.append(rows.argmax(axis=1))
     return Scores(logprobs, top1)
 
 

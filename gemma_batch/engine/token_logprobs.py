@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backends.sampler import allowed_only
+from ..backends.sampler import allowed_only, log_softmax
 from ..model.tokenizer import Tokenizer
-from .choices import log_softmax
 
 
 def token_logprobs(logits: np.ndarray, token: int, k: int, tokenizer: Tokenizer, allowed: np.ndarray | None) -> dict:

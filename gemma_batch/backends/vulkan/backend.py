@@ -35,12 +35,12 @@ from .bandwidth import measure_read_bandwidth
 from . import coop_tiles, coopmat, flash, fragment_order
 from .device import Device
 from .graph import StepGraph
-from .in_flight import InFlight, logits_rows, read_result
+from .in_flight import InFlight, logits_rows, read_result, score_layout
 from .coop_tiles import COOP_FOLD_ROWS, COOP_MIN_CHUNK
 from .kernels import Kernels
 from .prompt_rows import prompt_rows
 from .memory import Memory
-from .step_buffers import Capacity, StepBuffers, first_capacity, fitting_step_tokens
+from .step_buffers import SCORES_PER_ROW, Capacity, StepBuffers, first_capacity, fitting_step_tokens
 from .supported import check_supported
 from .weights import DeviceWeights
 
@@ -188,8 +188,8 @@ class VulkanBackend(Backend):
             raise RuntimeError("submit() before allow(): the step before waits for its grammar masks")
         T, S = batch.num_tokens, batch.num_seqs
         rows, id_rows = logits_rows(batch)
-        R = len(rows)
-        need = Capacity(T, S, max(R, 1), tuple((g, t.shape[1]) for g, t in batch.block_tables.items()))
+        R, P = len(rows), 0 if batch.score_tokens is None else len(batch.score_tokens)
+        need = Capacity(T, S, max(R, 1, -(-P // SCORES_PER_ROW)), tuple((g, t.shape[1]) for g, t in batch.block_tables.items()))
         grows = self._outgrown(need)
         before = self._in_flight[-1] if self._in_flight else None
         if grows or any(step.batch.return_logits or step.batch.logit_rows is not None for step in self._in_flight):
@@ -207,9 +207,11 @@ class VulkanBackend(Backend):
         vocab_limit = batch.sampling.vocab_size if batch.sampling is not None and batch.sampling.vocab_size else cfg.vocab_size
         p = prompt_rows(batch, cfg, self.flash, self.prompt_tile)
         grids = graph.grids(T, len(rows), p.scalar_positions, 0 if p.tiles is None else len(p.tiles), p.start)
-        self.buffers.inputs[slot].write(batch, token_ids, rows, vocab_limit, grids, p.flash, p.tiles, p.start)
+        header, ids, order = score_layout(batch, R - len(np.unique(batch.score_tokens))) if P else (None, None, None)
+        self.buffers.inputs[slot].write(batch, token_ids, rows, vocab_limit, grids, p.flash, p.tiles, p.start,
+                                        None if header is None else (header, ids))
         s = batch.sampling
-        step = InFlight(slot, batch, rows, id_rows, s is not None and (s.masks_follow or s.allowed is not None))
+        step = InFlight(slot, batch, rows, id_rows, s is not None and (s.masks_follow or s.allowed is not None), order)
         if step.masks_due:
             graph.hold_sampling()
         self.device.submit(graph.command_buffer(T, S, p.any), slot)
@@ -253,7 +255,8 @@ class VulkanBackend(Backend):
         def logits(first: int, n: int) -> np.ndarray:
             return self.mem.download(self.buffers.logits, 4 * n * V, 4 * first * V).view(np.float32).reshape(n, V)
 
-        step.result = read_result(step, ids, logits)
+        P = 0 if step.score_order is None else len(step.score_order)
+        step.result = read_result(step, ids, logits, StepBuffers.view(self.buffers.inputs[step.slot].scores, np.float32, P))
         step.profile = self.graphs[step.slot].profile_seconds()  # one read of the timestamps: per kernel, or "step"
         return step
 

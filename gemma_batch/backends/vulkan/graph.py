@@ -31,6 +31,7 @@ Per step (shapes for T tokens, R logits rows):
       matmul post_norm
                      y [T, H]          = act . Wdown, then x += rms(y)(1 + post_ff_ln)
     matmul rows      logits [R, V]     = rms(x[rows])(1 + norm) . E
+    row_scores       scores [P]        = log-softmax of the score rows at their pairs' ids
     (wait)                               for the host's grammar masks, where they come while the
                                          step runs (`hold_sampling`, `release_sampling`)
     sample           ids [R]
@@ -289,6 +290,8 @@ class StepGraph:
                          split_next={3: w.layers[layer + 1]["input_layernorm"]} if fuse.split_next_qkv else None)
             qkv_presplit = fuse.split_next_qkv
         self._matmul("norm_rows", -1, "lm_head", b.x, b.logits, cfg.vocab_size, H, w.buffer(-1, "norm"), {5: inp.rows})
+        self._dispatch("row_scores", {0: b.logits, 1: inp.score_rows, 2: inp.score_ids, 3: inp.scores},
+                       {"row_stride": cfg.vocab_size}, ("rows", 1))
         self.kernels.wait_host(self.cb, self.masks_ready)
         self._dispatch("sample", {0: b.logits, 1: inp.params, 2: inp.ids, 3: inp.masks}, {"row_stride": cfg.vocab_size},
                        ("rows", 1))

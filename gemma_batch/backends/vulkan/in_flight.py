@@ -1,6 +1,7 @@
 """A submitted step and what comes back from it: the logits rows its LM head and sampler run (the
-sampled rows, or every token's with `return_logits`, then `logit_rows`), where each sequence's
-draw lands, and the result read once the step is done."""
+sampled rows, or every token's with `return_logits`, then `logit_rows`, then the score tokens'),
+where each sequence's draw lands, how row_scores.comp takes the score pairs, and the result read
+once the step is done."""
 
 from __future__ import annotations
 
@@ -22,27 +23,44 @@ class InFlight:
     rows: np.ndarray
     id_rows: np.ndarray
     masks_due: bool = False  # its sampler waits for the grammar masks (`VulkanBackend.allow`)
+    score_order: np.ndarray | None = None  # where each of `score_tokens`' pairs is among row_scores.comp's
     result: StepResult | None = None
     profile: dict[str, float] = field(default_factory=dict)
 
 
 def logits_rows(batch: StepBatch) -> tuple[np.ndarray, np.ndarray]:
     """(the flat token of each logits row [R], the logits row of each sequence's draw [S]). The
-    sampler draws for `logit_rows` too; those draws are not read."""
+    sampler draws for `logit_rows` and the score tokens (each once, ascending) too, unread."""
     last = batch.seq_starts[1:] - 1
     rows = np.arange(batch.num_tokens, dtype=np.int32) if batch.return_logits else last[batch.sample].astype(np.int32)
-    if batch.logit_rows is not None:
-        rows = np.concatenate([rows, batch.logit_rows]).astype(np.int32)
+    extra = [x for x in (batch.logit_rows, None if batch.score_tokens is None else np.unique(batch.score_tokens))
+             if x is not None]
+    rows = np.concatenate([rows, *extra]).astype(np.int32)
     id_rows = last if batch.return_logits else np.cumsum(batch.sample) - 1
     return rows, id_rows
 
 
-def read_result(step: InFlight, ids: np.ndarray, logits: Callable[[int, int], np.ndarray]) -> StepResult:
-    """The StepResult of a finished step from its drawn `ids` [R] and `logits(first, n)`, which
-    reads n rows of the logits buffer [n, V] from row `first`."""
+def score_layout(batch: StepBatch, first: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """row_scores.comp's inputs for `score_tokens` and `score_ids` [P], the score rows being the
+    logits rows from `first` on (`logits_rows`): its header (the rows, then (logits row, first
+    pair, pairs) each), the pairs' ids grouped by row, and where each pair is among them."""
+    tokens, inverse = np.unique(batch.score_tokens, return_inverse=True)
+    grouped = np.argsort(inverse, kind="stable")
+    counts = np.bincount(inverse, minlength=len(tokens))
+    rows = np.stack([first + np.arange(len(tokens)), np.cumsum(counts) - counts, counts], axis=1)
+    order = np.empty(len(grouped), np.int64)
+    order[grouped] = np.arange(len(grouped))
+    return np.concatenate([[len(tokens)], rows.ravel()]).astype(np.uint32), batch.score_ids[grouped], order
+
+
+def read_result(step: InFlight, ids: np.ndarray, logits: Callable[[int, int], np.ndarray], scores: np.ndarray) -> StepResult:
+    """The StepResult of a finished step from its drawn `ids` [R], `logits(first, n)`, which reads
+    n rows of the logits buffer [n, V] from row `first`, and row_scores.comp's `scores` [P]."""
     batch = step.batch
     next_ids = np.full(batch.num_seqs, -1, np.int32)
     next_ids[batch.sample] = ids[step.id_rows[batch.sample]]
     extra = 0 if batch.logit_rows is None else len(batch.logit_rows)
+    first = len(step.rows) - extra - (0 if step.score_order is None else len(np.unique(batch.score_tokens)))
     return StepResult(next_ids, logits(0, batch.num_tokens) if batch.return_logits else None,
-                      logits(len(step.rows) - extra, extra) if extra else None)
+                      logits(first, extra) if extra else None,
+                      None if step.score_order is None else scores[step.score_order].astype(np.float64))

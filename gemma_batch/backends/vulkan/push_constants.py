@@ -24,6 +24,7 @@ PUSH = {
         ("block_size", _u), ("table_stride", _u), ("scale", _f),
     ]),
     "sample": np.dtype([("row_stride", _u)]),
+    "row_scores": np.dtype([("row_stride", _u)]),
     "read_bandwidth": np.dtype([("n", _u), ("iterations", _u)]),
     "coop_fragment_probe": np.dtype([("words", _u)]),
     "matmul_coop": _COOP_PUSH,

@@ -5,8 +5,9 @@ Host-visible inputs (`StepInputs`), written by the host before each submit (a fe
 token; -1 for a prompt token on the flash kernel, which attention.comp skips), `flash_tiles`
 (flash.py), per KV group `slots` and `tables` ([S, width] block ids), `rows` (the flat token of each
 logits row), `params` (per-row sampling parameters), `masks` (grammar masks [S, ceil(V / 32)], a
-row's params naming its sequence's; written while the step runs, `write_masks`), `grids` (the
-indirect dispatch sizes) and the output `ids`. There is a set per step in flight (`sets`, the backend's MAX_IN_FLIGHT), used
+row's params naming its sequence's; written while the step runs, `write_masks`), `score_rows`
+and `score_ids` (row_scores.comp's score rows and pairs, in_flight.score_layout), `grids` (the
+indirect dispatch sizes) and the outputs `ids` and `scores` (SCORES_PER_ROW a logits row). There is a set per step in flight (`sets`, the backend's MAX_IN_FLIGHT), used
 by turns, so that a step can be written and submitted while the one before it runs (its tokens
 may be read from the previous set's `ids`: embed.comp).
 Device-local scratch, shared by the sets (one step runs at a time): the residual stream `x`
@@ -43,6 +44,9 @@ PARAMS_DTYPE = np.dtype([  # mirrors RowParams in shaders/sample.comp
     ("temperature", np.float32), ("top_k", np.int32), ("top_p", np.float32), ("min_p", np.float32),
     ("key0", np.uint32), ("key1", np.uint32), ("counter", np.uint32), ("mask", np.uint32),
 ])
+
+
+SCORES_PER_ROW = 64  # score pairs the buffers hold per logits row of the capacity (a row's choices: at most 64)
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,9 @@ class StepInputs:
         self.rows = host(4 * R, "logits rows")
         self.params = host(PARAMS_DTYPE.itemsize * R, "sampling parameters")
         self.masks = host(4 * S * self.mask_words, "grammar masks")
+        self.score_rows = host(4 * (1 + 3 * R), "score rows")
+        self.score_ids = host(4 * SCORES_PER_ROW * R, "score ids")
+        self.scores = host(4 * SCORES_PER_ROW * R, "scores")
         self.grids = host(12 * GRID_SLOTS, "dispatch grids")
         self.ids = host(4 * R, "sampled ids")
         self.slots = {g: host(4 * T, f"{g} slots") for g, _ in capacity.widths}
@@ -113,11 +120,12 @@ class StepInputs:
 
     def write(self, batch: StepBatch, token_ids: np.ndarray, rows: np.ndarray, vocab_limit: int,
               grids: np.ndarray, flash: np.ndarray | None = None, tiles: np.ndarray | None = None,
-              prompt_start: int | None = None) -> None:
+              prompt_start: int | None = None, scores: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         """The step's inputs: `token_ids` [T] as embed.comp reads them, the flat token of each of
         the R logits rows, the largest id to sample plus one, the indirect grids (grids.py); with
         the flash kernel, which tokens it serves [T] and its `tiles` (flash.py); the first token
-        of the prompt tile (None: T, none; coop_tiles.prompt_start)."""
+        of the prompt tile (None: T, none; coop_tiles.prompt_start); row_scores.comp's header and
+        pair ids (None: no scores)."""
         T, S, R = batch.num_tokens, batch.num_seqs, len(rows)
         StepBuffers.view(self.meta, np.uint32, 5)[:] = (T, S, R, vocab_limit, T if prompt_start is None else prompt_start)
         StepBuffers.view(self.tokens, np.int32, T)[:] = token_ids
@@ -133,6 +141,9 @@ class StepInputs:
             width = self.widths[group]
             StepBuffers.view(self.tables[group], np.int32, S * width).reshape(S, width)[:, : table.shape[1]] = table
         _fill_params(StepBuffers.view(self.params, PARAMS_DTYPE, R), batch, rows)
+        header, ids = (np.zeros(1, np.uint32), np.zeros(0, np.int32)) if scores is None else scores
+        StepBuffers.view(self.score_rows, np.uint32, len(header))[:] = header
+        StepBuffers.view(self.score_ids, np.int32, len(ids))[:] = ids
         StepBuffers.view(self.grids, np.uint32, self.grids.size // 4)[:] = grids.ravel()
 
     def write_masks(self, allowed: np.ndarray, sample: np.ndarray, id_rows: np.ndarray) -> None:
@@ -146,7 +157,8 @@ class StepInputs:
 
     def all(self) -> list[Buffer]:
         return [self.meta, self.tokens, self.positions, self.token_seq, self.flash_tiles, self.rows, self.params,
-                self.masks, self.grids, self.ids, *self.slots.values(), *self.tables.values()]
+                self.masks, self.score_rows, self.score_ids, self.scores, self.grids, self.ids, *self.slots.values(),
+                *self.tables.values()]
 
 
 def _fill_params(params: np.ndarray, batch: StepBatch, rows: np.ndarray) -> None:
