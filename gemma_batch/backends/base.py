@@ -99,6 +99,14 @@ class StepBatch:
         out[fed] = values[self.token_sources[fed]]
         return out
 
+    def score_rows(self) -> np.ndarray:
+        """The flat tokens of `score_tokens`, each once, ascending (empty without scores). Sorted
+        by hand: numpy 2.4's np.unique took 12-19 ms on its first call in a process."""
+        if self.score_tokens is None:
+            return np.zeros(0, np.int32)
+        tokens = np.sort(self.score_tokens)
+        return tokens[np.concatenate([[True], tokens[1:] != tokens[:-1]])]
+
     def prompt_mask(self) -> np.ndarray:
         """[T] bool: the tokens whose positions are below their sequence's prompt length."""
         if self.prompt_lens is None:

@@ -229,7 +229,7 @@ class CpuBackend(Backend):
 
         sampled = (batch.seq_starts[1:] - 1)[batch.sample]  # flat index of each sampled last token
         extra = np.zeros(0, np.int32) if batch.logit_rows is None else batch.logit_rows
-        scored = np.zeros(0, np.int32) if batch.score_tokens is None else np.unique(batch.score_tokens)
+        scored = batch.score_rows()
         rows = np.concatenate([np.arange(batch.num_tokens) if batch.return_logits else sampled, extra, scored])
         logits = matmul_rows(rms_norm(x[rows], w["norm.weight"], cfg.rms_norm_eps), self._lm_head(), self.pool)  # [R, V]
         first, last = len(rows) - len(extra) - len(scored), len(rows) - len(scored)

@@ -42,6 +42,7 @@ class RowRequests:
         self.choices = choices
         self.score_only = score_only
         self._grammars: dict[frozenset[int], Grammars] = {}  # by stop ids, built when first needed
+        self._choices: dict[tuple[str, ...], Choices] = {}  # encoded once: the job's serve every row
 
     def request(self, row: InputRow) -> Request | RowFailure:
         """The row's request, or why it cannot run."""
@@ -81,9 +82,10 @@ class RowRequests:
                               len(ids))
         if labels:
             try:
-                choices = Choices.encode(labels, self.tokenizer)
+                choices = self._choices.get(tuple(labels)) or Choices.encode(labels, self.tokenizer)
             except ValueError as e:
                 return RowFailure(f"row {row.index}: {e}", len(ids))
+            self._choices[tuple(labels)] = choices
             if max(max(label) for label in choices.token_ids) >= self.vocab_size:
                 return RowFailure(f"row {row.index}: a choice has a token id past the model's {self.vocab_size} "
                                   "(the tokenizer does not match the model)", len(ids))

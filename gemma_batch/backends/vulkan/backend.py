@@ -207,7 +207,7 @@ class VulkanBackend(Backend):
         vocab_limit = batch.sampling.vocab_size if batch.sampling is not None and batch.sampling.vocab_size else cfg.vocab_size
         p = prompt_rows(batch, cfg, self.flash, self.prompt_tile)
         grids = graph.grids(T, len(rows), p.scalar_positions, 0 if p.tiles is None else len(p.tiles), p.start)
-        header, ids, order = score_layout(batch, R - len(np.unique(batch.score_tokens))) if P else (None, None, None)
+        header, ids, order = score_layout(batch, R - len(batch.score_rows())) if P else (None, None, None)
         self.buffers.inputs[slot].write(batch, token_ids, rows, vocab_limit, grids, p.flash, p.tiles, p.start,
                                         None if header is None else (header, ids))
         s = batch.sampling

@@ -33,9 +33,8 @@ def logits_rows(batch: StepBatch) -> tuple[np.ndarray, np.ndarray]:
     sampler draws for `logit_rows` and the score tokens (each once, ascending) too, unread."""
     last = batch.seq_starts[1:] - 1
     rows = np.arange(batch.num_tokens, dtype=np.int32) if batch.return_logits else last[batch.sample].astype(np.int32)
-    extra = [x for x in (batch.logit_rows, None if batch.score_tokens is None else np.unique(batch.score_tokens))
-             if x is not None]
-    rows = np.concatenate([rows, *extra]).astype(np.int32)
+    extra = np.zeros(0, np.int32) if batch.logit_rows is None else batch.logit_rows
+    rows = np.concatenate([rows, extra, batch.score_rows()]).astype(np.int32)
     id_rows = last if batch.return_logits else np.cumsum(batch.sample) - 1
     return rows, id_rows
 
@@ -44,7 +43,8 @@ def score_layout(batch: StepBatch, first: int) -> tuple[np.ndarray, np.ndarray, 
     """row_scores.comp's inputs for `score_tokens` and `score_ids` [P], the score rows being the
     logits rows from `first` on (`logits_rows`): its header (the rows, then (logits row, first
     pair, pairs) each), the pairs' ids grouped by row, and where each pair is among them."""
-    tokens, inverse = np.unique(batch.score_tokens, return_inverse=True)
+    tokens = batch.score_rows()
+    inverse = np.searchsorted(tokens, batch.score_tokens)
     grouped = np.argsort(inverse, kind="stable")
     counts = np.bincount(inverse, minlength=len(tokens))
     rows = np.stack([first + np.arange(len(tokens)), np.cumsum(counts) - counts, counts], axis=1)
@@ -60,7 +60,7 @@ def read_result(step: InFlight, ids: np.ndarray, logits: Callable[[int, int], np
     next_ids = np.full(batch.num_seqs, -1, np.int32)
     next_ids[batch.sample] = ids[step.id_rows[batch.sample]]
     extra = 0 if batch.logit_rows is None else len(batch.logit_rows)
-    first = len(step.rows) - extra - (0 if step.score_order is None else len(np.unique(batch.score_tokens)))
+    first = len(step.rows) - extra - len(batch.score_rows())
     return StepResult(next_ids, logits(0, batch.num_tokens) if batch.return_logits else None,
                       logits(first, extra) if extra else None,
                       None if step.score_order is None else scores[step.score_order].astype(np.float64))
