@@ -17,7 +17,7 @@ Messages = list[dict[str, Any]]
 
 # Per-row sampling overrides a reader may return in `InputRow.params`, with their Python types.
 ROW_PARAMS = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "logprobs")
-# Per-row constraints (`InputRow.constraint`): a regex, or a JSON schema (an object or its text).
+# Per-row answers: a regex or a JSON schema (`InputRow.constraint`; an object or its text), or choices.
 CONSTRAINT_COLUMNS = ("regex", "json_schema", "choices")
 
 

@@ -16,8 +16,6 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-
 
 from ..backends.base import Backend, StepBatch, StepResult
 from ..model.detokenizer import IncrementalDetokenizer
@@ -27,43 +25,19 @@ from .choices import ChoiceScores
 from .constraints import step_masks
 from .kv_cache import KVCacheManager
 from .kv_plan import KVPlan
-from .read_back import ReadBack, read_back
+from .read_back import read_back
 from .request import Completion, Request
 from .scheduler import Scheduler
 from .sequence import Sequence
 from .stats import EngineStats
 from .token_logprobs import token_logprobs
 from .step_builder import build_sampling, build_step
+from .step_records import LiveRequest, SubmittedStep
 
 StepHook = Callable[[list[int], StepBatch, StepResult], None]
 AHEAD_ENV = "GEMMA_BATCH_SCHEDULE_AHEAD"  # steps submitted ahead: "0" schedules each after the last finished
 DEFAULT_AHEAD = 2  # where the backend holds as many more in flight: the host may take up to ~2 steps' device time
 SMALL_STEPS_ENV = "GEMMA_BATCH_SMALL_STEPS"  # "0": steps beside a full batch may take the whole budget (Scheduler)
-
-
-@dataclass
-class _Live:
-    """Engine-side state of a running request: its text so far and when it was admitted."""
-
-    request: Request
-    detok: IncrementalDetokenizer | None
-    text: str = ""
-    admitted_at: float | None = None
-    logprobs: list[dict] | None = None  # per generated token, where the request asks (`token_logprobs`)
-    stopped_by_string: bool = field(default=False)
-
-
-@dataclass
-class _Submitted:
-    """A step handed to the backend: its sequences (and tokens each), and which of them it samples
-    (index in the step, sequence, whether it is the sequence's first completion token)."""
-
-    scheduled: list[tuple[Sequence, int]]
-    batch: StepBatch
-    sampled: list[tuple[int, Sequence, bool]]
-    prefill_tokens: int  # tokens it feeds outside decoding, counted in the stats when it is waited for
-    reads: ReadBack = field(default_factory=ReadBack)  # what it reads back for scored choices and logprobs
-    held: bool = False  # whether its sampled sequences hold the places of their coming tokens
 
 
 class Engine:
@@ -92,7 +66,7 @@ class Engine:
         self.kv = KVCacheManager(self.groups, plan.num_blocks, plan.block_size)
         self.stats = EngineStats()
         self.on_step = on_step
-        self._live: dict[int, _Live] = {}
+        self._live: dict[int, LiveRequest] = {}
         self._constrained = 0  # live requests with a grammar
         self._scores: dict[int, ChoiceScores] = {}  # by sequence id: the rows answered by scoring choices
         # Never ahead with an `on_step` hook, which needs each step's results before the next is scheduled.
@@ -107,7 +81,7 @@ class Engine:
             raise ValueError(f"{schedule_ahead} steps ahead: the {backend.name} backend holds at most "
                              f"{backend.MAX_IN_FLIGHT - 1} besides the one waited for")
         self.schedule_ahead = schedule_ahead
-        self._in_flight: deque[_Submitted] = deque()  # submitted ahead by earlier `step`s, not waited for
+        self._in_flight: deque[SubmittedStep] = deque()  # submitted ahead by earlier `step`s, not waited for
         backend.allocate_kv(plan.num_blocks, plan.block_size)
         widths = {g.name: -(-plan.max_model_len // plan.block_size) for g in self.groups}  # tables span every position
         # A step the device cannot hold is never planned: the budget stays within the backend's limit.
@@ -137,7 +111,7 @@ class Engine:
         needs_text = self.tokenizer is not None
         if (request.params.stop or request.params.logprobs is not None) and not needs_text:
             raise ValueError("stop strings and logprobs need an engine with a tokenizer")
-        self._live[seq.seq_id] = _Live(request, IncrementalDetokenizer(self.tokenizer) if needs_text else None)
+        self._live[seq.seq_id] = LiveRequest(request, IncrementalDetokenizer(self.tokenizer) if needs_text else None)
         self._constrained += request.matcher is not None
         self.scheduler.add(seq)
 
@@ -186,7 +160,7 @@ class Engine:
         return done
 
     def _submit(self, scheduled: list[tuple[Sequence, int]], started: float,
-                previous: _Submitted | None = None) -> _Submitted:
+                previous: SubmittedStep | None = None) -> SubmittedStep:
         """Build and submit a step (`previous`: the step still running before it), and count its
         tokens as cached."""
         batch = self._build(scheduled, [seq for seq, _ in previous.scheduled] if previous is not None else None)
@@ -210,9 +184,9 @@ class Engine:
             self.kv.release_out_of_window(seq, scores.prompt_len if scores else None)
             if batch.sample[s]:
                 sampled.append((s, seq, seq.num_completion_tokens == 0))
-        return _Submitted(scheduled, batch, sampled, prefill_tokens, reads)
+        return SubmittedStep(scheduled, batch, sampled, prefill_tokens, reads)
 
-    def _submit_ahead(self, current: _Submitted, started: float) -> _Submitted | None:
+    def _submit_ahead(self, current: SubmittedStep, started: float) -> SubmittedStep | None:
         """The step after `current` (the last submitted), submitted while it runs: each sequence
         `current` samples holds the place of its coming token, and those that reach their length
         limit with it leave the batch now. A scored sequence (choices) holds no place: the host
@@ -229,12 +203,14 @@ class Engine:
         scheduled = self.scheduler.schedule(pinned=scoring)
         return self._submit(scheduled, started, current) if scheduled else None
 
-    def _scored(self, step: _Submitted, result: StepResult) -> list[Completion]:
+    def _scored(self, step: SubmittedStep, result: StepResult) -> list[Completion]:
         """Take a step's scores into the scorings of their sequences; a sequence whose choice is
         all fed (by this step: none ahead holds it) moves to the next one (back to its prompt), or,
         after the last, finishes."""
         for first, n, seq, position in step.reads.scored:
             self._scores[seq.seq_id].record(position, result.scores[first: first + n])
+        if not step.reads.scored:
+            return []
         done, ahead = [], {seq.seq_id for later in self._in_flight for seq, _ in later.scheduled}
         for seq in dict.fromkeys(seq for _, _, seq, _ in step.reads.scored):
             if seq.num_cached_tokens < seq.num_tokens or seq.seq_id in ahead:
@@ -248,7 +224,7 @@ class Engine:
             done.append(self._finish(seq, request.choices.texts[pick], scored))
         return done
 
-    def _log_token(self, seq: Sequence, step: _Submitted, s: int, result: StepResult) -> None:
+    def _log_token(self, seq: Sequence, step: SubmittedStep, s: int, result: StepResult) -> None:
         """Record the log-probabilities of the token sequence `s` of `step` drew."""
         live, allowed = self._live[seq.seq_id], step.batch.sampling.allowed
         entry = token_logprobs(result.row_logits[step.reads.logprob_rows[s]], int(result.token_ids[s]),
@@ -303,7 +279,7 @@ class Engine:
         return Completion(seq.seq_id, seq.completion_ids, live.text, "stop" if stopped else "length",
                           seq.num_prompt_tokens, logprobs=live.logprobs)
 
-    def _record(self, step: _Submitted, sampled: int, started: float) -> None:
+    def _record(self, step: SubmittedStep, sampled: int, started: float) -> None:
         stats = self.stats
         stats.record_step(time.perf_counter() - started, step.prefill_tokens, sampled)
         stats.batch_size_sum += len(step.scheduled)

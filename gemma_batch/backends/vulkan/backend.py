@@ -5,12 +5,10 @@
     backend.allocate_kv(num_blocks, block_size)  # one K and one V page buffer per layer
     result = backend.step(batch)                 # only token ids come back
 
-Per step the host writes the step's metadata into mapped buffers, fills in the indirect grids and
-submits the command buffer recorded once (`graph.py`) (`submit`); then it waits for the device
-and reads R sampled ids (`wait`). The engine submits the next steps before waiting for this
-one: sets of step inputs, one per step in flight (MAX_IN_FLIGHT), take turns, and each step reads
-the tokens the one before it samples on the device, so the GPU does not wait for the host
-between steps.
+Per step the host writes the step's inputs into mapped buffers and submits the command buffer
+recorded once (`graph.py`) (`submit`); then it waits for the device and reads R sampled ids
+(`wait`). Sets of step inputs, one per step in flight (MAX_IN_FLIGHT), take turns, and each step
+reads the tokens the one before it samples on the device: the GPU need not wait for the host.
 Numerics: weights as stored (bf16/fp16/fp32, widened exactly) or int8 / int4 (dequantized in
 registers, `weights.py`); residual stream and every reduction in fp32; KV pages fp16 (default),
 bf16, fp32 or int8 (`--kv-dtype`: rounded as `kv_formats.py` defines, laid out as
@@ -40,20 +38,14 @@ from .coop_tiles import COOP_FOLD_ROWS, COOP_MIN_CHUNK
 from .kernels import Kernels
 from .prompt_rows import prompt_rows
 from .memory import Memory
-from .step_buffers import SCORES_PER_ROW, Capacity, StepBuffers, first_capacity, fitting_step_tokens
+from .step_buffers import (PREFILL_STEP_TOKENS, ROWS_PER_SEQ, SCORES_PER_ROW, STEP_MEMORY_SHARE, Capacity, StepBuffers,
+                           first_capacity, fitting_step_tokens)
 from .supported import check_supported
 from .weights import DeviceWeights
 
 # --kv-dtype -> suffix of the KV-page kernel variants (variants.KV_DEFINES)
 KV_VARIANTS = {"fp16": "float16", "fp32": "float32", "bf16": "bfloat16", "int8": "int8"}
 SCRATCH_RESERVE = 0.1  # share of free device memory left out of `available_memory` for step buffers
-# The step budget of a job on the cooperative path (`default_step_tokens`), where the prefill
-# products want many rows: 4b labelling job (32 x 1,024-token prompts) on the H100 through
-# `gemma-batch run`, 2.00 s with steps of up to 8,192 tokens against 2.69 s with 512
-# (docs/EXPERIMENTS.md, "The step budget of a job"); the portable kernels keep the base's 512.
-PREFILL_STEP_TOKENS = 8192
-STEP_MEMORY_SHARE = 0.9  # of the memory left after the KV pages, the most the step buffers take
-ROWS_PER_SEQ = 4  # logits rows the step buffers start with per sequence (`reserve`)
 
 
 class VulkanBackend(Backend):
@@ -66,10 +58,8 @@ class VulkanBackend(Backend):
                  coop_min_chunk: int = COOP_MIN_CHUNK) -> None:
         """`profile`: time every dispatch (`profile_seconds`), not only the whole step.
         `attention_chunk`: the smallest span of key positions one attention workgroup takes
-        (`attention.py`); it changes summation orders, so it is part of `identity` when not the
-        default. Tests make it small to split short contexts into many chunks.
-        `coop_min_chunk`: likewise for the K chunks of the cooperative-matrix matmuls
-        (coop_tiles.coop_chunks), on devices that run them (`coopmat.py`)."""
+        (`attention.py`; part of `identity` when not the default: it changes summation orders;
+        tests make it small), `coop_min_chunk` likewise for the cooperative matmuls' K chunks."""
         super().__init__(cfg)
         check_supported(cfg)
         if kv_dtype not in KV_VARIANTS:
@@ -187,7 +177,8 @@ class VulkanBackend(Backend):
         if self._in_flight and self._in_flight[-1].masks_due:
             raise RuntimeError("submit() before allow(): the step before waits for its grammar masks")
         T, S = batch.num_tokens, batch.num_seqs
-        rows, id_rows = logits_rows(batch)
+        scored = batch.score_rows()
+        rows, id_rows = logits_rows(batch, scored)
         R, P = len(rows), 0 if batch.score_tokens is None else len(batch.score_tokens)
         need = Capacity(T, S, max(R, 1, -(-P // SCORES_PER_ROW)), tuple((g, t.shape[1]) for g, t in batch.block_tables.items()))
         grows = self._outgrown(need)
@@ -207,27 +198,26 @@ class VulkanBackend(Backend):
         vocab_limit = batch.sampling.vocab_size if batch.sampling is not None and batch.sampling.vocab_size else cfg.vocab_size
         p = prompt_rows(batch, cfg, self.flash, self.prompt_tile)
         grids = graph.grids(T, len(rows), p.scalar_positions, 0 if p.tiles is None else len(p.tiles), p.start)
-        header, ids, order = score_layout(batch, R - len(batch.score_rows())) if P else (None, None, None)
-        self.buffers.inputs[slot].write(batch, token_ids, rows, vocab_limit, grids, p.flash, p.tiles, p.start,
-                                        None if header is None else (header, ids))
-        s = batch.sampling
-        step = InFlight(slot, batch, rows, id_rows, s is not None and (s.masks_follow or s.allowed is not None), order)
+        header, ids, order = score_layout(batch, scored, R - len(scored)) if P else (None, None, None)
+        inputs, s = self.buffers.inputs[slot], batch.sampling
+        inputs.write(batch, token_ids, rows, vocab_limit, grids, p.flash, p.tiles, p.start, None if P == 0 else (header, ids))
+        if s is not None and s.allowed is not None:  # (given already)
+            inputs.write_masks(s.allowed, batch.sample, id_rows)
+        step = InFlight(slot, batch, rows, id_rows, s is not None and s.masks_follow and s.allowed is None, len(scored), order)
         if step.masks_due:
-            graph.hold_sampling()
+            graph.masks_ready.reset()
         self.device.submit(graph.command_buffer(T, S, p.any), slot)
         self._in_flight.append(step)
-        if step.masks_due and s.allowed is not None:  # (given already)
-            self.allow(s.allowed)
 
     def allow(self, allowed: np.ndarray) -> None:
         """The masks go into the step's input set, and the step, held before its sampler since
-        `submit` (graph.hold_sampling), goes on."""
+        `submit` (StepGraph.masks_ready), goes on."""
         step = self._in_flight[-1] if self._in_flight else None
         if step is None or not step.masks_due:
             raise RuntimeError("allow() without a step submitted with masks_follow waiting for its masks")
         step.batch.sampling.allowed = allowed
         self.buffers.inputs[step.slot].write_masks(allowed, step.batch.sample, step.id_rows)
-        self.graphs[step.slot].release_sampling()
+        self.graphs[step.slot].masks_ready.set()
         step.masks_due = False
 
     def wait(self) -> StepResult:
@@ -247,16 +237,14 @@ class VulkanBackend(Backend):
             return step
         V = self.cfg.vocab_size
         if step.masks_due:  # never given (the engine stopped): let the step end; nobody reads its draws
-            self.graphs[step.slot].release_sampling()
+            self.graphs[step.slot].masks_ready.set()
             step.masks_due = False
         self.device.wait(step.slot)
-        ids = StepBuffers.view(self.buffers.inputs[step.slot].ids, np.int32, len(step.rows)).copy()
 
         def logits(first: int, n: int) -> np.ndarray:
             return self.mem.download(self.buffers.logits, 4 * n * V, 4 * first * V).view(np.float32).reshape(n, V)
 
-        P = 0 if step.score_order is None else len(step.score_order)
-        step.result = read_result(step, ids, logits, StepBuffers.view(self.buffers.inputs[step.slot].scores, np.float32, P))
+        step.result = read_result(step, self.buffers.inputs[step.slot], logits)
         step.profile = self.graphs[step.slot].profile_seconds()  # one read of the timestamps: per kernel, or "step"
         return step
 

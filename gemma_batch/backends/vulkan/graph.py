@@ -33,7 +33,7 @@ Per step (shapes for T tokens, R logits rows):
     matmul rows      logits [R, V]     = rms(x[rows])(1 + norm) . E
     row_scores       scores [P]        = log-softmax of the score rows at their pairs' ids
     (wait)                               for the host's grammar masks, where they come while the
-                                         step runs (`hold_sampling`, `release_sampling`)
+                                         step runs (`masks_ready`, host_event.py)
     sample           ids [R]
 
 On a device with cooperative matrices (`Device.coopmat`), each matmul whose shape fits
@@ -64,6 +64,7 @@ from .coop_plan import CoopPlan
 from .coop_tiles import (COOP_DIRECT_DTYPES, COOP_FOLD_ROWS, coop_chunks, coop_cols, coop_fold, coop_fold_rows,
                          coop_variant)
 from .grids import DispatchGrids
+from .host_event import HostEvent
 from .kernels import META_BINDING, Kernels
 from .variants import COOP_KINDS, COOP_REDUCE_WG, GATED_SPLIT_PIECE, ROWS_REDUCE_COLS, matmul_cols, matmul_variant
 from .memory import Buffer
@@ -112,9 +113,7 @@ class StepGraph:
         self.profile = profile
         self.stamps = Timestamps(kernels.dev, STAMPS_PER_LAYER * cfg.num_layers + 16)
         self._recorded: dict[str, tuple[object, list[str]]] = {}  # recordings.py: the modes
-        vk, dev = kernels.vk, kernels.dev.device
-        self.masks_ready = vk.vkCreateEvent(dev, vk.VkEventCreateInfo(sType=vk.VK_STRUCTURE_TYPE_EVENT_CREATE_INFO), None)
-        vk.vkSetEvent(dev, self.masks_ready)  # set unless a step's masks are due
+        self.masks_ready = HostEvent(kernels.dev)  # reset for a step whose masks come while it runs
         heads_in_attention = any(self.plan.layer(layer).heads_in_attention for layer in range(cfg.num_layers))
         for mode in recording_modes(coop_min_chunk is not None, flash, heads_in_attention):
             self.mode = mode.removesuffix(FLASH)  # which one `_record` is recording
@@ -129,14 +128,6 @@ class StepGraph:
         prompt tokens or none (`profile_seconds` then reads its timestamps)."""
         self.cb, self.stamped = self._recorded[recording_for(num_tokens, num_seqs, prompt, self._recorded)]
         return self.cb
-
-    def hold_sampling(self) -> None:
-        """The next step submitted here samples once `release_sampling` is called (after the host
-        wrote its grammar masks). Only while none of this graph's steps is running."""
-        self.kernels.vk.vkResetEvent(self.kernels.dev.device, self.masks_ready)
-
-    def release_sampling(self) -> None:
-        self.kernels.vk.vkSetEvent(self.kernels.dev.device, self.masks_ready)
 
     def grids(self, num_tokens: int, num_rows: int, positions: np.ndarray, flash_tiles: int = 0,
               prompt_start: int | None = None) -> np.ndarray:
@@ -292,7 +283,7 @@ class StepGraph:
         self._matmul("norm_rows", -1, "lm_head", b.x, b.logits, cfg.vocab_size, H, w.buffer(-1, "norm"), {5: inp.rows})
         self._dispatch("row_scores", {0: b.logits, 1: inp.score_rows, 2: inp.score_ids, 3: inp.scores},
                        {"row_stride": cfg.vocab_size}, ("rows", 1))
-        self.kernels.wait_host(self.cb, self.masks_ready)
+        self.kernels.wait_host(self.cb, self.masks_ready.handle)
         self._dispatch("sample", {0: b.logits, 1: inp.params, 2: inp.ids, 3: inp.masks}, {"row_stride": cfg.vocab_size},
                        ("rows", 1))
         if not self.profile:
@@ -301,6 +292,6 @@ class StepGraph:
 
     def free(self) -> None:
         self.stamps.free()
-        self.kernels.vk.vkDestroyEvent(self.kernels.dev.device, self.masks_ready, None)
+        self.masks_ready.free()
         for cb, _ in self._recorded.values():
             self.kernels.vk.vkFreeCommandBuffers(self.kernels.dev.device, self.kernels.dev.command_pool, 1, [cb])

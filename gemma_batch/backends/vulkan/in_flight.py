@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..base import StepBatch, StepResult
+from .step_buffers import StepBuffers, StepInputs
 
 
 @dataclass
@@ -23,27 +24,28 @@ class InFlight:
     rows: np.ndarray
     id_rows: np.ndarray
     masks_due: bool = False  # its sampler waits for the grammar masks (`VulkanBackend.allow`)
+    score_rows: int = 0  # logits rows of its score tokens, the last ones
     score_order: np.ndarray | None = None  # where each of `score_tokens`' pairs is among row_scores.comp's
     result: StepResult | None = None
     profile: dict[str, float] = field(default_factory=dict)
 
 
-def logits_rows(batch: StepBatch) -> tuple[np.ndarray, np.ndarray]:
+def logits_rows(batch: StepBatch, scored: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(the flat token of each logits row [R], the logits row of each sequence's draw [S]). The
-    sampler draws for `logit_rows` and the score tokens (each once, ascending) too, unread."""
+    sampler draws for `logit_rows` and the score tokens (`scored`: StepBatch.score_rows) too, unread."""
     last = batch.seq_starts[1:] - 1
     rows = np.arange(batch.num_tokens, dtype=np.int32) if batch.return_logits else last[batch.sample].astype(np.int32)
     extra = np.zeros(0, np.int32) if batch.logit_rows is None else batch.logit_rows
-    rows = np.concatenate([rows, extra, batch.score_rows()]).astype(np.int32)
+    rows = np.concatenate([rows, extra, scored]).astype(np.int32)
     id_rows = last if batch.return_logits else np.cumsum(batch.sample) - 1
     return rows, id_rows
 
 
-def score_layout(batch: StepBatch, first: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """row_scores.comp's inputs for `score_tokens` and `score_ids` [P], the score rows being the
-    logits rows from `first` on (`logits_rows`): its header (the rows, then (logits row, first
-    pair, pairs) each), the pairs' ids grouped by row, and where each pair is among them."""
-    tokens = batch.score_rows()
+def score_layout(batch: StepBatch, tokens: np.ndarray, first: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """row_scores.comp's inputs for `score_tokens` and `score_ids` [P], whose distinct tokens
+    (StepBatch.score_rows) have the logits rows from `first` on (`logits_rows`): its header (the
+    rows, then (logits row, first pair, pairs) each), the pairs' ids grouped by row, and where
+    each pair is among them."""
     inverse = np.searchsorted(tokens, batch.score_tokens)
     grouped = np.argsort(inverse, kind="stable")
     counts = np.bincount(inverse, minlength=len(tokens))
@@ -53,14 +55,16 @@ def score_layout(batch: StepBatch, first: int) -> tuple[np.ndarray, np.ndarray, 
     return np.concatenate([[len(tokens)], rows.ravel()]).astype(np.uint32), batch.score_ids[grouped], order
 
 
-def read_result(step: InFlight, ids: np.ndarray, logits: Callable[[int, int], np.ndarray], scores: np.ndarray) -> StepResult:
-    """The StepResult of a finished step from its drawn `ids` [R], `logits(first, n)`, which reads
-    n rows of the logits buffer [n, V] from row `first`, and row_scores.comp's `scores` [P]."""
+def read_result(step: InFlight, inputs: StepInputs, logits: Callable[[int, int], np.ndarray]) -> StepResult:
+    """The StepResult of a finished step from its input set (the drawn ids, row_scores.comp's
+    scores) and `logits(first, n)`, which reads n rows of the logits buffer [n, V] from row `first`."""
     batch = step.batch
+    ids = StepBuffers.view(inputs.ids, np.int32, len(step.rows))
+    scores = StepBuffers.view(inputs.scores, np.float32, 0 if step.score_order is None else len(step.score_order))
     next_ids = np.full(batch.num_seqs, -1, np.int32)
     next_ids[batch.sample] = ids[step.id_rows[batch.sample]]
     extra = 0 if batch.logit_rows is None else len(batch.logit_rows)
-    first = len(step.rows) - extra - len(batch.score_rows())
+    first = len(step.rows) - extra - step.score_rows
     return StepResult(next_ids, logits(0, batch.num_tokens) if batch.return_logits else None,
                       logits(first, extra) if extra else None,
                       None if step.score_order is None else scores[step.score_order].astype(np.float64))

@@ -47,6 +47,13 @@ PARAMS_DTYPE = np.dtype([  # mirrors RowParams in shaders/sample.comp
 
 
 SCORES_PER_ROW = 64  # score pairs the buffers hold per logits row of the capacity (a row's choices: at most 64)
+ROWS_PER_SEQ = 4  # logits rows the step buffers start with per sequence (VulkanBackend.reserve)
+STEP_MEMORY_SHARE = 0.9  # of the memory left after the KV pages, the most the step buffers take
+# The step budget of a job on the cooperative path (VulkanBackend.default_step_tokens), where the
+# prefill products want many rows: 4b labelling job (32 x 1,024-token prompts) on the H100 through
+# `gemma-batch run`, 2.00 s with steps of up to 8,192 tokens against 2.69 s with 512
+# (docs/EXPERIMENTS.md, "The step budget of a job"); the portable kernels keep the base's 512.
+PREFILL_STEP_TOKENS = 8192
 
 
 @dataclass(frozen=True)
