@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..backends.sampler import uniform
+from ..backends.sampler import draw, uniform
 from ..model.tokenizer import Tokenizer
 from .sequence import Sequence
 
@@ -106,7 +106,7 @@ class ChoiceScores:
         probs /= probs.sum()
         if temperature > 0:
             u = uniform(np.array([key], np.uint32), np.zeros(1, np.uint32))[0]
-            pick = min(int(np.searchsorted(np.cumsum(probs), u, side="right")), len(probs) - 1)
+            pick = draw(np.arange(len(probs)), probs, float(u))
         else:
             pick = int(np.argmax(logprobs))
         return pick, [{"choice": c, "logprob": float(lp), "probability": float(p)}
