@@ -122,6 +122,7 @@ def run(
     kv_memory: str = _opt("KV cache memory: a size (4GiB, 512MB) or a share of free memory (50%). [default: 50%]"),
     block_size: int = _opt("Tokens per KV block. [default: 16]"),
     max_step_tokens: int = _opt("Token budget of one step (prefill is chunked to it). [default: the backend's: 8192 on GPUs with cooperative matrices, else 512]"),
+    prefix_cache: bool = typer.Option(None, "--prefix-cache/--no-prefix-cache", show_default=False, help="Compute a prompt start that rows share (an instruction, few-shot examples) once and reuse its KV cache; completions are the same either way. [default: --prefix-cache]"),
     force: bool = typer.Option(False, "--force", help="Start over when the output belongs to a job with other settings."),
     fail_on_row_error: bool = typer.Option(False, "--fail-on-row-error", help="Exit 1 when any row failed (the output is still written)."),
 ) -> None:

@@ -229,7 +229,8 @@ def test_a_steps_prefill_tokens_count_when_it_is_waited_for():
     prompt = 40
     requests = [Request(i, list(range(1, prompt + 1)), SamplingParams(max_tokens=3)) for i in range(2)]
     backend = RecordingBackend(cfg)
-    engine = Engine(backend, plan_for(cfg, prompt + 3, 2, 16, 4), None, 2, 16, schedule_ahead=2)
+    engine = Engine(backend, plan_for(cfg, prompt + 3, 2, 16, 4), None, 2, 16, schedule_ahead=2,
+                    prefix_cache=False)  # (both prompts computed)
     submitted = []
     submit = backend.submit
     backend.submit = lambda batch: (submitted.append(int((batch.positions < prompt).sum())), submit(batch))

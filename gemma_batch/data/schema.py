@@ -20,6 +20,8 @@ BASE_FIELDS = (
     pa.field("completion", pa.string()),  # null on error rows and --score-only rows
     pa.field("finish_reason", pa.string(), nullable=False),  # one of FINISH_REASONS
     pa.field("prompt_tokens", pa.int64()),
+    # of them, those whose K/V came from the prefix cache (a start another row computed); null on error rows
+    pa.field("cached_prompt_tokens", pa.int64()),
     pa.field("completion_tokens", pa.int64()),
     pa.field("max_tokens", pa.int64()),
     pa.field("temperature", pa.float64()),

@@ -12,6 +12,7 @@ the request's stop token ids, stop strings and length limit.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from collections import deque
@@ -50,6 +51,7 @@ class Engine:
         step_token_budget: int = 512,
         on_step: StepHook | None = None,
         schedule_ahead: int | None = None,
+        prefix_cache: bool = True,
     ) -> None:
         """`tokenizer` is needed for text and stop strings; without it completions carry ids only.
         `step_token_budget`: the most tokens a step takes, lowered to what the backend can hold
@@ -58,12 +60,15 @@ class Engine:
         `schedule_ahead`: how many steps are scheduled and submitted ahead of the one being
         waited for (0: one step at a time; default: DEFAULT_AHEAD where the backend overlaps,
         without `on_step`, or GEMMA_BATCH_SCHEDULE_AHEAD; never more than the backend holds in
-        flight besides the one waited for); the completions are the same either way."""
+        flight besides the one waited for); the completions are the same either way.
+        `prefix_cache`: a prompt starts from the K/V of the longest cached run of its blocks
+        (`KVCacheManager`); the completions are the same either way."""
         self.backend = backend
         self.tokenizer = tokenizer
         self.groups = backend.cfg.kv_groups()
         self.block_size = plan.block_size
-        self.kv = KVCacheManager(self.groups, plan.num_blocks, plan.block_size)
+        seed = hashlib.blake2b(repr((backend.identity, backend.cfg)).encode(), digest_size=16).digest()
+        self.kv = KVCacheManager(self.groups, plan.num_blocks, plan.block_size, seed if prefix_cache else None)
         self.stats = EngineStats()
         self.on_step = on_step
         self._live: dict[int, LiveRequest] = {}
@@ -179,7 +184,9 @@ class Engine:
         for s, (seq, n) in enumerate(scheduled):
             decode = n == 1 and seq.num_completion_tokens > 0 and seq.num_cached_tokens == seq.num_tokens - 1
             prefill_tokens += 0 if decode else n
+            self.stats.prompt_tokens_computed += n if seq.feeds_prompt else 0
             seq.num_cached_tokens += n
+            self.kv.register(seq)  # (before sliding blocks leave: a later prompt may start there)
             scores = self._scores.get(seq.seq_id)  # (every choice's queries start at the prompt's end)
             self.kv.release_out_of_window(seq, scores.prompt_len if scores else None)
             if batch.sample[s]:
@@ -270,14 +277,16 @@ class Engine:
         live = self._live.pop(seq.seq_id)
         matcher = live.request.matcher
         self._constrained -= matcher is not None
+        self.stats.record_prompt(seq.num_prompt_tokens, seq.num_prompt_tokens_hit)
         if choice is not None:
             del self._scores[seq.seq_id]
-            return Completion(seq.seq_id, seq.completion_ids, choice, "stop", seq.num_prompt_tokens, choice_logprobs)
+            return Completion(seq.seq_id, seq.completion_ids, choice, "stop", seq.num_prompt_tokens, choice_logprobs,
+                              cached_prompt_tokens=seq.num_prompt_tokens_hit)
         if live.detok is not None and not live.stopped_by_string:
             live.text += live.detok.flush()
         stopped = live.stopped_by_string or seq.token_ids[-1] in seq.stop_token_ids or (matcher is not None and matcher.done)
         return Completion(seq.seq_id, seq.completion_ids, live.text, "stop" if stopped else "length",
-                          seq.num_prompt_tokens, logprobs=live.logprobs)
+                          seq.num_prompt_tokens, logprobs=live.logprobs, cached_prompt_tokens=seq.num_prompt_tokens_hit)
 
     def _record(self, step: SubmittedStep, sampled: int, started: float) -> None:
         stats = self.stats
@@ -285,3 +294,4 @@ class Engine:
         stats.batch_size_sum += len(step.scheduled)
         stats.preemptions = self.scheduler.preemptions
         stats.record_blocks({name: pool.num_blocks - pool.num_free for name, pool in self.kv.pools.items()})
+        stats.prefix_evictions = sum(pool.evictions for pool in self.kv.pools.values())

@@ -33,3 +33,4 @@ class Completion:
     num_prompt_tokens: int
     choice_logprobs: list[dict] | None = None  # per choice: {"choice", "logprob", "probability"}
     logprobs: list[dict] | None = None  # per generated token, where asked (`engine.token_logprobs`)
+    cached_prompt_tokens: int = 0  # of its prompt tokens, those taken from the prefix cache

@@ -6,7 +6,10 @@ Each step, in this order:
 2. Running sequences still in prefill get their next chunk, within the step's token budget.
 3. Waiting sequences join while there is room: fewer than `max_batch` running, budget left,
    and blocks for their first chunk with one spare block per running sequence kept free
-   (so that admitting does not immediately force a preemption).
+   (so that admitting does not immediately force a preemption). With prefix caching, a joining
+   sequence starts from its cached prefix (`KVCacheManager.find_prefix`); one whose next prompt
+   block a running sequence is computing waits (those behind it may join): a step later it
+   takes that block instead of computing it too, so a shared instruction is computed once.
 
 A chunk ends at the prompt's end (`Sequence.num_next_tokens`), and the sequences feeding prompt
 tokens come last in the step: StepBatch's contract, which lets a backend run the prompt tokens'
@@ -35,7 +38,7 @@ from __future__ import annotations
 from collections import deque
 from itertools import islice
 
-from .kv_cache import KVCacheManager
+from .kv_cache import KVCacheManager, PrefixHit
 from .sequence import Sequence
 
 SMALL_STEP_ROUNDS = 4  # small steps only for a prompt backlog they clear in this many (module doc)
@@ -94,16 +97,24 @@ class Scheduler:
                 self.kv.allocate(seq, seq.num_cached_tokens + n)
                 scheduled[seq.seq_id] = (seq, n)
                 budget -= n
-        while not preempted and self.waiting and len(self.running) < self.max_batch and budget > 0:
-            seq = self.waiting[0]
+        computing: set[bytes] | None = None  # prompt blocks the running sequences are computing
+        for seq in list(self.waiting) if not preempted else []:
+            if len(self.running) >= self.max_batch or budget <= 0:
+                break
             if seq.num_pending:  # preempted with tokens still being sampled: recomputed once they are in
                 break
-            n = min(seq.num_next_tokens, budget)
-            if not self._fits_with_headroom(seq, n):
+            hit = self.kv.find_prefix(seq)
+            computing = self.kv.computing(self.running) if computing is None else computing
+            if self.kv.waits_for_sibling(seq, hit, computing):  # it takes the sibling's blocks a step later
+                continue
+            n = min(seq.num_next_tokens - hit.num_tokens, budget)
+            if not self._fits_with_headroom(seq, n, hit):
                 break
-            self.waiting.popleft()
+            self.waiting.remove(seq)
             self.running.append(seq)
-            self.kv.allocate(seq, n)
+            self.kv.take_prefix(seq, hit)
+            self.kv.allocate(seq, seq.num_cached_tokens + n)
+            computing |= self.kv.computing([seq])
             scheduled[seq.seq_id] = (seq, n)
             budget -= n
         return sorted(scheduled.values(), key=lambda pair: pair[0].feeds_prompt)  # (stable: prompts last)
@@ -119,8 +130,8 @@ class Scheduler:
             self.waiting.remove(seq)
         self.kv.free(seq)
 
-    def _fits_with_headroom(self, seq: Sequence, n: int) -> bool:
-        needed = self.kv.blocks_needed(seq, seq.num_cached_tokens + n)
+    def _fits_with_headroom(self, seq: Sequence, n: int, hit: PrefixHit) -> bool:
+        needed = self.kv.blocks_needed(seq, hit.num_tokens + n, hit)
         spare = len(self.running)
         return all(self.kv.pools[name].num_free >= k + spare for name, k in needed.items())
 

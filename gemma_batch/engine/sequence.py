@@ -25,6 +25,9 @@ class Sequence:
     num_cached_tokens: int = 0
     block_tables: dict[str, list[int]] = field(default_factory=dict)
     finished: bool = False
+    prefix_keys: list[bytes] | None = None  # keys of its full prompt blocks, once prefix caching asked (kv_cache)
+    num_registered_blocks: int = 0  # its first table entries cached under their keys
+    num_prompt_tokens_hit: int = 0  # prompt tokens its (last) admission took from the prefix cache
 
     @classmethod
     def from_prompt(

@@ -11,7 +11,9 @@ class EngineStats:
     """What happened over the engine's life: steps, tokens, batch sizes, KV use, preemptions.
 
     `prefill_tokens` counts tokens fed outside decoding (prompts, and recomputation after a
-    preemption); `generated_tokens` counts sampled tokens. A step that feeds any such token counts
+    preemption); `prompt_tokens_computed` the prompt tokens among them, against the
+    `prompt_tokens` that finished requests read (`prompt_tokens_cached` of them from the prefix
+    cache); `generated_tokens` counts sampled tokens. A step that feeds any such token counts
     as prefill time (`prefill_seconds`), the others as decode time (`decode_seconds`, with the
     tokens they sampled in `decode_tokens`); a step's time runs from the start of `Engine.step`
     to its end, the device's step when steps are submitted ahead.
@@ -30,6 +32,10 @@ class EngineStats:
     decode_tokens: int = 0
     peak_blocks: dict[str, int] = field(default_factory=dict)
     preemptions: int = 0
+    prompt_tokens: int = 0  # of finished requests
+    prompt_tokens_cached: int = 0  # of those, taken from the prefix cache
+    prompt_tokens_computed: int = 0  # prompt tokens fed to the model (again after a preemption)
+    prefix_evictions: int = 0  # cached prefix blocks given up for new tokens (all KV groups)
     ttft_count: int = 0
     ttft_sum: float = 0.0
     ttft_sample: list[float] = field(default_factory=list)
@@ -43,6 +49,16 @@ class EngineStats:
             self.ttft_sample.append(seconds)
         elif (j := self._rng.randrange(self.ttft_count)) < self.ttft_sample_size:
             self.ttft_sample[j] = seconds
+
+    def record_prompt(self, tokens: int, cached: int) -> None:
+        """A request finished with a prompt of `tokens`, `cached` of them from the prefix cache."""
+        self.prompt_tokens += tokens
+        self.prompt_tokens_cached += cached
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        """The share of finished requests' prompt tokens taken from the prefix cache."""
+        return self.prompt_tokens_cached / self.prompt_tokens if self.prompt_tokens else 0.0
 
     def record_blocks(self, used: dict[str, int]) -> None:
         for name, n in used.items():
@@ -88,4 +104,9 @@ class EngineStats:
             "mean_step_ms": 1000 * (self.prefill_seconds + self.decode_seconds) / self.steps if self.steps else 0.0,
             **{f"peak_kv_blocks_{name}": n for name, n in sorted(self.peak_blocks.items())},
             "preemptions": self.preemptions,
+            "prompt_tokens": self.prompt_tokens,
+            "prompt_tokens_cached": self.prompt_tokens_cached,
+            "prompt_tokens_computed": self.prompt_tokens_computed,
+            "prefix_hit_rate": self.prefix_hit_rate,
+            "prefix_evictions": self.prefix_evictions,
         }

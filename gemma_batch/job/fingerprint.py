@@ -34,7 +34,7 @@ def model_fingerprint(model_dir: Path, checkpoint_files: Iterable[Path]) -> str:
 def job_fingerprint(spec: JobSpec, input_fingerprint: str, model: str, backend: str, max_model_len: int) -> dict[str, Any]:
     """The settings a resumed run must share with the run that started the job."""
     fingerprint = {
-        "version": 2,  # 2: the request_hash column
+        "version": 3,  # 2: the request_hash column; 3: cached_prompt_tokens
         "input": input_fingerprint,
         "model": model,
         "backend": backend,

@@ -134,7 +134,8 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
         try:
             weights = load_converted(checkpoint, fmt, cache_root())
             backend.load_weights(weights.tensors)
-            engine = Engine(backend, plan, tokenizer, spec.max_batch, step_tokens)  # allocates the KV cache
+            engine = Engine(backend, plan, tokenizer, spec.max_batch, step_tokens,  # allocates the KV cache
+                            prefix_cache=spec.prefix_cache)
         except DeviceMemoryError as e:
             store.abandon()
             raise JobFailed(str(e)) from None
@@ -247,7 +248,7 @@ def _stream(
         for completion in engine.step():
             row, request = in_flight.pop(completion.request_id)
             store.commit(output_row(row, request, completion, requests.score_only))
-            progress.update(1, len(completion.token_ids))
+            progress.update(1, len(completion.token_ids), prompt=(completion.num_prompt_tokens, completion.cached_prompt_tokens))
             done += 1
 
 
@@ -277,7 +278,8 @@ def _summary(stats: dict, output, stats_path, out: TextIO) -> None:
         f"generated tok/s; prefill {stats['prefill_tokens_per_s']:.1f} tok/s over {stats['prefill_seconds']:.1f} s, "
         f"decode {stats['decode_tokens_per_s']:.1f} tok/s over {stats['decode_seconds']:.1f} s; "
         f"TTFT mean {1000 * stats['ttft_mean_s']:.0f} ms, mean batch {stats['mean_batch_size']:.1f}, "
-        f"preemptions {stats['preemptions']}\n"
+        f"preemptions {stats['preemptions']}; prompt tokens {stats['prompt_tokens']}, "
+        f"{100 * stats['prefix_hit_rate']:.0f}% from the prefix cache, {stats['prompt_tokens_computed']} computed\n"
         f"  statistics: {stats_path}",
         file=out,
     )

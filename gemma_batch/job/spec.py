@@ -68,6 +68,7 @@ class JobSpec:
     kv_memory: str = "50%"  # bytes ("4GiB", "512MB") or a share of the backend's free memory ("50%")
     block_size: int = 16
     max_step_tokens: int | None = None  # None: the backend's (Backend.default_step_tokens)
+    prefix_cache: bool = True  # reuse the K/V of prompt starts rows share (engine/kv_cache.py)
     force: bool = False
     fail_on_row_error: bool = False
 
