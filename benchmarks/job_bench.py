@@ -3,10 +3,12 @@ of a real shape, reading, tokenizing and writing included, once per step budget 
 
     python benchmarks/job_bench.py --shape 4b --rows 32 --prompt-len 1024 --max-tokens 8 \
         --max-step-tokens default,512,4096 --out DIR [--backend vulkan] [--flags "" --flags "--choices a,b"]
+    python benchmarks/job_bench.py --rows 2000 --prompt-len 1100 --shared-prefix 1000 --max-batch 32 \
+        --flags "" --flags=--no-prefix-cache --out DIR      # the labelling job with a shared instruction
 
 DIR gets the checkpoint (`model-SHAPE/`, written once: `gemma_batch.bench.random_checkpoint`), the
-prompts (`prompts-ROWSxLEN.jsonl`: random text of the demo tokenizer's pieces, LEN tokens each with
-the BOS), and per budget the job's output, its stats and its log. Each job is a fresh
+prompts (`prompts-ROWSxLEN[-sharedN].jsonl`: random text of the demo tokenizer's pieces, LEN tokens
+each with the BOS, the first N of them the same in every row with --shared-prefix N), and per budget the job's output, its stats and its log. Each job is a fresh
 `gemma-batch run --force` process with default flags but those named here. Prints, per budget, the
 job's wall time (the stats' `wall_seconds`: from the first row read to the file written), prompt
 and generated tokens over that time (`prefill_tokens` over it, and the stats'
@@ -46,18 +48,22 @@ def one_token_words(tokenizer: Tokenizer, vocab_size: int) -> list[str]:
     return words
 
 
-def prompt_of(tokenizer: Tokenizer, words: list[str], rng: np.random.Generator, length: int) -> str:
-    """Random text that tokenizes into exactly `length` ids, BOS included."""
-    text = "".join(" " + words[i] for i in rng.integers(0, len(words), length - 1))
-    if len(tokenizer.encode(text)) != length:
+def prompt_of(tokenizer: Tokenizer, words: list[str], rng: np.random.Generator, length: int, start: str = "") -> str:
+    """Random text that tokenizes into exactly `length` ids, BOS included, after `start` (a text
+    of such words, as this function writes it)."""
+    text = start + "".join(" " + words[i] for i in rng.integers(0, len(words), length - 1))
+    if len(tokenizer.encode(text)) != length + len(tokenizer.encode(start, add_bos=False)):
         raise RuntimeError(f"{length - 1} one-piece words did not tokenize into {length - 1} pieces")
     return text
 
 
-def write_prompts(path: Path, shape: str, rows: int, length: int, seed: int) -> None:
+def write_prompts(path: Path, shape: str, rows: int, length: int, seed: int, shared: int = 0) -> None:
+    """`rows` prompts of `length` tokens; the first `shared` of them (BOS included) the same in every row."""
     tokenizer, rng = Tokenizer.from_file(DEMO_TOKENIZER), np.random.default_rng(seed)
     words = one_token_words(tokenizer, shape_config(shape).vocab_size)
-    lines = [json.dumps({"id": f"row-{i}", "prompt": prompt_of(tokenizer, words, rng, length)}) for i in range(rows)]
+    start = prompt_of(tokenizer, words, rng, shared) if shared else ""
+    lines = [json.dumps({"id": f"row-{i}", "prompt": prompt_of(tokenizer, words, rng, length - shared + bool(shared), start)})
+             for i in range(rows)]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -67,7 +73,7 @@ def run_job(args: argparse.Namespace, model: Path, prompts: Path, budget: str, e
     output = args.out / f"out-{budget}-{n}.parquet"
     flag = [] if budget == "default" else ["--max-step-tokens", budget]
     command = [sys.executable, "-m", "gemma_batch", "run", str(prompts), "--model", str(model), "--output", str(output),
-               "--max-tokens", str(args.max_tokens), "--max-batch", str(args.rows), *flag,
+               "--max-tokens", str(args.max_tokens), "--max-batch", str(args.max_batch or args.rows), *flag,
                "--backend", args.backend, "--force", *shlex.split(extra)]
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True)
@@ -86,6 +92,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--rows", type=int, default=32)
     parser.add_argument("--prompt-len", type=int, default=1024)
     parser.add_argument("--max-tokens", type=int, default=8)
+    parser.add_argument("--shared-prefix", type=int, default=0, help="prompt tokens every row shares (BOS included)")
+    parser.add_argument("--max-batch", type=int, default=None, help="the job's --max-batch (default: --rows)")
     parser.add_argument("--max-step-tokens", default="default",
                         help="comma-separated step budgets, one job each; `default`: the flag left out")
     parser.add_argument("--backend", default="auto")
@@ -95,20 +103,23 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     model = write_random_checkpoint(args.shape, args.out / f"model-{args.shape}", args.seed)
-    prompts = args.out / f"prompts-{args.rows}x{args.prompt_len}.jsonl"
-    write_prompts(prompts, args.shape, args.rows, args.prompt_len, args.seed)
+    shared = f"-shared{args.shared_prefix}" if args.shared_prefix else ""
+    prompts = args.out / f"prompts-{args.rows}x{args.prompt_len}{shared}.jsonl"
+    write_prompts(prompts, args.shape, args.rows, args.prompt_len, args.seed, args.shared_prefix)
     runs = [run_job(args, model, prompts, b, extra, n) for b in args.max_step_tokens.split(",")
             for n, extra in enumerate(args.flags or [""])]
     (args.out / "job_bench.json").write_text(json.dumps({"shape": args.shape, "rows": args.rows,
-                                                         "prompt_len": args.prompt_len, "runs": runs}, indent=1))
-    table = [["max step tokens", "flags", "job s", "prompt tok/s (job)", "generated tok/s (job)", "generated tok/s (process)",
-              "backend"]]
+                                                         "prompt_len": args.prompt_len, "shared_prefix": args.shared_prefix,
+                                                         "runs": runs}, indent=1))
+    table = [["max step tokens", "flags", "job s", "rows/s", "prompt tok/s (job)", "generated tok/s (job)",
+              "generated tok/s (process)", "prefix cache", "backend"]]
     for r in runs:
-        table.append([str(r["max_step_tokens"]), r["flags"] or "-", f"{r['wall_seconds']:.2f}", f"{r['prefill_tokens'] / r['wall_seconds']:,.1f}",
-                      f"{r['generated_tokens_per_s']:,.1f}", f"{r['generated_tokens_per_s_process']:,.1f}",
+        table.append([str(r["max_step_tokens"]), r["flags"] or "-", f"{r['wall_seconds']:.2f}", f"{r['rows_per_s']:,.2f}",
+                      f"{r['prefill_tokens'] / r['wall_seconds']:,.1f}", f"{r['generated_tokens_per_s']:,.1f}",
+                      f"{r['generated_tokens_per_s_process']:,.1f}", f"{100 * r.get('prefix_hit_rate', 0):.0f}%",
                       str(r.get("backend"))])
-    print(f"gemma-batch run: shape {args.shape}, {args.rows} prompts of {args.prompt_len} tokens, "
-          f"{args.max_tokens} new each, random bf16 weights")
+    print(f"gemma-batch run: shape {args.shape}, {args.rows} prompts of {args.prompt_len} tokens"
+          f"{f' ({args.shared_prefix} shared)' if args.shared_prefix else ''}, {args.max_tokens} new each, random bf16 weights")
     print("\n".join(align(table)))
 
 

@@ -197,6 +197,10 @@ def inspect(
         verdict = "fits" if fits >= batch else f"does not fit: {fits} do"
         typer.echo(f"in {binary_size(budget)}: {batch} sequences of {seq_len} tokens need {binary_size(need)} "
                    f"(weights and KV, before step buffers): {verdict}")
+        if fits >= batch:
+            blocks, starts = fp.prefix_room(budget, batch, seq_len, max_chunk=max_step_tokens)
+            typer.echo(f"beside them: {blocks} prefix-cache blocks of 16 tokens (every layer's K/V), or {starts} cached "
+                       f"prompt starts of {seq_len} tokens (of which the sliding layers keep the last window)")
 
 
 @app.command()

@@ -81,6 +81,13 @@ def test_inspect_plans_the_27b_shape_in_int4_with_an_int8_kv_cache():
     assert f"KV int8: {(global_layers + sliding_layers) * per_token_layer / 1024:.1f} KiB per token" in done.stdout
     assert f"reserves {seq / 2**20:.1f} MiB" in done.stdout
     assert f"does not fit: {fit} do" in done.stdout and fit == 3
+    # beside 3 of them in 20 GiB, the prefix cache: blocks of every layer, or 2048-token prompt starts
+    # (every global block, the sliding layers' last window: ceil(1023 / 16) + 1 = 65 blocks)
+    free = 20 * 2**30 - weights - 3 * seq
+    prefix = per_token_layer * 16 * (global_layers * 128 + sliding_layers * 65)
+    roomy = run_cli("inspect", "27b", "--weights", "int4", "--kv-dtype", "int8", "--memory", "20GiB", "--batch", "3")
+    assert f"beside them: {free // (16 * per_token_layer * 62)} prefix-cache blocks" in roomy.stdout
+    assert f"or {free // prefix} cached prompt starts of 2048 tokens" in roomy.stdout
     bad = run_cli("inspect", "27b", "--weights", "int3")
     assert bad.returncode == 2 and "int3" in bad.stderr
 

@@ -9,7 +9,6 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from gemma_batch.backends import create_backend
 from gemma_batch.backends.base import Backend
 from gemma_batch.engine.block_pool import BlockPool, block_keys
 from gemma_batch.engine.engine import Engine, Request
@@ -17,9 +16,9 @@ from gemma_batch.engine.kv_cache import KVCacheManager
 from gemma_batch.engine.kv_plan import KVPlan, blocks_per_sequence
 from gemma_batch.engine.sampling_params import SamplingParams
 from gemma_batch.engine.sequence import Sequence
-from gemma_batch.job.spec import DEMO_MODEL
-from gemma_batch.model.checkpoint import Checkpoint
 from gemma_batch.model.config import Gemma3Config, KVGroup
+from tests.demo_engine import demo_cpu
+from tests.test_batch_invariance import backend  # noqa: F401 (the fixture: the demo model on every backend)
 from tests.test_run_job import gemma_batch, read_rows, write_jsonl
 
 NEW_TOKENS = 6
@@ -111,20 +110,9 @@ def test_a_missing_sliding_block_inside_the_window_shortens_the_hit():
     assert off.find_prefix(Sequence.from_prompt(1, prefix + [5], 4)).num_tokens == 0  # caching off
 
 
-@pytest.fixture(scope="module", params=["cpu", "vulkan"])
-def backend(request) -> Backend:
-    cfg = Gemma3Config.from_dir(DEMO_MODEL)
-    backend = create_backend(request.param, cfg)
-    backend.load_weights(Checkpoint.open(DEMO_MODEL, cfg).tensors())
-    return backend
-
-
 @pytest.fixture(scope="module")
 def cpu_backend() -> Backend:
-    cfg = Gemma3Config.from_dir(DEMO_MODEL)
-    backend = create_backend("cpu", cfg)
-    backend.load_weights(Checkpoint.open(DEMO_MODEL, cfg).tensors())
-    return backend
+    return demo_cpu()[0]
 
 
 def shared_prefix_requests(cfg: Gemma3Config, rows: int = 9) -> list[Request]:

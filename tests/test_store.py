@@ -56,6 +56,7 @@ def make_row(i: int, kind: str = "text") -> dict:
         "completion": None if error else TEXTS[i % len(TEXTS)] + str(i),
         "finish_reason": "error" if error else ("stop", "length")[i % 2],
         "prompt_tokens": 10 + i % 7 if run else None,
+        "cached_prompt_tokens": 8 * (i % 2) if run else None,
         "completion_tokens": i % 5 if run else None,
         "max_tokens": 64 if run else None,
         "temperature": (0.1, 0.7, -0.0, 1e-300)[i % 4] if run else None,
@@ -370,7 +371,9 @@ def test_openai_output(tmp_path: Path) -> None:
     assert body["created"] == 1700000000 and body["model"] == "gemma-3-1b-it"
     assert body["choices"] == [{"index": 0, "message": {"role": "assistant", "content": make_row(0)["completion"]},
                                 "logprobs": None, "finish_reason": "stop"}]
-    assert body["usage"] == {"prompt_tokens": 10, "completion_tokens": 0, "total_tokens": 10}
+    assert body["usage"] == {"prompt_tokens": 10, "completion_tokens": 0, "total_tokens": 10,
+                             "prompt_tokens_details": {"cached_tokens": 0}}
+    assert lines[1]["response"]["body"]["usage"]["prompt_tokens_details"] == {"cached_tokens": 8}
     assert err == {"id": err["id"], "custom_id": "id-3", "response": None,
                    "error": {"code": "invalid_request", "message": "prompt is null"}}
     text = lines[4]["response"]["body"]

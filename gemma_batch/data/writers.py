@@ -220,8 +220,8 @@ class OpenAIResults:
         choice["logprobs"] = openai_logprobs(row.get("logprobs"), kind)
         choice["finish_reason"] = row["finish_reason"]
         prompt, completion = row["prompt_tokens"] or 0, row["completion_tokens"] or 0
-        usage = {"prompt_tokens": prompt, "completion_tokens": completion,
-                 "total_tokens": prompt + completion}
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+                 "prompt_tokens_details": {"cached_tokens": row.get("cached_prompt_tokens") or 0}}  # (as OpenAI's)
         return {**head, "created": self._created, "model": self._model, "choices": [choice],
                 "usage": usage}
 

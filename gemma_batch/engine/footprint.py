@@ -4,7 +4,9 @@ and how many sequences of a given length fit in a memory budget.
 Sizes are a GPU backend's (weights as the format stores them: the CPU backend holds bf16 and
 fp16 matrices widened to float32). A sequence's KV is what the engine's planner reserves for it
 (`kv_plan.blocks_per_sequence`): every token in the global layers, and in the sliding-window
-layers the window plus one prefill chunk, in whole blocks.
+layers the window plus one prefill chunk, in whole blocks. A cached prefix (prefix caching,
+`kv_cache`) keeps every block of it in the global layers and the blocks of its last window in
+the sliding-window layers: what a prompt that starts with it reads.
 """
 
 from __future__ import annotations
@@ -42,6 +44,22 @@ class Footprint:
         """How many sequences of `length` tokens fit next to the weights in `memory` bytes."""
         free = memory - self.total_weight_bytes
         return max(0, free // self.sequence_bytes(length, block_size, max_chunk))
+
+
+    def prefix_bytes(self, length: int, block_size: int = 16) -> int:
+        """KV bytes a cached prefix of `length` tokens keeps (module doc)."""
+        blocks = -(-length // block_size)
+        return sum(
+            (blocks if g.window is None else min(blocks, -(-(g.window - 1) // block_size) + 1))
+            * block_size * self.kv_bytes_per_token[g.name]
+            for g in self.cfg.kv_groups()
+        )
+
+    def prefix_room(self, memory: int, batch: int, length: int, block_size: int = 16, max_chunk: int = 512) -> tuple[int, int]:
+        """Beside the weights and `batch` sequences of `length` tokens in `memory`: how many cached
+        prefix blocks fit (K/V of every layer), and how many cached prefixes of `length` tokens."""
+        free = max(0, memory - self.total_weight_bytes - batch * self.sequence_bytes(length, block_size, max_chunk))
+        return free // (block_size * sum(self.kv_bytes_per_token.values())), free // self.prefix_bytes(length, block_size)
 
 
 def footprint(cfg: Gemma3Config, layout: Mapping[str, tuple[str, tuple[int, ...]]], weights: WeightFormat,
