@@ -21,7 +21,9 @@ from .bench.runner import BenchError, BenchOptions, run_bench
 from .backends.kv_formats import KV_DTYPES, kv_slot_bytes
 from .bench.report import binary_size
 from .bench.shapes import SHAPES, shape_config
-from .engine.footprint import footprint
+from .backends.npu_device import find_npus
+from .backends.placement import ACTIVATION_BYTES, Placement, parse_placement
+from .engine.footprint import Footprint, footprint, placed_bytes
 from .model.checkpoint import Checkpoint
 from .model.config import Gemma3Config
 from .model.quant import WeightFormat
@@ -73,16 +75,21 @@ def generate(
 
 @app.command()
 def devices() -> None:
-    """List the Vulkan devices: driver, memory heaps, fp16/int8/bf16, subgroup size, cooperative matrix."""
+    """List the Vulkan devices (driver, memory heaps, fp16/int8/bf16, subgroup size, cooperative
+    matrix), then the XRT NPUs, or why there is none."""
+    npus, why_not = find_npus()
+    npu_lines = [f"NPU {i}: {name} (XRT)" for i, name in enumerate(npus)] + ([f"NPU: none ({why_not})"] if why_not else [])
     try:
         found = list_devices()
     except VulkanUnavailable as e:
+        typer.echo("\n".join(npu_lines))
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None
     if not found:
         typer.echo("no Vulkan device found; --backend cpu runs without one")
     for info in found:
         typer.echo(info.describe())
+    typer.echo("\n".join(npu_lines))
 
 
 def _opt(help: str, *names: str) -> typer.models.OptionInfo:
@@ -165,6 +172,7 @@ def inspect(
     seq_len: int = typer.Option(2048, min=1, help="Tokens per sequence (prompt + completion)."),
     batch: int = typer.Option(32, min=1, help="Sequences to check against --memory."),
     max_step_tokens: int = typer.Option(512, min=1, help="Prefill chunk (sliding-window layers hold the window plus one); a job's is 8192 on GPUs with cooperative matrices, 512 elsewhere."),
+    place: str = typer.Option(None, help="A placement plan across devices, as `0-17:vulkan:0,18-33:vulkan:1` or `attention=cpu,ffn=vulkan:0` (items `[LAYERS:][attention|ffn|embed|head=]DEVICE`): print each device's weights and KV and the activations crossing between them."),
 ) -> None:
     """Print what MODEL takes in a weight format and KV dtype, and how many sequences fit in --memory."""
     try:
@@ -177,6 +185,7 @@ def inspect(
             cfg, where = Gemma3Config.from_dir(Path(model)), model
             layout = Checkpoint.open(Path(model), cfg).layout
         budget = None if memory is None else parse_size(memory, 0)
+        placement = None if place is None else parse_placement(place, cfg.num_layers)
     except (OSError, ValueError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
@@ -191,6 +200,8 @@ def inspect(
     typer.echo(f"KV {kv_dtype}: {binary_size(sum(fp.kv_bytes_per_token.values()))} per token ({groups})")
     seq = fp.sequence_bytes(seq_len, max_chunk=max_step_tokens)
     typer.echo(f"one sequence of {seq_len} tokens reserves {binary_size(seq)} of KV")
+    if placement is not None:
+        _print_placement(fp, placement, layout, seq_len, batch, max_step_tokens)
     if budget is not None:
         fits = fp.sequences_that_fit(budget, seq_len, max_chunk=max_step_tokens)
         need = fp.total_weight_bytes + batch * seq
@@ -201,6 +212,19 @@ def inspect(
             blocks, starts = fp.prefix_room(budget, batch, seq_len, max_chunk=max_step_tokens)
             typer.echo(f"beside them: {blocks} prefix-cache blocks of 16 tokens (every layer's K/V), or {starts} cached "
                        f"prompt starts of {seq_len} tokens (of which the sliding layers keep the last window)")
+
+
+def _print_placement(fp: Footprint, placement: Placement, layout: dict, seq_len: int, batch: int, max_step_tokens: int) -> None:
+    """`inspect --place`: the plan, each device's share, and what crosses between devices."""
+    typer.echo(f"placement: {placement.describe()}")
+    for device, (weights, kv) in placed_bytes(fp, placement, layout, seq_len, max_chunk=max_step_tokens).items():
+        typer.echo(f"  {device}: weights {binary_size(weights)}, KV {binary_size(kv)} a sequence of {seq_len} tokens "
+                   f"({binary_size(weights + batch * kv)} with {batch} of them)")
+    crossings = placement.crossings()
+    per_token = len(crossings) * fp.cfg.hidden_size * ACTIVATION_BYTES
+    where = ", ".join(f"{name} ({a} -> {b})" for name, a, b in crossings[:4]) + (", ..." if len(crossings) > 4 else "")
+    typer.echo(f"crossings: {len(crossings)} a step{': ' + where if crossings else ''}; {binary_size(per_token)} of "
+               f"activations a token ({binary_size(per_token * batch)} a decode step of {batch})")
 
 
 @app.command()

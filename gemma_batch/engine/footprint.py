@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..backends.kv_formats import kv_token_bytes
+from ..backends.placement import Placement, part_of
 from ..model.config import Gemma3Config
 from ..model.quant import WeightFormat
 from ..model.quant_cache import converted_nbytes_by_dtype
@@ -67,3 +68,26 @@ def footprint(cfg: Gemma3Config, layout: Mapping[str, tuple[str, tuple[int, ...]
     """The footprint of a model whose tensors have `layout` (name -> stored dtype and shape)."""
     per_token = {g.name: kv_token_bytes(cfg, g.name, kv_dtype) for g in cfg.kv_groups()}
     return Footprint(cfg, weights, kv_dtype, converted_nbytes_by_dtype(layout, weights), per_token)
+
+
+def placed_bytes(fp: Footprint, placement: Placement, layout: Mapping[str, tuple[str, tuple[int, ...]]], length: int,
+                 block_size: int = 16, max_chunk: int = 512) -> dict[str, tuple[int, int]]:
+    """Per device of `placement`: bytes of weights it holds, and of KV it reserves for one sequence
+    of `length` tokens. A layer's KV sits where its attention runs; the tied embedding is held by
+    the embed device and, as the LM head, by the head device."""
+    weights = dict.fromkeys(placement.devices, 0)
+    kv = dict.fromkeys(placement.devices, 0)
+    for name in layout:
+        nbytes = sum(converted_nbytes_by_dtype({name: layout[name]}, fp.weights).values())
+        kind, layer = part_of(name)
+        if kind == "embed":
+            for device in {placement.embed, placement.head}:  # (the LM head is the embedding, transposed)
+                weights[device] += nbytes
+        else:
+            weights[placement.head if kind == "head" else getattr(placement, kind)[layer]] += nbytes
+    for g in fp.cfg.kv_groups():
+        blocks = blocks_per_sequence(g, length, block_size, max_chunk)
+        for layer in g.layers:
+            kv[placement.attention[layer]] += blocks * block_size * fp.kv_bytes_per_token[g.name] // len(g.layers)
+    return {d: (weights[d], kv[d]) for d in placement.devices}
+
