@@ -23,7 +23,7 @@ from .bench.report import binary_size
 from .bench.shapes import SHAPES, shape_config
 from .backends.npu_device import find_npus
 from .backends.placement import ACTIVATION_BYTES, Placement, parse_placement
-from .engine.footprint import Footprint, footprint, placed_bytes
+from .engine.footprint import Footprint, auto_placement, footprint, placed_bytes
 from .model.checkpoint import Checkpoint
 from .model.config import Gemma3Config
 from .model.quant import WeightFormat
@@ -172,7 +172,7 @@ def inspect(
     seq_len: int = typer.Option(2048, min=1, help="Tokens per sequence (prompt + completion)."),
     batch: int = typer.Option(32, min=1, help="Sequences to check against --memory."),
     max_step_tokens: int = typer.Option(512, min=1, help="Prefill chunk (sliding-window layers hold the window plus one); a job's is 8192 on GPUs with cooperative matrices, 512 elsewhere."),
-    place: str = typer.Option(None, help="A placement plan across devices, as `0-17:vulkan:0,18-33:vulkan:1` or `attention=cpu,ffn=vulkan:0` (items `[LAYERS:][attention|ffn|embed|head=]DEVICE`): print each device's weights and KV and the activations crossing between them."),
+    place: str = typer.Option(None, help="A placement plan across devices, as `0-17:vulkan:0,18-33:vulkan:1` or `attention=cpu,ffn=vulkan:0` (items `[LAYERS:][attention|ffn|embed|head=]DEVICE`), or `auto` (with --memory: the layers that fit on vulkan:0, the rest on cpu): print each device's weights and KV and the activations crossing between them."),
 ) -> None:
     """Print what MODEL takes in a weight format and KV dtype, and how many sequences fit in --memory."""
     try:
@@ -185,7 +185,9 @@ def inspect(
             cfg, where = Gemma3Config.from_dir(Path(model)), model
             layout = Checkpoint.open(Path(model), cfg).layout
         budget = None if memory is None else parse_size(memory, 0)
-        placement = None if place is None else parse_placement(place, cfg.num_layers)
+        if place == "auto" and budget is None:
+            raise ValueError("--place auto needs --memory: the budget of the GPU (vulkan:0) that takes the first layers")
+        placement = None if place in (None, "auto") else parse_placement(place, cfg.num_layers)
     except (OSError, ValueError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
@@ -200,6 +202,10 @@ def inspect(
     typer.echo(f"KV {kv_dtype}: {binary_size(sum(fp.kv_bytes_per_token.values()))} per token ({groups})")
     seq = fp.sequence_bytes(seq_len, max_chunk=max_step_tokens)
     typer.echo(f"one sequence of {seq_len} tokens reserves {binary_size(seq)} of KV")
+    if place == "auto":
+        placement = auto_placement(fp, layout, [("vulkan:0", budget)], seq_len, batch, max_chunk=max_step_tokens)
+        typer.echo(f"--place auto: as many layers as fit in {binary_size(budget)} on vulkan:0 with {batch} sequences "
+                   f"of {seq_len} tokens, the rest on cpu")
     if placement is not None:
         _print_placement(fp, placement, layout, seq_len, batch, max_step_tokens)
     if budget is not None:
@@ -216,7 +222,8 @@ def inspect(
 
 def _print_placement(fp: Footprint, placement: Placement, layout: dict, seq_len: int, batch: int, max_step_tokens: int) -> None:
     """`inspect --place`: the plan, each device's share, and what crosses between devices."""
-    typer.echo(f"placement: {placement.describe()}")
+    typer.echo(f"placement: {placement.describe()} (sizes as a GPU holds them; the CPU backend widens bf16 and "
+               f"fp16 weights to float32)")
     for device, (weights, kv) in placed_bytes(fp, placement, layout, seq_len, max_chunk=max_step_tokens).items():
         typer.echo(f"  {device}: weights {binary_size(weights)}, KV {binary_size(kv)} a sequence of {seq_len} tokens "
                    f"({binary_size(weights + batch * kv)} with {batch} of them)")

@@ -8,7 +8,7 @@ import pytest
 from gemma_batch.backends.placement import Placement, PlacementError, parse_placement
 from gemma_batch.bench.random_weights import layout as random_layout
 from gemma_batch.bench.shapes import shape_config
-from gemma_batch.engine.footprint import footprint, placed_bytes
+from gemma_batch.engine.footprint import auto_placement, footprint, placed_bytes
 from gemma_batch.model.quant import WeightFormat
 from tests.test_run_job import gemma_batch
 
@@ -50,29 +50,50 @@ def test_bad_plans_are_refused_naming_the_problem(text, message):
         parse_placement(text, 6)
 
 
-def test_each_device_holds_its_layers_weights_and_kv():
-    """Worked from the 4b shape's dimensions, independently of the code: per layer, attention
-    q/k/v/o and four norms (two of them q/k norms of head_dim), feed-forward three matrices and two
-    norms; the tied embedding on both ends' devices; KV per layer where its attention runs."""
+def shape_4b_bytes(length: int) -> tuple[int, int, int, int, dict[int, int]]:
+    """Worked from the 4b shape's dimensions, independently of the code, in bf16 weights and an fp16
+    KV cache: per layer, attention q/k/v/o and four norms (two of them q/k norms of head_dim) and
+    feed-forward three matrices and two norms; the embedding; the final norm; each layer's KV for
+    one sequence of `length` tokens (a sliding layer: its window plus a 512-token chunk, in blocks)."""
     cfg = shape_config("4b")
     h, i, nh, nkv, hd, vocab = cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.vocab_size
-    attention = 2 * (2 * nh * hd * h + 2 * nkv * hd * h + 2 * h + 2 * hd)  # bf16
+    attention = 2 * (2 * nh * hd * h + 2 * nkv * hd * h + 2 * h + 2 * hd)
     ffn = 2 * (3 * i * h + 2 * h)
-    embed, final_norm = 2 * vocab * h, 2 * h
-    plan = parse_placement("0-9:vulkan:0,10-33:attention=cpu,10-33:ffn=vulkan:1", cfg.num_layers)
-    fp = footprint(cfg, random_layout(cfg), WeightFormat.parse("bf16", 32), "fp16")
-    length = 4096
-    placed = placed_bytes(fp, plan, random_layout(cfg), length, max_chunk=512)
-    assert placed["vulkan:0"][0] == 10 * (attention + ffn) + embed
-    assert placed["cpu"][0] == 24 * attention
-    assert placed["vulkan:1"][0] == 24 * ffn + embed + final_norm
     per_token_layer = 2 * nkv * hd * 2  # K and V, fp16
     window_blocks = -(-(cfg.sliding_window - 1 + 512) // 16) + 1
     kv = {layer: per_token_layer * 16 * (length // 16 if cfg.layer_types[layer] == "full_attention" else window_blocks)
           for layer in range(cfg.num_layers)}
+    return attention, ffn, 2 * vocab * h, 2 * h, kv
+
+
+def test_each_device_holds_its_layers_weights_and_kv():
+    """The tied embedding on both ends' devices; KV per layer where its attention runs."""
+    cfg = shape_config("4b")
+    length = 4096
+    attention, ffn, embed, final_norm, kv = shape_4b_bytes(length)
+    plan = parse_placement("0-9:vulkan:0,10-33:attention=cpu,10-33:ffn=vulkan:1", cfg.num_layers)
+    fp = footprint(cfg, random_layout(cfg), WeightFormat.parse("bf16", 32), "fp16")
+    placed = placed_bytes(fp, plan, random_layout(cfg), length, max_chunk=512)
+    assert placed["vulkan:0"][0] == 10 * (attention + ffn) + embed
+    assert placed["cpu"][0] == 24 * attention
+    assert placed["vulkan:1"][0] == 24 * ffn + embed + final_norm
     assert placed["vulkan:0"][1] == sum(kv[layer] for layer in range(10))
     assert placed["cpu"][1] == sum(kv[layer] for layer in range(10, 34)) and placed["vulkan:1"][1] == 0
     assert sum(w for w, _ in placed.values()) == fp.total_weight_bytes + embed  # the embedding twice
+
+
+@pytest.mark.parametrize("layers_on_gpu", [0, 1, 13, 34])
+def test_auto_puts_as_many_layers_as_fit_on_the_gpu_and_the_rest_on_the_cpu(layers_on_gpu):
+    cfg = shape_config("4b")
+    length, batch = 2048, 8
+    attention, ffn, embed, final_norm, kv = shape_4b_bytes(length)
+    need = embed + sum(attention + ffn + batch * kv[layer] for layer in range(layers_on_gpu))
+    need += final_norm if layers_on_gpu == cfg.num_layers else 0  # the head goes with the last layer
+    fp = footprint(cfg, random_layout(cfg), WeightFormat.parse("bf16", 32), "fp16")
+    for budget, expected in ((need, layers_on_gpu), (need - 1, max(layers_on_gpu - 1, 0))):
+        plan = auto_placement(fp, random_layout(cfg), [("vulkan:0", budget)], length, batch)
+        assert plan.attention == plan.ffn == ("vulkan:0",) * expected + ("cpu",) * (cfg.num_layers - expected)
+        assert plan.embed == plan.attention[0] and plan.head == plan.ffn[-1]
 
 
 def test_inspect_prints_the_plan_and_refuses_a_bad_one():
@@ -82,6 +103,10 @@ def test_inspect_prints_the_plan_and_refuses_a_bad_one():
     assert "crossings: 1 a step: ffn 30 -> attention 31 (vulkan:0 -> vulkan:1); 21.0 KiB of activations a token" in done.stdout
     bad = gemma_batch("inspect", "27b", "--place", "0-30:vulkan:0")
     assert bad.returncode == 2 and "no device for attention 31" in bad.stderr
+    auto = gemma_batch("inspect", "27b", "--place", "auto", "--memory", "40GiB", "--batch", "8")
+    assert auto.returncode == 0 and "placement: embed: vulkan:0; layers 0-" in auto.stdout and "-61: cpu; head: cpu" in auto.stdout
+    no_memory = gemma_batch("inspect", "27b", "--place", "auto")
+    assert no_memory.returncode == 2 and "--place auto needs --memory" in no_memory.stderr
 
 
 def test_devices_says_why_there_is_no_npu():

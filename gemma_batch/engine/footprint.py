@@ -91,3 +91,26 @@ def placed_bytes(fp: Footprint, placement: Placement, layout: Mapping[str, tuple
             kv[placement.attention[layer]] += blocks * block_size * fp.kv_bytes_per_token[g.name] // len(g.layers)
     return {d: (weights[d], kv[d]) for d in placement.devices}
 
+
+
+def auto_placement(fp: Footprint, layout: Mapping[str, tuple[str, tuple[int, ...]]], budgets: list[tuple[str, int]],
+                   length: int, batch: int, block_size: int = 16, max_chunk: int = 512) -> Placement:
+    """`--place auto`: the devices of `budgets` (fastest first) each take, in turn, as many of the
+    next layers as fit in its budget with `batch` sequences of `length` tokens (the embedding
+    with the first layer, the LM head with the last); the CPU takes the rest."""
+    layers = fp.cfg.num_layers
+    owners: list[str] = []
+
+    def plan(devices: list[str]) -> Placement:
+        return Placement(tuple(devices), tuple(devices), devices[0], devices[-1])
+
+    for device, budget in budgets:
+        start = taken = len(owners)
+        for k in range(start + 1, layers + 1):
+            weights, kv = placed_bytes(fp, plan(owners + [device] * (k - start) + ["cpu"] * (layers - k)), layout,
+                                       length, block_size, max_chunk)[device]
+            if weights + batch * kv > budget:
+                break
+            taken = k
+        owners += [device] * (taken - start)
+    return plan(owners + ["cpu"] * (layers - len(owners)))
