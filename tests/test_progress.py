@@ -28,6 +28,15 @@ def test_off_a_terminal_progress_is_plain_periodic_lines():
     assert lines[-1].startswith("gemma-batch: 6/10 rows") and "\r" not in stream.getvalue()
 
 
+def test_the_line_gives_the_prefix_cache_hit_rate_of_the_finished_rows():
+    stream, clock = io.StringIO(), Clock()
+    progress = Progress(total=10, stream=stream, interval_s=0.0, tty=False, clock=clock)
+    clock.now += 1.0
+    progress.update(1, tokens=4, prompt=(1000, 0))
+    progress.update(3, tokens=12, prompt=(3000, 2880))
+    assert stream.getvalue().splitlines()[-1] == "gemma-batch: 4/10 rows (40.0%), 4.00 rows/s, 16.0 tok/s, prefix cache 72%, ETA 00:00:02"
+
+
 def test_no_eta_until_a_batch_of_rows_finished_and_kept_rows_are_not_in_the_rate():
     stream, clock = io.StringIO(), Clock()
     progress = Progress(total=1000, stream=stream, interval_s=0.0, tty=False, settle=32, clock=clock)

@@ -181,6 +181,7 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
             "backend": backend.identity,
             "weights": str(fmt),
             "kv_dtype": backend.kv_dtype,
+            "prefix_cache": spec.prefix_cache,
             "model": str(spec.model),
             "input": str(spec.input),
             "output": str(output),
@@ -212,6 +213,7 @@ def _stream(
     in_flight: dict[int, tuple[InputRow, Request]] = {}
     order: deque[int] = deque()  # indices admitted to the engine, in input order
     held: InputRow | None = None  # next row, waiting for the lookahead window to move
+    caching = engine.kv.prefix_seed is not None  # (the progress line gives the hit rate only with the cache on)
     done = failed = 0
     exhausted = False
     while True:
@@ -248,7 +250,8 @@ def _stream(
         for completion in engine.step():
             row, request = in_flight.pop(completion.request_id)
             store.commit(output_row(row, request, completion, requests.score_only))
-            progress.update(1, len(completion.token_ids), prompt=(completion.num_prompt_tokens, completion.cached_prompt_tokens))
+            progress.update(1, len(completion.token_ids),
+                            prompt=(completion.num_prompt_tokens, completion.cached_prompt_tokens) if caching else (0, 0))
             done += 1
 
 
@@ -270,6 +273,7 @@ def check_writable(folder: Path) -> None:
 
 
 def _summary(stats: dict, output, stats_path, out: TextIO) -> None:
+    hits = f"{100 * stats['prefix_hit_rate']:.0f}% from the prefix cache" if stats["prefix_cache"] else "prefix cache off"
     print(
         f"wrote {output} ({stats['rows_total']} rows, {stats['rows_failed']} failed; "
         f"{stats['rows_done_this_run']} done this run"
@@ -278,8 +282,8 @@ def _summary(stats: dict, output, stats_path, out: TextIO) -> None:
         f"generated tok/s; prefill {stats['prefill_tokens_per_s']:.1f} tok/s over {stats['prefill_seconds']:.1f} s, "
         f"decode {stats['decode_tokens_per_s']:.1f} tok/s over {stats['decode_seconds']:.1f} s; "
         f"TTFT mean {1000 * stats['ttft_mean_s']:.0f} ms, mean batch {stats['mean_batch_size']:.1f}, "
-        f"preemptions {stats['preemptions']}; prompt tokens {stats['prompt_tokens']}, "
-        f"{100 * stats['prefix_hit_rate']:.0f}% from the prefix cache, {stats['prompt_tokens_computed']} computed\n"
+        f"preemptions {stats['preemptions']}; prompt tokens {stats['prompt_tokens']}, {hits}, "
+        f"{stats['prompt_tokens_computed']} computed\n"
         f"  statistics: {stats_path}",
         file=out,
     )
