@@ -2,7 +2,7 @@
 
     backend = VulkanBackend(cfg)                 # device chosen as in `device.py`
     backend.load_weights(checkpoint.tensors())   # uploaded once, resident for the job
-    backend.allocate_kv(num_blocks, block_size)  # one K and one V page buffer per layer
+    backend.allocate_kv(num_blocks, block_size)  # one K and one V page buffer per layer (`kv_pages.py`)
     result = backend.step(batch)                 # only token ids come back
 
 Per step the host writes the step's inputs into mapped buffers and submits the command buffer
@@ -27,7 +27,7 @@ from ...model.config import Gemma3Config
 from ...model.quant import FORMATS
 from ..base import Backend, StepBatch, StepResult
 from ..cpu import rope_inv_freq
-from ..kv_formats import kv_slot_bytes, kv_token_bytes
+from ..kv_formats import kv_token_bytes
 from .attention import DEFAULT_CHUNK
 from .bandwidth import measure_read_bandwidth
 from . import coop_tiles, coopmat, flash, fragment_order
@@ -36,6 +36,7 @@ from .graph import StepGraph
 from .in_flight import InFlight, logits_rows, read_result, score_layout
 from .coop_tiles import COOP_FOLD_ROWS, COOP_MIN_CHUNK
 from .kernels import Kernels
+from .kv_pages import allocate_pages, max_page_blocks, page_sizes
 from .prompt_rows import prompt_rows
 from .memory import Memory
 from .step_buffers import (PREFILL_STEP_TOKENS, ROWS_PER_SEQ, SCORES_PER_ROW, STEP_MEMORY_SHARE, Capacity, StepBuffers,
@@ -113,31 +114,23 @@ class VulkanBackend(Backend):
 
     def max_kv_blocks(self, group: str, block_size: int) -> int:
         """Each layer's K (and V) pages are one buffer, bounded by the device's largest buffer."""
-        slot_bytes = kv_slot_bytes(self.kv_dtype, self.cfg.num_kv_heads, self.cfg.head_dim)
-        return self.device.info.max_storage_buffer_range // (block_size * slot_bytes)
+        return max_page_blocks(self.cfg, self.kv_dtype, block_size, self.device.info.max_storage_buffer_range)
 
     def allocate_kv(self, num_blocks: Mapping[str, int], block_size: int) -> None:
         """Pages of the asked sizes. Pages of those sizes already there are kept, with the recorded
         steps (an engine writes every slot before reading it): recording again takes about 2 s at
         4b, with the GPU clocking down (docs/EXPERIMENTS.md, "A new engine on the same pages")."""
-        cfg = self.cfg
         while self._in_flight:  # an engine left steps running (it stopped early): nobody will take them
             self._finish(self._in_flight.popleft())
-        slot_bytes = kv_slot_bytes(self.kv_dtype, cfg.num_kv_heads, cfg.head_dim)
-        sizes = {layer: max(1, num_blocks[group.name]) * block_size * slot_bytes
-                 for group in cfg.kv_groups() for layer in group.layers}
+        sizes = page_sizes(self.cfg, self.kv_dtype, num_blocks, block_size)
         if block_size == self.block_size and all(sizes == {layer: page.size for layer, page in pages.items()}
                                                  for pages in (self.k_pages, self.v_pages)):
             return
         self._drop_graph()  # it points at the old pages
         for page in [*self.k_pages.values(), *self.v_pages.values()]:
             self.mem.free(page)
-        self.k_pages, self.v_pages = {}, {}
+        self.k_pages, self.v_pages = allocate_pages(self.mem, self.cfg, sizes)
         self.block_size = block_size
-        for group in cfg.kv_groups():
-            for layer in group.layers:
-                self.k_pages[layer] = self.mem.alloc(sizes[layer], f"layer {layer} K pages ({group.name})")
-                self.v_pages[layer] = self.mem.alloc(sizes[layer], f"layer {layer} V pages ({group.name})")
 
     def reserve(self, max_tokens: int, max_seqs: int, max_blocks: Mapping[str, int]) -> None:
         """Size the step buffers and record the steps for the whole run: a step that outgrows them
