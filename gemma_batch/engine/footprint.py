@@ -48,13 +48,9 @@ class Footprint:
 
 
     def prefix_bytes(self, length: int, block_size: int = 16) -> int:
-        """KV bytes a cached prefix of `length` tokens keeps (module doc)."""
-        blocks = -(-length // block_size)
-        return sum(
-            (blocks if g.window is None else min(blocks, -(-(g.window - 1) // block_size) + 1))
-            * block_size * self.kv_bytes_per_token[g.name]
-            for g in self.cfg.kv_groups()
-        )
+        """KV bytes a cached prefix of `length` tokens keeps (module doc): a sequence's, with no
+        prefill chunk beside the sliding window."""
+        return self.sequence_bytes(length, block_size, max_chunk=0)
 
     def prefix_room(self, memory: int, batch: int, length: int, block_size: int = 16, max_chunk: int = 512) -> tuple[int, int]:
         """Beside the weights and `batch` sequences of `length` tokens in `memory`: how many cached
