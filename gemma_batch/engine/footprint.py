@@ -71,11 +71,19 @@ def placed_bytes(fp: Footprint, placement: Placement, layout: Mapping[str, tuple
     """Per device of `placement`: bytes of weights it holds, and of KV it reserves for one sequence
     of `length` tokens. A layer's KV sits where its attention runs; the tied embedding is held by
     the embed device and, as the LM head, by the head device."""
+    return _placed(fp, placement, _part_bytes(fp, layout), length, block_size, max_chunk)
+
+
+def _part_bytes(fp: Footprint, layout: Mapping[str, tuple[str, tuple[int, ...]]]) -> list[tuple[str, int | None, int]]:
+    """(part, layer, bytes in the footprint's weight format) of each tensor (`placement.part_of`)."""
+    return [(*part_of(name), sum(converted_nbytes_by_dtype({name: layout[name]}, fp.weights).values())) for name in layout]
+
+
+def _placed(fp: Footprint, placement: Placement, parts: list[tuple[str, int | None, int]], length: int,
+            block_size: int, max_chunk: int) -> dict[str, tuple[int, int]]:
     weights = dict.fromkeys(placement.devices, 0)
     kv = dict.fromkeys(placement.devices, 0)
-    for name in layout:
-        nbytes = sum(converted_nbytes_by_dtype({name: layout[name]}, fp.weights).values())
-        kind, layer = part_of(name)
+    for kind, layer, nbytes in parts:
         if kind == "embed":
             for device in {placement.embed, placement.head}:  # (the LM head is the embedding, transposed)
                 weights[device] += nbytes
@@ -88,13 +96,12 @@ def placed_bytes(fp: Footprint, placement: Placement, layout: Mapping[str, tuple
     return {d: (weights[d], kv[d]) for d in placement.devices}
 
 
-
 def auto_placement(fp: Footprint, layout: Mapping[str, tuple[str, tuple[int, ...]]], budgets: list[tuple[str, int]],
                    length: int, batch: int, block_size: int = 16, max_chunk: int = 512) -> Placement:
     """`--place auto`: the devices of `budgets` (fastest first) each take, in turn, as many of the
     next layers as fit in its budget with `batch` sequences of `length` tokens (the embedding
     with the first layer, the LM head with the last); the CPU takes the rest."""
-    layers = fp.cfg.num_layers
+    layers, parts = fp.cfg.num_layers, _part_bytes(fp, layout)
     owners: list[str] = []
 
     def plan(devices: list[str]) -> Placement:
@@ -103,8 +110,8 @@ def auto_placement(fp: Footprint, layout: Mapping[str, tuple[str, tuple[int, ...
     for device, budget in budgets:
         start = taken = len(owners)
         for k in range(start + 1, layers + 1):
-            weights, kv = placed_bytes(fp, plan(owners + [device] * (k - start) + ["cpu"] * (layers - k)), layout,
-                                       length, block_size, max_chunk)[device]
+            weights, kv = _placed(fp, plan(owners + [device] * (k - start) + ["cpu"] * (layers - k)), parts,
+                                  length, block_size, max_chunk)[device]
             if weights + batch * kv > budget:
                 break
             taken = k
