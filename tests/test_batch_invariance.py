@@ -16,7 +16,8 @@ from threadpoolctl import ThreadpoolController
 
 from gemma_batch.backends import create_backend
 from gemma_batch.backends.base import Backend
-from gemma_batch.backends.cpu import CpuBackend, matmul_rows
+from gemma_batch.backends.cpu import CpuBackend
+from gemma_batch.backends.cpu_math import matmul_rows
 from gemma_batch.backends.cpu_attention import AttentionPlan, attend
 from gemma_batch.backends.kv_formats import KVStore
 from gemma_batch.engine.engine import Engine, Request

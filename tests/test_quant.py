@@ -13,7 +13,7 @@ import pytest
 import safetensors.numpy
 import torch
 
-from gemma_batch.backends.cpu import matmul_rows
+from gemma_batch.backends.cpu_math import matmul_rows
 from gemma_batch.backends.kv_formats import KVStore, bf16_round
 from gemma_batch.model import quant_cache
 from gemma_batch.model.checkpoint import Checkpoint

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -25,6 +25,7 @@ import numpy as np
 from ..model.checkpoint import Tensor
 from ..model.config import Gemma3Config
 from ..model.quant import QuantizedTensor
+from .placement import Segment
 
 
 @dataclass
@@ -151,8 +152,14 @@ class Backend(ABC):
     weight_formats: tuple[str, ...] = ("bf16",)  # the `--weights` formats `load_weights` accepts
     kv_dtype: str  # how the KV cache stores K and V (`kv_formats`)
 
-    def __init__(self, cfg: Gemma3Config) -> None:
+    def __init__(self, cfg: Gemma3Config, segments: Sequence[Segment] | None = None) -> None:
+        """`segments`: the parts of the model this backend runs, as a stage of a pipeline over
+        several devices (`run_segment`, `pipeline.py`); None: all of it, one `step` at a time."""
         self.cfg = cfg
+        self.segments = None if segments is None else tuple(segments)
+        # The layers whose attention (and KV cache) this backend holds.
+        self.kv_layers = frozenset(range(cfg.num_layers)) if segments is None else frozenset(
+            i for s in segments for i in s.layers(cfg.num_layers) if s.holds("attention", i, cfg.num_layers))
         self._submitted: deque[StepBatch] = deque()  # steps between `submit` and `wait`, oldest first
         self._last_ids: np.ndarray | None = None  # the sampled ids of the last step `wait` returned
 
@@ -261,6 +268,15 @@ class Backend(ABC):
         last step's ids and timings stay those of the step `wait` returned last. Default: the
         step, which would run in `wait`, does not run."""
         self._submitted.popleft()
+
+    def run_segment(self, index: int, batch: StepBatch, x: np.ndarray | None) -> np.ndarray | StepResult:
+        """A pipeline stage's part of a step: segment `index` of `segments`, from the batch's token
+        ids where it begins with the embedding, else from `x` [T, H] float32, the residual stream
+        before its first part; returns the stream after its last part [T, H] float32 (which the
+        caller reads before the next call), or the step's result where it ends with the head.
+        A step runs its segments in order, each once, with the same batch, whose tokens are all
+        given (no `token_sources`); no step is in flight meanwhile."""
+        raise NotImplementedError(f"the {self.name} backend cannot run part of a model")
 
     @abstractmethod
     def step(self, batch: StepBatch) -> StepResult:

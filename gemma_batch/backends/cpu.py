@@ -24,114 +24,23 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from ..model.checkpoint import Tensor, to_float32
-from ..model.config import Gemma3Config, RopeSpec
+from ..model.config import Gemma3Config
 from ..model.quant import FORMATS, QuantizedTensor
 from ..model.weights import tensor_shapes
 from .base import Backend, StepBatch, StepResult
 from .cpu_attention import AttentionPlan, attend, attention_plan
+from .cpu_math import (F32, MAX_THREADS, ROW_TILE, Matrix, apply_rope, embed_rows, gelu_tanh, matmul_rows, rms_norm,
+                       rope_cos_sin)
 from .kv_formats import KVStore, kv_slot_bytes, kv_token_bytes
+from .placement import Segment, held_tensors
 from .sampler import sample_tokens, scores
-
-F32 = np.float32
-ROW_TILE = 16  # rows per weight product: a fixed shape keeps BLAS on one code path
-W_ROWS = 1024  # output rows of a matrix multiplied at a time (a quantized one: dequantized at a time)
-# Matrices of at least this many weights are multiplied in blocks of W_ROWS output rows on the
-# backend's threads; the blocks are the same whatever the number of threads, so are the sums.
-THREADED_WEIGHTS = 1 << 21
-MAX_THREADS = 8
-RUN_TILES = 8  # tiles a thread takes at a time from a matrix of one block
-Matrix = np.ndarray | QuantizedTensor
-
-
-def matmul_rows(x: np.ndarray, w: Matrix, pool: ThreadPoolExecutor | None = None) -> np.ndarray:
-    """x [T, K] @ w.T for w [N, K], in tiles of ROW_TILE rows so each row's result is batch-invariant;
-    a quantized matrix, or one of THREADED_WEIGHTS or more, in blocks of W_ROWS output rows. With
-    `pool`, its threads take the blocks (or, for a matrix of one block, runs of RUN_TILES tiles): the same
-    tiles and blocks, so the same bits, as without."""
-    T, K, N = x.shape[0], x.shape[1], w.shape[0]
-    tiles = -(-T // ROW_TILE)
-    padded = np.zeros((tiles, ROW_TILE, K), F32)
-    padded.reshape(-1, K)[:T] = x
-    out = np.empty((tiles, ROW_TILE, N), F32)
-    blocked = not isinstance(w, np.ndarray) or w.size >= THREADED_WEIGHTS
-    blocks = [slice(r, r + W_ROWS) for r in range(0, N, W_ROWS)] if blocked else [slice(None)]
-    run = max(tiles, 1) if pool is None or blocked else RUN_TILES
-    runs = [slice(i, i + run) for i in range(0, tiles, run)]
-
-    def product(work: tuple[slice, slice]) -> None:
-        rows, run = work
-        weights = w[rows] if isinstance(w, np.ndarray) else w.dequantize(rows)  # (quantized: made as needed)
-        # As w @ tile.T, one BLAS call a tile: the tile's rows are the product's columns. OpenBLAS
-        # 0.3.31's small-matrix sgemm sums a row of `tile @ w.T` in an order that depends on the
-        # row's place in the tile (rows 6-15 differ from row 0 on Haswell); columns of
-        # `w @ tile.T` do not, up to 16 of them.
-        out[run, :, rows] = np.matmul(weights, padded[run].transpose(0, 2, 1)).transpose(0, 2, 1)
-
-    work = [(rows, run) for rows in blocks for run in runs]
-    if pool is None or len(work) == 1:
-        for item in work:
-            product(item)
-    else:
-        list(pool.map(product, work))
-    return out.reshape(-1, N)[:T]
-
-
-def embed_rows(table: Matrix, token_ids: np.ndarray) -> np.ndarray:
-    """float32 rows of the embedding table for `token_ids`."""
-    return table[token_ids] if isinstance(table, np.ndarray) else table.dequantize(token_ids)
-
-
-def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
-    """Gemma's RMSNorm over the last axis, with the weight applied as (1 + w): x / sqrt(mean(x^2)
-    + eps) * (1 + w), the mean as np.mean computes it (a float32 sum, then the division; the same
-    bits without its Python overhead, which small decode steps felt)."""
-    ms = np.add.reduce(x * x, axis=-1, keepdims=True)
-    ms /= F32(x.shape[-1])
-    ms += F32(eps)
-    return x / np.sqrt(ms, out=ms) * (F32(1.0) + w)
-
-
-def gelu_tanh(x: np.ndarray) -> np.ndarray:
-    """GELU, tanh approximation (torch `gelu(approximate="tanh")`, HF `gelu_pytorch_tanh`):
-    0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), in place on one temporary (the same
-    operations in the same order as the expression, so the same bits, without its five temporaries)."""
-    t = np.multiply(x, F32(0.044715))
-    t *= x
-    t *= x
-    t += x
-    t *= F32(np.sqrt(2.0 / np.pi))
-    np.tanh(t, out=t)
-    t += F32(1.0)
-    t *= F32(0.5) * x
-    return t
-
-
-def rope_inv_freq(head_dim: int, spec: RopeSpec) -> np.ndarray:
-    """[hd/2] float32: 1 / theta**(2i/hd) / factor, computed in fp32 as transformers does."""
-    exponent = np.arange(0, head_dim, 2, dtype=np.int64).astype(F32) / F32(head_dim)
-    return (F32(1.0) / (F32(spec.theta) ** exponent)) / F32(spec.factor)
-
-
-def rope_cos_sin(positions: np.ndarray, head_dim: int, spec: RopeSpec) -> tuple[np.ndarray, np.ndarray]:
-    """cos/sin tables [T, hd] for rotate-half RoPE; angles are the fp32 product p * inv_freq."""
-    inv_freq = rope_inv_freq(head_dim, spec)  # [hd/2]
-    angles = positions.astype(F32)[:, None] * inv_freq[None, :]  # [T, hd/2]
-    angles = np.concatenate([angles, angles], axis=-1)  # [T, hd]
-    return np.cos(angles), np.sin(angles)
-
-
-def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
-    """x [T, heads, hd] rotated by position: x*cos + rotate_half(x)*sin."""
-    half = x.shape[-1] // 2
-    rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-    return x * cos[:, None, :] + rotated * sin[:, None, :]
 
 
 class CpuBackend(Backend):
@@ -140,13 +49,15 @@ class CpuBackend(Backend):
     name = "cpu"
     weight_formats = FORMATS
 
-    def __init__(self, cfg: Gemma3Config, kv_dtype: str = "fp32", threads: int | None = None) -> None:
+    def __init__(self, cfg: Gemma3Config, kv_dtype: str = "fp32", threads: int | None = None,
+                 segments: Sequence[Segment] | None = None) -> None:
         """`threads`: how many of the products' blocks run at once (default: the CPUs this process
         may use, at most MAX_THREADS). BLAS itself runs one thread during a step: its own threads
         wait by spinning, and on a machine with other work running they made the README job 4-11x
         slower (docs/EXPERIMENTS.md, "The CPU backend on a busy machine"); the backend's threads
-        take whole blocks and wait without spinning. The bits do not depend on the count."""
-        super().__init__(cfg)
+        take whole blocks and wait without spinning. The bits do not depend on the count.
+        `segments`: the parts this backend runs as a pipeline stage (`Backend.run_segment`)."""
+        super().__init__(cfg, segments)
         kv_slot_bytes(kv_dtype, 1, 1)  # checks the name
         self.kv_dtype = kv_dtype
         usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -164,7 +75,9 @@ class CpuBackend(Backend):
         return "cpu" if self.kv_dtype == "fp32" else f"cpu, KV {self.kv_dtype}"
 
     def load_weights(self, tensors: Iterable[tuple[str, Tensor | QuantizedTensor]]) -> None:
-        expected = tensor_shapes(self.cfg)
+        cfg = self.cfg
+        expected = tensor_shapes(cfg) if self.segments is None else held_tensors(
+            tensor_shapes(cfg), self.segments, cfg.num_layers, cfg.tie_word_embeddings)
         for name, tensor in tensors:
             self.weights[name] = tensor if isinstance(tensor, QuantizedTensor) else to_float32(tensor)
         missing = sorted(set(expected) - set(self.weights))
@@ -204,29 +117,46 @@ class CpuBackend(Backend):
         return sum(n * (2 if dtype in ("BF16", "F16") else 1) for dtype, n in tensor_bytes.items())
 
     def kv_bytes_per_token(self, group: str) -> int:
-        return kv_token_bytes(self.cfg, group, self.kv_dtype)
+        return kv_token_bytes(self.cfg, group, self.kv_dtype, self.kv_layers)
 
     def allocate_kv(self, num_blocks: Mapping[str, int], block_size: int) -> None:
         cfg = self.cfg
         self.block_size = block_size
         for group in cfg.kv_groups():
             slots = num_blocks[group.name] * block_size
-            for layer in group.layers:
+            for layer in filter(self.kv_layers.__contains__, group.layers):
                 self.k_cache[layer] = KVStore(self.kv_dtype, slots, cfg.num_kv_heads, cfg.head_dim)
                 self.v_cache[layer] = KVStore(self.kv_dtype, slots, cfg.num_kv_heads, cfg.head_dim)
 
     def step(self, batch: StepBatch) -> StepResult:
         with self._blas.limit(limits=1, user_api="blas"):
-            return self._step(batch)
+            return self._run(batch, None, 0, 2 * self.cfg.num_layers + 1)
 
-    def _step(self, batch: StepBatch) -> StepResult:
+    def run_segment(self, index: int, batch: StepBatch, x: np.ndarray | None) -> np.ndarray | StepResult:
+        segment = self.segments[index]
+        with self._blas.limit(limits=1, user_api="blas"):
+            return self._run(batch, x, segment.first, segment.last)
+
+    def _run(self, batch: StepBatch, x: np.ndarray | None, first: int, last: int) -> np.ndarray | StepResult:
+        """Parts `first..last` of the path (placement.py: 0 the embedding, 2i+1 and 2i+2 layer
+        i's attention and feed-forward block, 2L+1 the head) from `x` [T, H] (or the tokens)."""
         cfg, w = self.cfg, self.weights
-        x = embed_rows(w["embed_tokens.weight"], batch.token_ids) * F32(cfg.embed_scale)  # [T, H]
+        if first == 0:
+            x = embed_rows(w["embed_tokens.weight"], batch.token_ids) * F32(cfg.embed_scale)  # [T, H]
         rope = {kind: rope_cos_sin(batch.positions, cfg.head_dim, spec) for kind, spec in cfg.rope.items()}
         plans = {g.name: attention_plan(batch, g.name, g.window, self.block_size) for g in cfg.kv_groups()}
-        for layer, kind in enumerate(cfg.layer_types):
-            x = self._layer(layer, x, rope[kind], plans[kind], batch.slots[kind])
+        for part in range(max(first, 1), min(last, 2 * cfg.num_layers) + 1):
+            layer = (part - 1) // 2
+            kind = cfg.layer_types[layer]
+            if part % 2:
+                x = self._attention(layer, x, rope[kind], plans[kind], batch.slots[kind])
+            else:
+                x = self._feed_forward(layer, x)
+        return self._head(batch, x) if last == 2 * cfg.num_layers + 1 else x
 
+    def _head(self, batch: StepBatch, x: np.ndarray) -> StepResult:
+        """The final norm, the logits of the rows the step asks for, and the sampler."""
+        cfg, w = self.cfg, self.weights
         sampled = (batch.seq_starts[1:] - 1)[batch.sample]  # flat index of each sampled last token
         extra = np.zeros(0, np.int32) if batch.logit_rows is None else batch.logit_rows
         scored = batch.score_rows()
@@ -254,7 +184,7 @@ class CpuBackend(Backend):
         ends = [min(rows, ROW_TILE * (tiles * i // count)) for i in range(count + 1)]
         return [slice(a, b) for a, b in zip(ends, ends[1:])]
 
-    def _layer(
+    def _attention(
         self,
         layer: int,
         x: np.ndarray,  # [T, H] residual stream
@@ -262,8 +192,9 @@ class CpuBackend(Backend):
         plan: AttentionPlan,
         slots: np.ndarray,  # [T]
     ) -> np.ndarray:
-        """One decoder layer; a part of the rows a thread (`_row_parts`), each row's arithmetic
-        the same in any part. Attention's keys are all written before any query reads them."""
+        """A decoder layer's attention block, x + post_norm(o(attend(qkv(norm(x))))); a part of
+        the rows a thread (`_row_parts`), each row's arithmetic the same in any part. Every
+        part's keys are written before any query reads them."""
         cfg = self.cfg
         w = self.layers[layer]
         eps = cfg.rms_norm_eps
@@ -287,14 +218,25 @@ class CpuBackend(Backend):
             T = rows.stop - rows.start
             o = attend(q, self.k_cache[layer], self.v_cache[layer], plan.rows(rows), cfg)
             attn = matmul_rows(o.reshape(T, cfg.q_width), w["self_attn.o_proj.weight"], pool)  # [T, H]
-            h = x[rows] + rms_norm(attn, w["post_attention_layernorm.weight"], eps)
-            b = rms_norm(h, w["pre_feedforward_layernorm.weight"], eps)
-            gate = gelu_tanh(matmul_rows(b, w["mlp.gate_proj.weight"], pool))  # [T, I]
-            up = matmul_rows(b, w["mlp.up_proj.weight"], pool)
-            mlp = matmul_rows(gate * up, w["mlp.down_proj.weight"], pool)  # [T, H]
-            return h + rms_norm(mlp, w["post_feedforward_layernorm.weight"], eps)
+            return x[rows] + rms_norm(attn, w["post_attention_layernorm.weight"], eps)
 
         if len(parts) == 1:
             return rest(parts[0], qkv(parts[0]))
         queries = list(self.pool.map(qkv, parts))
         return np.concatenate(list(self.pool.map(rest, parts, queries)))
+
+    def _feed_forward(self, layer: int, h: np.ndarray) -> np.ndarray:
+        """A decoder layer's feed-forward block, h + post_norm(down(gelu(gate(b)) * up(b))) for
+        b = norm(h) [T, H], rows split between the threads as in `_attention`."""
+        w, eps = self.layers[layer], self.cfg.rms_norm_eps
+        parts = self._row_parts(h.shape[0])
+        pool = self.pool if len(parts) == 1 else None
+
+        def ffn(rows: slice) -> np.ndarray:
+            b = rms_norm(h[rows], w["pre_feedforward_layernorm.weight"], eps)
+            gate = gelu_tanh(matmul_rows(b, w["mlp.gate_proj.weight"], pool))  # [T, I]
+            up = matmul_rows(b, w["mlp.up_proj.weight"], pool)
+            mlp = matmul_rows(gate * up, w["mlp.down_proj.weight"], pool)  # [T, H]
+            return h[rows] + rms_norm(mlp, w["post_feedforward_layernorm.weight"], eps)
+
+        return ffn(parts[0]) if len(parts) == 1 else np.concatenate(list(self.pool.map(ffn, parts)))

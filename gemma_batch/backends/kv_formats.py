@@ -11,6 +11,8 @@ cache adds to a step's arithmetic.
 
 from __future__ import annotations
 
+from collections.abc import Container
+
 import numpy as np
 
 from ..model.config import Gemma3Config
@@ -26,9 +28,10 @@ def kv_slot_bytes(kv_dtype: str, heads: int, head_dim: int) -> int:
     return heads * head_dim * KV_DTYPES[kv_dtype] + (4 * heads if kv_dtype == "int8" else 0)
 
 
-def kv_token_bytes(cfg: Gemma3Config, group: str, kv_dtype: str) -> int:
-    """Bytes one token slot of KV group `group` takes: K and V of each of its layers."""
-    layers = next(g.layers for g in cfg.kv_groups() if g.name == group)
+def kv_token_bytes(cfg: Gemma3Config, group: str, kv_dtype: str, held: Container[int] | None = None) -> int:
+    """Bytes one token slot of KV group `group` takes: K and V of each of its layers (of those in
+    `held`, where a backend holds only some: a pipeline stage)."""
+    layers = [i for g in cfg.kv_groups() if g.name == group for i in g.layers if held is None or i in held]
     return len(layers) * 2 * kv_slot_bytes(kv_dtype, cfg.num_kv_heads, cfg.head_dim)
 
 

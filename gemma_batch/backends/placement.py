@@ -18,17 +18,55 @@ error naming the layers); `embed` defaults to layer 0's attention device and `he
 layer's feed-forward device. The activations cross between devices where consecutive parts sit
 on different ones: embedding -> attention 0 -> ffn 0 -> attention 1 -> ... -> ffn L-1 -> head,
 one hidden-size vector per token at each crossing.
+
+A plan runs as segments (`Placement.segments`): runs of consecutive parts on one device, over
+the path's indices (0 the embedding, 2i+1 layer i's attention, 2i+2 its feed-forward block,
+2L+1 the head); a device holds the weights of its segments' parts (`held_tensors`) and the KV
+of the layers whose attention it runs.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
 PARTS = ("attention", "ffn")
 ENDS = ("embed", "head")
 ACTIVATION_BYTES = 4  # float32 residual stream per hidden unit
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Parts `first..last` (inclusive) of the path (module doc), run on `device`."""
+
+    device: str
+    first: int
+    last: int
+
+    def holds(self, kind: str, layer: int | None, num_layers: int) -> bool:
+        """Whether the part (`part_of`'s kind and layer) is in this segment."""
+        k = {"embed": 0, "head": 2 * num_layers + 1}.get(kind)
+        k = 2 * layer + (1 if kind == "attention" else 2) if k is None else k
+        return self.first <= k <= self.last
+
+    def layers(self, num_layers: int) -> range:
+        """The layers with a part in this segment."""
+        return range(max(0, (self.first - 1) // 2), min(num_layers, (self.last + 1) // 2))
+
+
+def held_tensors(names: Iterable[str], segments: Iterable[Segment], num_layers: int, tied: bool) -> list[str]:
+    """The tensors among `names` that a device running `segments` holds: those of its parts, and
+    the embedding where it runs the head of a model whose LM head is the embedding (`tied`)."""
+    segments = list(segments)
+
+    def held(name: str) -> bool:
+        kind, layer = part_of(name)
+        return any(s.holds(kind, layer, num_layers) or (tied and kind == "embed" and s.holds("head", None, num_layers))
+                   for s in segments)
+
+    return [name for name in names if held(name)]
 
 
 class PlacementError(ValueError):
@@ -75,6 +113,16 @@ class Placement:
         path = self.path()
         return [(f"{names[k]} -> {names[k + 1]}", path[k], path[k + 1])
                 for k in range(len(path) - 1) if path[k] != path[k + 1]]
+
+    def segments(self) -> list[Segment]:
+        """The runs of consecutive parts on one device, in execution order (module doc)."""
+        out: list[Segment] = []
+        for k, device in enumerate(self.path()):
+            if out and out[-1].device == device:
+                out[-1] = Segment(device, out[-1].first, k)
+            else:
+                out.append(Segment(device, k, k))
+        return out
 
     def describe(self) -> str:
         """The plan in runs of layers: `layers 0-17: vulkan:0; layers 18-33: attention cpu, ffn vulkan:1`."""

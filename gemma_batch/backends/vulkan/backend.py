@@ -26,7 +26,7 @@ from ...model.checkpoint import Tensor
 from ...model.config import Gemma3Config
 from ...model.quant import FORMATS
 from ..base import Backend, StepBatch, StepResult
-from ..cpu import rope_inv_freq
+from ..cpu_math import rope_inv_freq
 from ..kv_formats import kv_token_bytes
 from .attention import DEFAULT_CHUNK
 from .bandwidth import measure_read_bandwidth

@@ -1,0 +1,108 @@
+"""The CPU backend's arithmetic: batch-invariant weight products and Gemma's elementwise pieces,
+in numpy float32 (`cpu.py` says why the products run in fixed tiles).
+
+Shapes: T tokens, H hidden, hd head dim, V vocab.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ..model.config import RopeSpec
+from ..model.quant import QuantizedTensor
+
+F32 = np.float32
+ROW_TILE = 16  # rows per weight product: a fixed shape keeps BLAS on one code path
+W_ROWS = 1024  # output rows of a matrix multiplied at a time (a quantized one: dequantized at a time)
+# Matrices of at least this many weights are multiplied in blocks of W_ROWS output rows on the
+# backend's threads; the blocks are the same whatever the number of threads, so are the sums.
+THREADED_WEIGHTS = 1 << 21
+MAX_THREADS = 8
+RUN_TILES = 8  # tiles a thread takes at a time from a matrix of one block
+Matrix = np.ndarray | QuantizedTensor
+
+
+def matmul_rows(x: np.ndarray, w: Matrix, pool: ThreadPoolExecutor | None = None) -> np.ndarray:
+    """x [T, K] @ w.T for w [N, K], in tiles of ROW_TILE rows so each row's result is batch-invariant;
+    a quantized matrix, or one of THREADED_WEIGHTS or more, in blocks of W_ROWS output rows. With
+    `pool`, its threads take the blocks (or, for a matrix of one block, runs of RUN_TILES tiles): the same
+    tiles and blocks, so the same bits, as without."""
+    T, K, N = x.shape[0], x.shape[1], w.shape[0]
+    tiles = -(-T // ROW_TILE)
+    padded = np.zeros((tiles, ROW_TILE, K), F32)
+    padded.reshape(-1, K)[:T] = x
+    out = np.empty((tiles, ROW_TILE, N), F32)
+    blocked = not isinstance(w, np.ndarray) or w.size >= THREADED_WEIGHTS
+    blocks = [slice(r, r + W_ROWS) for r in range(0, N, W_ROWS)] if blocked else [slice(None)]
+    run = max(tiles, 1) if pool is None or blocked else RUN_TILES
+    runs = [slice(i, i + run) for i in range(0, tiles, run)]
+
+    def product(work: tuple[slice, slice]) -> None:
+        rows, run = work
+        weights = w[rows] if isinstance(w, np.ndarray) else w.dequantize(rows)  # (quantized: made as needed)
+        # As w @ tile.T, one BLAS call a tile: the tile's rows are the product's columns. OpenBLAS
+        # 0.3.31's small-matrix sgemm sums a row of `tile @ w.T` in an order that depends on the
+        # row's place in the tile (rows 6-15 differ from row 0 on Haswell); columns of
+        # `w @ tile.T` do not, up to 16 of them.
+        out[run, :, rows] = np.matmul(weights, padded[run].transpose(0, 2, 1)).transpose(0, 2, 1)
+
+    work = [(rows, run) for rows in blocks for run in runs]
+    if pool is None or len(work) == 1:
+        for item in work:
+            product(item)
+    else:
+        list(pool.map(product, work))
+    return out.reshape(-1, N)[:T]
+
+
+def embed_rows(table: Matrix, token_ids: np.ndarray) -> np.ndarray:
+    """float32 rows of the embedding table for `token_ids`."""
+    return table[token_ids] if isinstance(table, np.ndarray) else table.dequantize(token_ids)
+
+
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """Gemma's RMSNorm over the last axis, with the weight applied as (1 + w): x / sqrt(mean(x^2)
+    + eps) * (1 + w), the mean as np.mean computes it (a float32 sum, then the division; the same
+    bits without its Python overhead, which small decode steps felt)."""
+    ms = np.add.reduce(x * x, axis=-1, keepdims=True)
+    ms /= F32(x.shape[-1])
+    ms += F32(eps)
+    return x / np.sqrt(ms, out=ms) * (F32(1.0) + w)
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU, tanh approximation (torch `gelu(approximate="tanh")`, HF `gelu_pytorch_tanh`):
+    0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), in place on one temporary (the same
+    operations in the same order as the expression, so the same bits, without its five temporaries)."""
+    t = np.multiply(x, F32(0.044715))
+    t *= x
+    t *= x
+    t += x
+    t *= F32(np.sqrt(2.0 / np.pi))
+    np.tanh(t, out=t)
+    t += F32(1.0)
+    t *= F32(0.5) * x
+    return t
+
+
+def rope_inv_freq(head_dim: int, spec: RopeSpec) -> np.ndarray:
+    """[hd/2] float32: 1 / theta**(2i/hd) / factor, computed in fp32 as transformers does."""
+    exponent = np.arange(0, head_dim, 2, dtype=np.int64).astype(F32) / F32(head_dim)
+    return (F32(1.0) / (F32(spec.theta) ** exponent)) / F32(spec.factor)
+
+
+def rope_cos_sin(positions: np.ndarray, head_dim: int, spec: RopeSpec) -> tuple[np.ndarray, np.ndarray]:
+    """cos/sin tables [T, hd] for rotate-half RoPE; angles are the fp32 product p * inv_freq."""
+    inv_freq = rope_inv_freq(head_dim, spec)  # [hd/2]
+    angles = positions.astype(F32)[:, None] * inv_freq[None, :]  # [T, hd/2]
+    angles = np.concatenate([angles, angles], axis=-1)  # [T, hd]
+    return np.cos(angles), np.sin(angles)
+
+
+def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """x [T, heads, hd] rotated by position: x*cos + rotate_half(x)*sin."""
+    half = x.shape[-1] // 2
+    rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos[:, None, :] + rotated * sin[:, None, :]
