@@ -7,8 +7,12 @@ implementation such as llvmpipe does not count: the numpy backend is the better 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from ..model.config import Gemma3Config
+from ..model.quant import WeightFormat
 from .base import Backend
+from .placement import Placement, PlacementError, Segment
 
 BACKENDS = ("cpu", "vulkan")
 
@@ -39,10 +43,11 @@ def resolve_backend(name: str, device: str | None = None) -> tuple[str, str]:
 
 
 def create_backend(name: str, cfg: Gemma3Config, device: str | None = None, kv_dtype: str | None = None,
-                   weights: str = "bf16") -> Backend:
+                   weights: str = "bf16", segments: Sequence[Segment] | None = None) -> Backend:
     """A backend by name; `device` picks the Vulkan device (index or name; see `gemma-batch devices`);
-    `kv_dtype` the KV cache's storage (None: the backend's default). Raises ValueError when the
-    backend cannot hold the weight format `weights` or the KV dtype."""
+    `kv_dtype` the KV cache's storage (None: the backend's default); `segments` the parts it runs
+    as a pipeline stage (None: the whole model). Raises ValueError when the backend cannot hold
+    the weight format `weights` or the KV dtype."""
     if name == "cpu":
         from .cpu import CpuBackend as chosen
     elif name == "vulkan":
@@ -53,6 +58,46 @@ def create_backend(name: str, cfg: Gemma3Config, device: str | None = None, kv_d
         raise ValueError(f"the {name} backend cannot run {weights} weights yet (it has {', '.join(chosen.weight_formats)}); "
                          f"use --backend cpu or other --weights")
     options = {} if kv_dtype is None else {"kv_dtype": kv_dtype}
+    if segments is not None:
+        options["segments"] = segments
     if name == "vulkan":
         options["device"] = device
     return chosen(cfg, **options)
+
+
+def resolve_placement(placement: Placement) -> Placement:
+    """`placement` with each Vulkan device named by its index (`vulkan:NVIDIA` -> `vulkan:0`), so
+    that two names of one GPU are one stage. Raises PlacementError for an NPU (no stage runs
+    there yet: npu/README.md), with the reason when there is none, and VulkanUnavailable for a
+    Vulkan device that is not here."""
+    if "npu" in placement.devices:
+        from .npu_device import find_npus
+
+        npus, why_not = find_npus()
+        raise PlacementError(f"--place names the NPU, but {why_not or f'no NPU stage is built yet ({npus[0]} found; npu/README.md)'}")
+    names = {d: d for d in placement.devices}
+    if any(d.startswith("vulkan:") for d in names):
+        from .vulkan.device import choose_device, list_devices
+
+        devices = list_devices()
+        names = {d: f"vulkan:{choose_device(devices, d[len('vulkan:'):]).index}" if d.startswith("vulkan:") else d
+                 for d in names}
+    return Placement(*(tuple(names[d] for d in devs) for devs in (placement.attention, placement.ffn)),
+                     names[placement.embed], names[placement.head])
+
+
+def create_placed(placement: Placement, cfg: Gemma3Config, layout: Mapping[str, tuple[str, tuple[int, ...]]],
+                  weights: WeightFormat, kv_dtype: str | None = None) -> Backend:
+    """The backend that runs a resolved `placement` (`resolve_placement`): the device's own where
+    the plan uses one device, else a pipeline of one stage per device (`pipeline.py`)."""
+    def make(device: str, segments: list[Segment] | None = None) -> Backend:
+        name, index = ("cpu", None) if device == "cpu" else ("vulkan", device[len("vulkan:"):])
+        return create_backend(name, cfg, index, kv_dtype, weights.name, segments)
+
+    if len(placement.devices) == 1:
+        return make(placement.devices[0])
+    from .pipeline import PipelineBackend
+
+    segments = placement.segments()
+    stages = {d: make(d, [s for s in segments if s.device == d]) for d in placement.devices}
+    return PipelineBackend(cfg, placement, stages, layout, weights)

@@ -18,7 +18,7 @@ bf16, fp32 or int8 (`--kv-dtype`: rounded as `kv_formats.py` defines, laid out a
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -28,11 +28,13 @@ from ...model.quant import FORMATS
 from ..base import Backend, StepBatch, StepResult
 from ..cpu_math import rope_inv_freq
 from ..kv_formats import kv_token_bytes
+from ..placement import Segment
 from .attention import DEFAULT_CHUNK
 from .bandwidth import measure_read_bandwidth
 from . import coop_tiles, coopmat, flash, fragment_order
 from .device import Device
 from .graph import StepGraph
+from .grids import DispatchGrids
 from .in_flight import InFlight, logits_rows, read_result, score_layout
 from .coop_tiles import COOP_FOLD_ROWS, COOP_MIN_CHUNK
 from .kernels import Kernels
@@ -56,12 +58,14 @@ class VulkanBackend(Backend):
 
     def __init__(self, cfg: Gemma3Config, device: str | None = None, kv_dtype: str = "fp16",
                  profile: bool = False, attention_chunk: int = DEFAULT_CHUNK,
-                 coop_min_chunk: int = COOP_MIN_CHUNK) -> None:
+                 coop_min_chunk: int = COOP_MIN_CHUNK, segments: Sequence[Segment] | None = None) -> None:
         """`profile`: time every dispatch (`profile_seconds`), not only the whole step.
         `attention_chunk`: the smallest span of key positions one attention workgroup takes
         (`attention.py`; part of `identity` when not the default: it changes summation orders;
-        tests make it small), `coop_min_chunk` likewise for the cooperative matmuls' K chunks."""
-        super().__init__(cfg)
+        tests make it small), `coop_min_chunk` likewise for the cooperative matmuls' K chunks.
+        `segments`: the parts it runs as a pipeline stage (`run_segment`; weights and KV pages of
+        those parts only)."""
+        super().__init__(cfg, segments)
         check_supported(cfg)
         if kv_dtype not in KV_VARIANTS:
             raise ValueError(f"KV dtype {kv_dtype!r}: the Vulkan backend has {', '.join(KV_VARIANTS)}")
@@ -75,7 +79,8 @@ class VulkanBackend(Backend):
         self.mem = Memory(self.device)
         self.kernels = fragment_order.model_kernels(
             Kernels.for_model(self.device, cfg, coopmat.split_inputs(kv_dtype)), self.mem, cfg)
-        self.weights = DeviceWeights(cfg, self.mem, tiles=self.device.coopmat, fragment_order=self.kernels.fragment_loads)
+        self.weights = DeviceWeights(cfg, self.mem, tiles=self.device.coopmat, fragment_order=self.kernels.fragment_loads,
+                                     segments=segments)
         self.small_step = COOP_FOLD_ROWS if self.device.coopmat else None  # steps up to it run on the decode tiles
         self.flash = self.device.coopmat and flash.flash_fits(cfg, kv_dtype) and flash.wanted()  # prompt tokens' attention
         self.prompt_tile = self.device.coopmat and coop_tiles.prompt_tile_wanted()  # ... and products (coop_tiles)
@@ -87,6 +92,7 @@ class VulkanBackend(Backend):
         self._in_flight: deque[InFlight] = deque()  # submitted steps, oldest first
         self._next_slot = 0  # the input set the next step writes
         self._last_profile: dict[str, float] = {}  # GPU seconds of the last step `wait` returned
+        self._segment_batch: StepBatch | None = None  # a pipeline stage's step whose inputs are written
         self.inv_freq = {}
         for name, spec in cfg.rope.items():  # the CPU reference's fp32 inv_freq, bit for bit
             values = rope_inv_freq(cfg.head_dim, spec)
@@ -110,7 +116,7 @@ class VulkanBackend(Backend):
         return int(self.mem.free_bytes() * (1 - SCRATCH_RESERVE))
 
     def kv_bytes_per_token(self, group: str) -> int:
-        return kv_token_bytes(self.cfg, group, self.kv_dtype)
+        return kv_token_bytes(self.cfg, group, self.kv_dtype, self.kv_layers)
 
     def max_kv_blocks(self, group: str, block_size: int) -> int:
         """Each layer's K (and V) pages are one buffer, bounded by the device's largest buffer."""
@@ -122,7 +128,7 @@ class VulkanBackend(Backend):
         4b, with the GPU clocking down (docs/EXPERIMENTS.md, "A new engine on the same pages")."""
         while self._in_flight:  # an engine left steps running (it stopped early): nobody will take them
             self._finish(self._in_flight.popleft())
-        sizes = page_sizes(self.cfg, self.kv_dtype, num_blocks, block_size)
+        sizes = page_sizes(self.cfg, self.kv_dtype, num_blocks, block_size, self.kv_layers)
         if block_size == self.block_size and all(sizes == {layer: page.size for layer, page in pages.items()}
                                                  for pages in (self.k_pages, self.v_pages)):
             return
@@ -164,16 +170,11 @@ class VulkanBackend(Backend):
         """Write the step's inputs into the free input set and start it; `wait` reads its sampled
         ids. With the step before still running, this one's sourced tokens are read on the device
         from that step's ids (embed.comp), and the queue runs it right after (graph.py's barrier)."""
-        cfg = self.cfg
         if len(self._in_flight) >= self.MAX_IN_FLIGHT:
             raise RuntimeError(f"{self.MAX_IN_FLIGHT} steps are already in flight")
         if self._in_flight and self._in_flight[-1].masks_due:
             raise RuntimeError("submit() before allow(): the step before waits for its grammar masks")
-        T, S = batch.num_tokens, batch.num_seqs
-        scored = batch.score_rows()
-        rows, id_rows = logits_rows(batch, scored)
-        R, P = len(rows), 0 if batch.score_tokens is None else len(batch.score_tokens)
-        need = Capacity(T, S, max(R, 1, -(-P // SCORES_PER_ROW)), tuple((g, t.shape[1]) for g, t in batch.block_tables.items()))
+        need = self._capacity_for(batch)
         grows = self._outgrown(need)
         before = self._in_flight[-1] if self._in_flight else None
         if grows or any(step.batch.return_logits or step.batch.logit_rows is not None for step in self._in_flight):
@@ -187,20 +188,53 @@ class VulkanBackend(Backend):
             self._ensure(need)
         slot = self._next_slot
         self._next_slot = (slot + 1) % self.MAX_IN_FLIGHT
-        graph = self.graphs[slot]
-        vocab_limit = batch.sampling.vocab_size if batch.sampling is not None and batch.sampling.vocab_size else cfg.vocab_size
-        p = prompt_rows(batch, cfg, self.flash, self.prompt_tile)
-        grids = graph.grids(T, len(rows), p.scalar_positions, 0 if p.tiles is None else len(p.tiles), p.start)
+        step, prompt = self._write_inputs(batch, token_ids, slot)
+        if step.masks_due:
+            self.graphs[slot].masks_ready.reset()
+        self.device.submit(self.graphs[slot].command_buffer(batch.num_tokens, batch.num_seqs, prompt), slot)
+        self._in_flight.append(step)
+
+    def _capacity_for(self, batch: StepBatch) -> Capacity:
+        R = len(logits_rows(batch, batch.score_rows())[0])
+        P = 0 if batch.score_tokens is None else len(batch.score_tokens)
+        return Capacity(batch.num_tokens, batch.num_seqs, max(R, 1, -(-P // SCORES_PER_ROW)),
+                        tuple((g, t.shape[1]) for g, t in batch.block_tables.items()))
+
+    def _write_inputs(self, batch: StepBatch, token_ids: np.ndarray, slot: int) -> tuple[InFlight, bool]:
+        """Write the step's inputs into input set `slot`: the step as submitted, and whether it
+        has prompt tokens (which recording runs it)."""
+        scored = batch.score_rows()
+        rows, id_rows = logits_rows(batch, scored)
+        R, P = len(rows), 0 if batch.score_tokens is None else len(batch.score_tokens)
+        vocab_limit = batch.sampling.vocab_size if batch.sampling is not None and batch.sampling.vocab_size else self.cfg.vocab_size
+        p = prompt_rows(batch, self.cfg, self.flash, self.prompt_tile)
+        grids = self.graphs[0].grids(batch.num_tokens, len(rows), p.scalar_positions, 0 if p.tiles is None else len(p.tiles), p.start)
         header, ids, order = score_layout(batch, scored, R - len(scored)) if P else (None, None, None)
         inputs, s = self.buffers.inputs[slot], batch.sampling
         inputs.write(batch, token_ids, rows, vocab_limit, grids, p.flash, p.tiles, p.start, None if P == 0 else (header, ids))
         if s is not None and s.allowed is not None:  # (given already)
             inputs.write_masks(s.allowed, batch.sample, id_rows)
-        step = InFlight(slot, batch, rows, id_rows, s is not None and s.masks_follow and s.allowed is None, len(scored), order)
-        if step.masks_due:
-            graph.masks_ready.reset()
-        self.device.submit(graph.command_buffer(T, S, p.any), slot)
-        self._in_flight.append(step)
+        masks_due = s is not None and s.masks_follow and s.allowed is None
+        return InFlight(slot, batch, rows, id_rows, masks_due, len(scored), order), p.any
+
+    def run_segment(self, index: int, batch: StepBatch, x: np.ndarray | None) -> np.ndarray | StepResult:
+        """The step's inputs go into the one input set at its first segment here; each segment is
+        its own recording, run to its end before this returns (graph.py)."""
+        if self._segment_batch is not batch:
+            need = self._capacity_for(batch)
+            if self._outgrown(need):
+                self._ensure(need)
+            self._segment_step, self._prompt = self._write_inputs(batch, batch.token_ids, 0)
+            self._segment_batch = batch
+        T, inputs = batch.num_tokens, self.buffers.inputs[0]
+        if x is not None:
+            StepBuffers.view(inputs.x_in, np.float32, T * self.cfg.hidden_size)[:] = x.reshape(-1)
+        self.device.submit(self.graphs[index].command_buffer(T, batch.num_seqs, self._prompt), 0)
+        self.device.wait(0)
+        if self.segments[index].last < 2 * self.cfg.num_layers + 1:
+            return StepBuffers.view(inputs.x_out, np.float32, T * self.cfg.hidden_size).reshape(T, -1)
+        self._segment_batch = None
+        return read_result(self._segment_step, inputs, self._logits)
 
     def allow(self, allowed: np.ndarray) -> None:
         """The masks go into the step's input set, and the step, held before its sampler since
@@ -228,18 +262,18 @@ class VulkanBackend(Backend):
         """Wait for `step` (the oldest in flight) and read its results and timestamps, once."""
         if step.result is not None:
             return step
-        V = self.cfg.vocab_size
         if step.masks_due:  # never given (the engine stopped): let the step end; nobody reads its draws
             self.graphs[step.slot].masks_ready.set()
             step.masks_due = False
         self.device.wait(step.slot)
-
-        def logits(first: int, n: int) -> np.ndarray:
-            return self.mem.download(self.buffers.logits, 4 * n * V, 4 * first * V).view(np.float32).reshape(n, V)
-
-        step.result = read_result(step, self.buffers.inputs[step.slot], logits)
+        step.result = read_result(step, self.buffers.inputs[step.slot], self._logits)
         step.profile = self.graphs[step.slot].profile_seconds()  # one read of the timestamps: per kernel, or "step"
         return step
+
+    def _logits(self, first: int, n: int) -> np.ndarray:
+        """Rows first..first+n-1 of the last step's logits [n, V]."""
+        V = self.cfg.vocab_size
+        return self.mem.download(self.buffers.logits, 4 * n * V, 4 * first * V).view(np.float32).reshape(n, V)
 
     def last_step_device_seconds(self) -> float | None:
         return sum(self._last_profile.values()) if self._last_profile else None
@@ -267,11 +301,16 @@ class VulkanBackend(Backend):
         capacity = (self.buffers.capacity if self.buffers is not None else first_capacity(need.widths)).grown_to(need)
         self._drop_graph()
         coop = self.coop_min_chunk if self.device.coopmat else None
+        staged = self.segments is not None  # a pipeline stage: one input set, a recording per segment
+        grid_slots = DispatchGrids(self.cfg, self.attention_chunk, self.device.info.sm_count) if staged else None
         self.buffers = StepBuffers(self.cfg, self.mem, capacity, self.block_size, self.attention_chunk, coop,
-                                   sets=self.MAX_IN_FLIGHT, sm_count=self.device.info.sm_count)
+                                   sets=1 if staged else self.MAX_IN_FLIGHT, sm_count=self.device.info.sm_count,
+                                   crossing=staged)
         self.graphs = [StepGraph(self.cfg, self.kernels, self.weights, self.buffers, self.k_pages, self.v_pages,
                                  self.inv_freq, KV_VARIANTS[self.kv_dtype], self.block_size, self.attention_chunk,
-                                 self.profile, coop, slot, self.flash) for slot in range(self.MAX_IN_FLIGHT)]
+                                 self.profile, coop, slot, self.flash, segment, grid_slots)
+                       for slot, segment in (enumerate([None] * self.MAX_IN_FLIGHT) if not staged else
+                                             ((0, (s.first, s.last)) for s in self.segments))]
 
     def _drop_graph(self) -> None:
         """Free the recorded steps and their buffers; the next step records them again."""

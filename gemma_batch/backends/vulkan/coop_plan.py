@@ -38,8 +38,8 @@ class CoopPlan:
 
     def on_coop(self, layer: int, key: str, N: int, K: int) -> bool:
         """Whether matmul `key` of `layer` (N outputs per weight; -1: the LM head, no layer past
-        the last) runs on the cooperative path."""
-        return (self.coop_min_chunk is not None and layer < self.cfg.num_layers
+        the last, nor a matmul a pipeline stage does not hold) runs on the cooperative path."""
+        return (self.coop_min_chunk is not None and layer < self.cfg.num_layers and (layer, key) in self.w.dtypes
                 and self.w.dtype(layer, key) in COOP_DTYPES and coop_fits(N, K))
 
     def layer(self, layer: int) -> LayerFusions:

@@ -36,6 +36,10 @@ Per step (shapes for T tokens, R logits rows):
                                          step runs (`masks_ready`, host_event.py)
     sample           ids [R]
 
+A pipeline stage (`segment`, placement.py) records only its parts: it starts from the stream the
+stage before handed over (x = x_in, by embed_f32 on rows 0..T-1) where it has no embedding, ends
+by handing x on (x_out = x) where it has no head, and fuses nothing across its edges.
+
 On a device with cooperative matrices (`Device.coopmat`), each matmul whose shape fits
 (coop_tiles.coop_fits) and whose weights are int8, int4 or fp16 tiles (weights.py stores every bf16
 or fp16 matrix that fits as tiles there) is three dispatches instead: `split` writes its input
@@ -97,11 +101,16 @@ class StepGraph:
         coop_min_chunk: int | None = None,
         slot: int = 0,
         flash: bool = False,
+        segment: tuple[int, int] | None = None,
+        grid_slots: DispatchGrids | None = None,
     ) -> None:
         """`coop_min_chunk`: the cooperative-matrix path's shortest K chunk (coop_tiles.coop_chunks),
         None to run every matmul on matmul.comp. `slot`: which of the buffers' input sets
         this recording reads (the previous set's sampled ids feed its sourced tokens). `flash`:
-        prompt tokens run attention_flash.comp (flash.py; needs the cooperative path)."""
+        prompt tokens run attention_flash.comp (flash.py; needs the cooperative path). `segment`:
+        the parts (first, last) of the path a pipeline stage runs (placement.py; None: all), from
+        and to the buffers' hand-over (`_record`); `grid_slots`, where the indirect grids sit,
+        shared by recordings that one input set's grids serve (a stage's segments)."""
         self.cfg, self.kernels, self.w, self.b = cfg, kernels, weights, buffers
         self.inp, self.prev_ids = buffers.inputs[slot], buffers.inputs[slot - 1].ids
         self.attention_chunk = attention_chunk  # the smallest chunk span (attention.py)
@@ -109,12 +118,14 @@ class StepGraph:
         self.kv_name = kv_dtype  # the suffix of the KV-page kernel variants
         self.block_size = block_size
         self.plan = CoopPlan(cfg, weights, coop_min_chunk)  # (holds coop_min_chunk)
-        self.grid_slots = DispatchGrids(cfg, attention_chunk, kernels.dev.info.sm_count)
+        self.grid_slots = grid_slots or DispatchGrids(cfg, attention_chunk, kernels.dev.info.sm_count)
         self.profile = profile
+        self.segment = (0, 2 * cfg.num_layers + 1) if segment is None else segment
         self.stamps = Timestamps(kernels.dev, STAMPS_PER_LAYER * cfg.num_layers + 16)
         self._recorded: dict[str, tuple[object, list[str]]] = {}  # recordings.py: the modes
         self.masks_ready = HostEvent(kernels.dev)  # reset for a step whose masks come while it runs
-        heads_in_attention = any(self.plan.layer(layer).heads_in_attention for layer in range(cfg.num_layers))
+        heads_in_attention = any(self.plan.layer(layer).heads_in_attention for layer in range(cfg.num_layers)
+                                 if self._runs(2 * layer + 1))
         for mode in recording_modes(coop_min_chunk is not None, flash, heads_in_attention):
             self.mode = mode.removesuffix(FLASH)  # which one `_record` is recording
             self.flash = mode.endswith(FLASH)
@@ -135,6 +146,10 @@ class StepGraph:
         are at `positions`, with `flash_tiles` tiles on attention_flash.comp and its tokens from
         `prompt_start` on (None: none) on the prompt tile (grids.py)."""
         return self.grid_slots.counts(num_tokens, num_rows, positions, flash_tiles, prompt_start)
+
+    def _runs(self, part: int) -> bool:
+        """Whether part `part` of the path (placement.py) is in this recording's segment."""
+        return self.segment[0] <= part <= self.segment[1]
 
     def _dispatch(self, name: str, buffers: dict[int, Buffer], push: dict, grid: tuple[str, int],
                   specialize: bool = False) -> None:
@@ -235,60 +250,82 @@ class StepGraph:
         self.stamps.reset(self.cb)
         self.stamps.write(self.cb, 0)
         self.kernels.zero(self.cb, [b.counters, b.attn_counters, b.row_sync])
-        self._dispatch(f"embed_{w.dtype(-1, 'embed').lower()}",
-                       {0: w.buffer(-1, "embed"), 1: inp.tokens, 2: b.x, 3: self.prev_ids},
-                       {"H": H, "scale": cfg.embed_scale, "V": cfg.vocab_size}, ("tokens", 1))
+        if self._runs(0):
+            self._dispatch(f"embed_{w.dtype(-1, 'embed').lower()}",
+                           {0: w.buffer(-1, "embed"), 1: inp.tokens, 2: b.x, 3: self.prev_ids},
+                           {"H": H, "scale": cfg.embed_scale, "V": cfg.vocab_size}, ("tokens", 1))
+        else:  # a pipeline stage: x = the stream handed over, copied as rows 0..T-1 of a table
+            self._dispatch("embed_f32", {0: inp.x_in, 1: inp.row_ids, 2: b.x, 3: self.prev_ids},
+                           {"H": H, "scale": 1.0, "V": 0}, ("tokens", 1))
         groups = {layer: g for g in cfg.kv_groups() for layer in g.layers}
-        qkv_n = cfg.q_width + 2 * cfg.kv_width
         qkv_presplit = False  # the last post-norm reduce wrote qkv's split (reduce.comp SPLIT_NEXT)
         for layer in range(cfg.num_layers):
             lw, group = w.layers[layer], groups[layer]
+            attends, feeds = self._runs(2 * layer + 1), self._runs(2 * layer + 2)
+            if not (attends or feeds):
+                continue
             fuse = self.plan.layer(layer)
-            # decode steps: attention sums qkv's chunks and runs the QK-norm, RoPE and KV store itself,
-            # its sizes specialised in (push_constants.SPECIALIZED; docs/EXPERIMENTS.md, "Code size")
-            qk_in = self.mode in DECODE_MODES and fuse.heads_in_attention
-            self._matmul(f"norm_qk_rope_{self.kv_name}", layer, "qkv", b.x, b.qkv, qkv_n, H,
-                         lw["input_layernorm"], {9: lw["qk_norm"], 10: b.q, 11: inp.positions, 12: self.inv_freq[group.name],
-                                                 13: inp.slots[group.name], 14: self.k_pages[layer], 15: self.v_pages[layer]},
-                         presplit=qkv_presplit, reduce_chunks=not qk_in)
-            width = dict(b.capacity.widths)[group.name]
-            split_o = fuse.split_o and not self.flash  # attention writes o's split itself (not beside the flash kernel)
-            heads = {0: b.partial, 13: lw["qk_norm"], 14: self.inv_freq[group.name], 15: inp.slots[group.name]} if qk_in else {0: b.q}
-            self._dispatch(f"attention_{self.kv_name}{'_split' if split_o else ''}{'_qk' if qk_in else ''}",
-                           {**heads, 1: b.attn, 2: inp.positions, 3: inp.token_seq, 4: inp.tables[group.name],
-                            5: b.part_acc, 6: self.k_pages[layer], 8: self.v_pages[layer], 9: b.part_ml,
-                            10: b.attn_counters, **({11: b.split, 12: b.split_scale} if split_o else {})},
-                           {"num_heads": cfg.num_heads, "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
-                            "window": group.window or 0, "block_size": self.block_size, "table_stride": width,
-                            "chunk": self.attention_chunk, "scale": cfg.attn_scale,
-                            "qkv_chunks": coop_chunks(qkv_n, H, self.plan.coop_min_chunk) if qk_in else 0,
-                            "eps": cfg.rms_norm_eps},
-                           (f"attention {group.name}", cfg.num_kv_heads), specialize=qk_in)
-            if self.flash:
-                self._dispatch(f"attention_flash_{self.kv_name}",
-                               {0: b.q, 1: b.attn, 2: inp.positions, 3: inp.flash_tiles, 4: inp.tables[group.name],
-                                6: self.k_pages[layer], 8: self.v_pages[layer]},
-                               {"num_heads": cfg.num_heads, "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
-                                "window": group.window or 0, "block_size": self.block_size, "table_stride": width,
-                                "scale": cfg.attn_scale}, ("flash", cfg.num_kv_heads), specialize=True)
-            self._matmul("post_norm", layer, "o_proj", b.attn, b.y, H, cfg.q_width,
-                         extra={9: lw["post_attention_layernorm"], 10: b.x}, presplit=split_o,
-                         split_next={3: lw["pre_feedforward_layernorm"]} if fuse.split_gate else None)
-            self._matmul("norm_gated", layer, "gate_proj", b.x, b.act, I, H, lw["pre_feedforward_layernorm"],
-                         {4: w.buffer(layer, "up_proj")}, presplit=fuse.split_gate, split_next={} if fuse.split_down else None)
-            self._matmul("post_norm", layer, "down_proj", b.act, b.y, H, I,
-                         extra={9: lw["post_feedforward_layernorm"], 10: b.x}, presplit=fuse.split_down,
-                         split_next={3: w.layers[layer + 1]["input_layernorm"]} if fuse.split_next_qkv else None)
-            qkv_presplit = fuse.split_next_qkv
-        self._matmul("norm_rows", -1, "lm_head", b.x, b.logits, cfg.vocab_size, H, w.buffer(-1, "norm"), {5: inp.rows})
-        self._dispatch("row_scores", {0: b.logits, 1: inp.score_rows, 2: inp.score_ids, 3: inp.scores},
-                       {"row_stride": cfg.vocab_size}, ("rows", 1))
-        self.kernels.wait_host(self.cb, self.masks_ready.handle)
-        self._dispatch("sample", {0: b.logits, 1: inp.params, 2: inp.ids, 3: inp.masks}, {"row_stride": cfg.vocab_size},
-                       ("rows", 1))
+            # (fusions across parts only where this recording runs both: a stage's edges hand x over)
+            split_next = feeds and fuse.split_next_qkv and self._runs(2 * layer + 3)
+            if attends:
+                self._attention(layer, lw, group, fuse, qkv_presplit, split_gate=fuse.split_gate and feeds)
+            if feeds:
+                self._matmul("norm_gated", layer, "gate_proj", b.x, b.act, I, H, lw["pre_feedforward_layernorm"],
+                             {4: w.buffer(layer, "up_proj")}, presplit=fuse.split_gate and attends,
+                             split_next={} if fuse.split_down else None)
+                self._matmul("post_norm", layer, "down_proj", b.act, b.y, H, I,
+                             extra={9: lw["post_feedforward_layernorm"], 10: b.x}, presplit=fuse.split_down,
+                             split_next={3: w.layers[layer + 1]["input_layernorm"]} if split_next else None)
+            qkv_presplit = split_next
+        if self._runs(2 * cfg.num_layers + 1):
+            self._matmul("norm_rows", -1, "lm_head", b.x, b.logits, cfg.vocab_size, H, w.buffer(-1, "norm"), {5: inp.rows})
+            self._dispatch("row_scores", {0: b.logits, 1: inp.score_rows, 2: inp.score_ids, 3: inp.scores},
+                           {"row_stride": cfg.vocab_size}, ("rows", 1))
+            self.kernels.wait_host(self.cb, self.masks_ready.handle)
+            self._dispatch("sample", {0: b.logits, 1: inp.params, 2: inp.ids, 3: inp.masks}, {"row_stride": cfg.vocab_size},
+                           ("rows", 1))
+        else:  # hand the stream on: x_out = x, the same copy
+            self._dispatch("embed_f32", {0: b.x, 1: inp.row_ids, 2: inp.x_out, 3: self.prev_ids},
+                           {"H": H, "scale": 1.0, "V": 0}, ("tokens", 1))
         if not self.profile:
             self._stamp("step")
         self.kernels.end_step(self.cb)
+
+    def _attention(self, layer: int, lw: dict, group, fuse, qkv_presplit: bool, split_gate: bool) -> None:
+        """A layer's attention block (the module doc): qkv, attention (and flash), o; `split_gate`:
+        o's reduce writes gate/up's split."""
+        cfg, b, inp, H = self.cfg, self.b, self.inp, self.cfg.hidden_size
+        qkv_n = cfg.q_width + 2 * cfg.kv_width
+        # decode steps: attention sums qkv's chunks and runs the QK-norm, RoPE and KV store itself,
+        # its sizes specialised in (push_constants.SPECIALIZED; docs/EXPERIMENTS.md, "Code size")
+        qk_in = self.mode in DECODE_MODES and fuse.heads_in_attention
+        self._matmul(f"norm_qk_rope_{self.kv_name}", layer, "qkv", b.x, b.qkv, qkv_n, H,
+                     lw["input_layernorm"], {9: lw["qk_norm"], 10: b.q, 11: inp.positions, 12: self.inv_freq[group.name],
+                                             13: inp.slots[group.name], 14: self.k_pages[layer], 15: self.v_pages[layer]},
+                     presplit=qkv_presplit, reduce_chunks=not qk_in)
+        width = dict(b.capacity.widths)[group.name]
+        split_o = fuse.split_o and not self.flash  # attention writes o's split itself (not beside the flash kernel)
+        heads = {0: b.partial, 13: lw["qk_norm"], 14: self.inv_freq[group.name], 15: inp.slots[group.name]} if qk_in else {0: b.q}
+        self._dispatch(f"attention_{self.kv_name}{'_split' if split_o else ''}{'_qk' if qk_in else ''}",
+                       {**heads, 1: b.attn, 2: inp.positions, 3: inp.token_seq, 4: inp.tables[group.name],
+                        5: b.part_acc, 6: self.k_pages[layer], 8: self.v_pages[layer], 9: b.part_ml,
+                        10: b.attn_counters, **({11: b.split, 12: b.split_scale} if split_o else {})},
+                       {"num_heads": cfg.num_heads, "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
+                        "window": group.window or 0, "block_size": self.block_size, "table_stride": width,
+                        "chunk": self.attention_chunk, "scale": cfg.attn_scale,
+                        "qkv_chunks": coop_chunks(qkv_n, H, self.plan.coop_min_chunk) if qk_in else 0,
+                        "eps": cfg.rms_norm_eps},
+                       (f"attention {group.name}", cfg.num_kv_heads), specialize=qk_in)
+        if self.flash:
+            self._dispatch(f"attention_flash_{self.kv_name}",
+                           {0: b.q, 1: b.attn, 2: inp.positions, 3: inp.flash_tiles, 4: inp.tables[group.name],
+                            6: self.k_pages[layer], 8: self.v_pages[layer]},
+                           {"num_heads": cfg.num_heads, "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
+                            "window": group.window or 0, "block_size": self.block_size, "table_stride": width,
+                            "scale": cfg.attn_scale}, ("flash", cfg.num_kv_heads), specialize=True)
+        self._matmul("post_norm", layer, "o_proj", b.attn, b.y, H, cfg.q_width,
+                     extra={9: lw["post_attention_layernorm"], 10: b.x}, presplit=split_o,
+                     split_next={3: lw["pre_feedforward_layernorm"]} if split_gate else None)
 
     def free(self) -> None:
         self.stamps.free()

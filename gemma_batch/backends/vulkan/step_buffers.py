@@ -9,7 +9,10 @@ row's params naming its sequence's; written while the step runs, `write_masks`),
 and `score_ids` (row_scores.comp's score rows and pairs, in_flight.score_layout), `grids` (the
 indirect dispatch sizes) and the outputs `ids` and `scores` (SCORES_PER_ROW a logits row). There is a set per step in flight (`sets`, the backend's MAX_IN_FLIGHT), used
 by turns, so that a step can be written and submitted while the one before it runs (its tokens
-may be read from the previous set's `ids`: embed.comp).
+may be read from the previous set's `ids`: embed.comp). A pipeline stage's set (`hidden` given)
+also holds the residual stream handed over from the stage before, `x_in` [T, H] fp32, the one
+it hands on, `x_out` (cached host memory, which the CPU reads fast), and `row_ids` (0..T-1: the
+embedding kernel copies the streams as rows of a table, graph.py).
 Device-local scratch, shared by the sets (one step runs at a time): the residual stream `x`
 [T, H], `qkv`, `q`, `attn`, `y` [T, H], `act` [T, I] and `logits` [R, V], all fp32; the
 `counters` of the matmul epilogues (one per row tile and head) and `row_sync` (per row, the
@@ -101,7 +104,7 @@ def coop_matmuls(cfg: Gemma3Config) -> dict[str, tuple[int, int, int, bool]]:
 class StepInputs:
     """One set of a step's host-visible inputs and its sampled ids (see the module doc)."""
 
-    def __init__(self, memory: Memory, capacity: Capacity, vocab_size: int, name: str) -> None:
+    def __init__(self, memory: Memory, capacity: Capacity, vocab_size: int, name: str, hidden: int = 0) -> None:
         T, S, R = capacity.tokens, capacity.seqs, capacity.rows
         self.mask_words = -(-vocab_size // 32)
         self.widths = dict(capacity.widths)
@@ -124,6 +127,12 @@ class StepInputs:
         self.ids = host(4 * R, "sampled ids")
         self.slots = {g: host(4 * T, f"{g} slots") for g, _ in capacity.widths}
         self.tables = {g: host(4 * S * w, f"{g} block tables") for g, w in capacity.widths}
+        self.crossing: list[Buffer] = []  # a pipeline stage's x_in, x_out and row_ids (the module doc)
+        if hidden:
+            self.x_in, self.row_ids = host(4 * T * hidden, "activations in"), host(4 * T, "row ids")
+            self.x_out = memory.alloc_host(4 * T * hidden, f"activations out ({name})", readback=True)
+            self.crossing = [self.x_in, self.x_out, self.row_ids]
+            StepBuffers.view(self.row_ids, np.int32, T)[:] = np.arange(T, dtype=np.int32)
 
     def write(self, batch: StepBatch, token_ids: np.ndarray, rows: np.ndarray, vocab_limit: int,
               grids: np.ndarray, flash: np.ndarray | None = None, tiles: np.ndarray | None = None,
@@ -165,7 +174,7 @@ class StepInputs:
     def all(self) -> list[Buffer]:
         return [self.meta, self.tokens, self.positions, self.token_seq, self.flash_tiles, self.rows, self.params,
                 self.masks, self.score_rows, self.score_ids, self.scores, self.grids, self.ids, *self.slots.values(),
-                *self.tables.values()]
+                *self.tables.values(), *self.crossing]
 
 
 def _fill_params(params: np.ndarray, batch: StepBatch, rows: np.ndarray) -> None:
@@ -249,14 +258,16 @@ def fitting_step_tokens(cfg: Gemma3Config, limit: int, max_seqs: int, max_blocks
 
 class StepBuffers:
     def __init__(self, cfg: Gemma3Config, memory: Memory, capacity: Capacity, block_size: int,
-                 attention_chunk: int, coop_min_chunk: int | None, sets: int, sm_count: int) -> None:
-        """`sets`: how many sets of inputs take turns (the backend's steps in flight).
+                 attention_chunk: int, coop_min_chunk: int | None, sets: int, sm_count: int, crossing: bool = False) -> None:
+        """`sets`: how many sets of inputs take turns (the backend's steps in flight); `crossing`:
+        they hold a pipeline stage's hand-over buffers (StepInputs).
         `coop_min_chunk`: with the cooperative-matrix path (coopmat.py), its shortest K chunk
         (coop_tiles.coop_chunks); None without it. Its buffers are sized for every matmul whose
         shape fits, whatever its weights' dtype, on a device of `sm_count` SMs (0: unknown;
         coop_tiles.coop_fold_rows)."""
         self.cfg, self.mem, self.capacity = cfg, memory, capacity
-        self.inputs = tuple(StepInputs(memory, capacity, cfg.vocab_size, f"set {i}") for i in range(sets))
+        self.inputs = tuple(StepInputs(memory, capacity, cfg.vocab_size, f"set {i}", cfg.hidden_size if crossing else 0)
+                            for i in range(sets))
         size = scratch_sizes(cfg, capacity, block_size, attention_chunk, coop_min_chunk, sm_count)
         dev = memory.alloc
         self.x, self.qkv, self.q = dev(*size["x"]), dev(*size["qkv"]), dev(*size["q"])

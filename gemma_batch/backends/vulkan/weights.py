@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -32,6 +32,7 @@ from ...model.checkpoint import Tensor, to_float32
 from ...model.config import Gemma3Config
 from ...model.quant import QuantizedTensor, to_fp16
 from ...model.weights import tensor_shapes
+from ..placement import Segment, held_tensors
 from .coop_tiles import coop_fits
 from .fragment_order import to_fragment_order
 from .coopmat import TILE
@@ -98,8 +99,11 @@ class DeviceWeights:
     cooperative-matrix path as fp16 tiles (the module doc), with `fragment_order` each tile in the
     matrix units' fragment order (fragment_order.py)."""
 
-    def __init__(self, cfg: Gemma3Config, memory: Memory, tiles: bool = False, fragment_order: bool = False) -> None:
+    def __init__(self, cfg: Gemma3Config, memory: Memory, tiles: bool = False, fragment_order: bool = False,
+                 segments: Sequence[Segment] | None = None) -> None:
+        """`segments`: a pipeline stage's parts, whose tensors alone it holds (None: every tensor)."""
         self.cfg = cfg
+        self.segments = segments
         self.mem = memory
         self.tiles = tiles
         self.fragment_order = fragment_order
@@ -116,7 +120,8 @@ class DeviceWeights:
 
     def load(self, tensors: Iterable[tuple[str, Matrix]]) -> None:
         cfg = self.cfg
-        expected = tensor_shapes(cfg)
+        expected = tensor_shapes(cfg) if self.segments is None else held_tensors(
+            tensor_shapes(cfg), self.segments, cfg.num_layers, cfg.tie_word_embeddings)
         seen: set[str] = set()
         for name, tensor in tensors:
             seen.add(name)
@@ -131,10 +136,10 @@ class DeviceWeights:
         missing = sorted(set(expected) - seen)
         if missing:
             raise ValueError(f"backend received no tensor for {', '.join(missing[:5])} ({len(missing)} missing)")
-        if self.dtypes[(-1, "embed")] not in EMBED_DTYPES:
+        if (-1, "embed") in self.dtypes and self.dtypes[(-1, "embed")] not in EMBED_DTYPES:
             raise ValueError(f"embed_tokens.weight: the Vulkan embedding lookup reads {', '.join(EMBED_DTYPES)}, "
                              f"not {self.dtypes[(-1, 'embed')]}")
-        if "lm_head" not in self.globals:
+        if "lm_head" not in self.globals and "embed" in self.globals:
             self.globals["lm_head"] = self.globals["embed"]
             self.dtypes[(-1, "lm_head")] = self.dtypes[(-1, "embed")]
 

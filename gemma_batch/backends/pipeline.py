@@ -1,0 +1,175 @@
+"""One model run across several devices: a backend whose steps pass through one stage backend per
+device of a placement plan (`placement.py`).
+
+    backend = PipelineBackend(cfg, placement, stages, layout, weights)
+    backend.load_weights(tensors)     # each tensor to the stage(s) holding its part
+    backend.allocate_kv(blocks, 16)   # each stage: pages for its own layers only
+    result = backend.step(batch)      # the plan's segments in order
+
+A step runs the plan's segments (`Placement.segments`) in order: the first from the token ids,
+each next one from the residual stream the one before handed over ([T, H] float32, the step's
+token layout), the last through the LM head and the sampler. So the activations cross once per
+boundary per step, T * H * 4 bytes each (`crossings`). The engine sees one backend with one
+block table: block b names the same slots on every stage, each holding there the K/V of its own
+layers. Steps run one at a time (no step is submitted ahead: `overlaps` is false), each stage's
+arithmetic fixed by the plan, so a row's output does not depend on its batch.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
+
+import numpy as np
+
+from ..model.checkpoint import Tensor
+from ..model.config import Gemma3Config
+from ..model.quant import QuantizedTensor, WeightFormat
+from ..model.quant_cache import converted_nbytes_by_dtype
+from .base import Backend, StepBatch, StepResult
+from .placement import ACTIVATION_BYTES, Placement, held_tensors
+
+
+class PipelineBackend(Backend):
+    """The stages (one backend per device of `placement`, each built with its segments) as one
+    backend. `layout` (tensor name -> stored dtype and shape) and `weights` (the run's format)
+    size each stage's share of the weights before they are loaded."""
+
+    name = "pipeline"
+
+    def __init__(self, cfg: Gemma3Config, placement: Placement, stages: Mapping[str, Backend],
+                 layout: Mapping[str, tuple[str, tuple[int, ...]]], weights: WeightFormat) -> None:
+        super().__init__(cfg)
+        self.placement, self.stages = placement, dict(stages)
+        self.order: list[tuple[str, int]] = []  # (device, index among its stage's segments) per segment
+        for segment in placement.segments():
+            self.order.append((segment.device, sum(d == segment.device for d, _ in self.order)))
+        self.held = {d: held_tensors(layout, s.segments, cfg.num_layers, cfg.tie_word_embeddings) for d, s in self.stages.items()}
+        self.stage_weight_bytes = {d: s.weight_bytes(converted_nbytes_by_dtype({n: layout[n] for n in self.held[d]}, weights))
+                                   for d, s in self.stages.items()}
+        self.kv_dtype = "/".join(dict.fromkeys(s.kv_dtype for s in self.stages.values()))
+        self.weight_formats = (weights.name,)  # (each stage was built for it)
+
+    @property
+    def identity(self) -> str:
+        return f"pipeline ({self.placement.describe()}): " + "; ".join(f"{d}: {s.identity}" for d, s in self.stages.items())
+
+    def load_weights(self, tensors: Iterable[tuple[str, Tensor | QuantizedTensor]]) -> None:
+        """Every stage loads at once, on its own thread, from a queue of the tensors it holds (a
+        few at a time: the checkpoint is read once, and never held whole)."""
+        feeds = {d: queue.Queue(maxsize=2) for d in self.stages}
+        failed: list[BaseException] = []
+        held = {d: set(names) for d, names in self.held.items()}
+
+        def load(device: str) -> None:
+            def items() -> Iterator[tuple[str, Tensor | QuantizedTensor]]:
+                while (item := feeds[device].get()) is not None:
+                    yield item
+            try:
+                self.stages[device].load_weights(items())
+            except BaseException as e:  # noqa: BLE001 (handed to the caller below)
+                failed.append(e)
+
+        threads = [threading.Thread(target=load, args=(d,), name=f"load {d}", daemon=True) for d in self.stages]
+        for thread in threads:
+            thread.start()
+
+        def put(device: str, item: object) -> None:
+            while not failed:
+                try:
+                    feeds[device].put(item, timeout=0.1)
+                    return
+                except queue.Full:
+                    continue
+
+        for name, tensor in tensors:
+            for device in self.stages:
+                if name in held[device]:
+                    put(device, (name, tensor))
+            if failed:
+                break
+        for device in self.stages:
+            put(device, None)
+        for thread in threads:
+            thread.join()
+        if failed:
+            raise failed[0]
+
+    def weight_bytes(self, tensor_bytes: Mapping[str, int]) -> int:
+        """The stages' shares, from the layout given at construction (the whole model's bytes by
+        dtype, the argument, do not say where each tensor goes)."""
+        return sum(self.stage_weight_bytes.values())
+
+    def _kv_token_bytes(self, device: str) -> int:
+        return sum(self.stages[device].kv_bytes_per_token(g.name) for g in self.cfg.kv_groups())
+
+    def available_memory(self) -> int:
+        """The weights, plus the KV memory the tightest stage allows: a block takes memory on every
+        stage holding layers of its group, so a stage with a share k of each token's KV bytes and
+        f bytes free beside its weights bounds the whole cache to f / k."""
+        total = sum(self._kv_token_bytes(d) for d in self.stages)
+        room = []
+        for device, stage in self.stages.items():
+            free = stage.available_memory() - self.stage_weight_bytes[device]
+            share = self._kv_token_bytes(device) / total if total else 0.0
+            room.append(free if free <= 0 else free / share if share else None)
+        bound = min((r for r in room if r is not None), default=0)
+        return sum(self.stage_weight_bytes.values()) + int(bound)
+
+    def describe_memory(self) -> str:
+        """Per stage: the weights it will hold and the memory free there (the job's log)."""
+        return "; ".join(f"{d}: weights {self.stage_weight_bytes[d] / 2**30:.2f} GiB of {s.available_memory() / 2**30:.2f} GiB free"
+                         for d, s in self.stages.items())
+
+    def kv_bytes_per_token(self, group: str) -> int:
+        return sum(s.kv_bytes_per_token(group) for s in self.stages.values())
+
+    def max_kv_blocks(self, group: str, block_size: int) -> int | None:
+        limits = [s.max_kv_blocks(group, block_size) for s in self.stages.values()]
+        return min((n for n in limits if n is not None), default=None)
+
+    def allocate_kv(self, num_blocks: Mapping[str, int], block_size: int) -> None:
+        for stage in self.stages.values():
+            stage.allocate_kv(num_blocks, block_size)
+
+    def reserve(self, max_tokens: int, max_seqs: int, max_blocks: Mapping[str, int]) -> None:
+        for stage in self.stages.values():
+            stage.reserve(max_tokens, max_seqs, max_blocks)
+
+    @property
+    def default_step_tokens(self) -> int:
+        """The longest any stage wants: a GPU's products gain from long steps, the CPU's cost the
+        same per token."""
+        return max(s.default_step_tokens for s in self.stages.values())
+
+    def max_step_tokens(self, max_seqs: int, max_blocks: Mapping[str, int]) -> int | None:
+        limits = [s.max_step_tokens(max_seqs, max_blocks) for s in self.stages.values()]
+        return min((n for n in limits if n is not None), default=None)
+
+    @property
+    def small_step(self) -> int | None:
+        steps = [s.small_step for s in self.stages.values()]
+        return None if None in steps else min(steps)
+
+    def peak_memory(self) -> int:
+        return sum(s.peak_memory() for s in self.stages.values())
+
+    def measure_read_bandwidth(self, nbytes: int) -> float:
+        """The rate of reading every stage's weights in turn: the stages' bandwidths weighted by
+        their weights (what bounds a decode step)."""
+        seconds = sum(w / self.stages[d].measure_read_bandwidth(nbytes) for d, w in self.stage_weight_bytes.items())
+        return sum(self.stage_weight_bytes.values()) / seconds
+
+    def crossing_bytes(self, num_tokens: int) -> int:
+        """Bytes of activations a step of `num_tokens` tokens hands over between devices."""
+        return (len(self.order) - 1) * num_tokens * self.cfg.hidden_size * ACTIVATION_BYTES
+
+    def step(self, batch: StepBatch) -> StepResult:
+        batch = replace(batch, token_sources=None)  # (`Backend.wait` filled the sourced tokens in)
+        x: np.ndarray | StepResult | None = None
+        for device, index in self.order:
+            x = self.stages[device].run_segment(index, batch, x)
+        assert isinstance(x, StepResult), "the plan's last segment ends with the head"
+        return x
