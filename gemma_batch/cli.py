@@ -103,6 +103,8 @@ def run(
     model: Path = _opt("A Hugging Face Gemma 3 directory. [default: the bundled demo model]"),
     backend: str = _opt("Device backend: auto, cpu or vulkan; auto takes Vulkan when a GPU is present and says what it picked. [default: auto]"),
     device: str = _opt("Vulkan device: index or part of its name, as `gemma-batch devices` lists them (or GEMMA_BATCH_VK_DEVICE). [default: a discrete GPU, then an integrated one, then any]"),
+    place: str = _opt("Run the model across devices: layer ranges (`0-17:vulkan:0,18-33:vulkan:1`), parts of every layer (`attention=cpu,ffn=vulkan:0`), both, or auto: as many layers as fit on each GPU, the rest on the CPU. [default: auto under --backend auto: the whole model on one GPU where it fits]"),
+    gpu_memory: str = _opt("The most memory the job may use on a GPU (6GiB), for weights, KV and step buffers; --place auto splits a model that does not fit in it. [default: what is free]"),
     weights: str = _opt("Weight format: bf16, fp16, int8 (a scale per output channel) or int4 (a scale per group); converted at load and cached (GEMMA_BATCH_CACHE_DIR). [default: bf16]"),
     int4_group: int = _opt("Weights per int4 scale: 32 or 64. [default: 32]"),
     kv_dtype: str = _opt("KV cache storage: fp32, fp16, bf16 or int8 (a scale per token and head). [default: fp32 on cpu, fp16 on vulkan]"),

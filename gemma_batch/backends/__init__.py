@@ -43,10 +43,12 @@ def resolve_backend(name: str, device: str | None = None) -> tuple[str, str]:
 
 
 def create_backend(name: str, cfg: Gemma3Config, device: str | None = None, kv_dtype: str | None = None,
-                   weights: str = "bf16", segments: Sequence[Segment] | None = None) -> Backend:
+                   weights: str = "bf16", segments: Sequence[Segment] | None = None,
+                   memory_limit: int | None = None) -> Backend:
     """A backend by name; `device` picks the Vulkan device (index or name; see `gemma-batch devices`);
     `kv_dtype` the KV cache's storage (None: the backend's default); `segments` the parts it runs
-    as a pipeline stage (None: the whole model). Raises ValueError when the backend cannot hold
+    as a pipeline stage (None: the whole model); `memory_limit` the most memory a Vulkan device
+    may plan to hold (--gpu-memory; None: what is free). Raises ValueError when the backend cannot hold
     the weight format `weights` or the KV dtype."""
     if name == "cpu":
         from .cpu import CpuBackend as chosen
@@ -62,6 +64,7 @@ def create_backend(name: str, cfg: Gemma3Config, device: str | None = None, kv_d
         options["segments"] = segments
     if name == "vulkan":
         options["device"] = device
+        options["memory_limit"] = memory_limit
     return chosen(cfg, **options)
 
 
@@ -87,12 +90,12 @@ def resolve_placement(placement: Placement) -> Placement:
 
 
 def create_placed(placement: Placement, cfg: Gemma3Config, layout: Mapping[str, tuple[str, tuple[int, ...]]],
-                  weights: WeightFormat, kv_dtype: str | None = None) -> Backend:
+                  weights: WeightFormat, kv_dtype: str | None = None, memory_limit: int | None = None) -> Backend:
     """The backend that runs a resolved `placement` (`resolve_placement`): the device's own where
     the plan uses one device, else a pipeline of one stage per device (`pipeline.py`)."""
     def make(device: str, segments: list[Segment] | None = None) -> Backend:
         name, index = ("cpu", None) if device == "cpu" else ("vulkan", device[len("vulkan:"):])
-        return create_backend(name, cfg, index, kv_dtype, weights.name, segments)
+        return create_backend(name, cfg, index, kv_dtype, weights.name, segments, memory_limit)
 
     if len(placement.devices) == 1:
         return make(placement.devices[0])

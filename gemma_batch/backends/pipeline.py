@@ -118,10 +118,9 @@ class PipelineBackend(Backend):
         bound = min((r for r in room if r is not None), default=0)
         return sum(self.stage_weight_bytes.values()) + int(bound)
 
-    def describe_memory(self) -> str:
-        """Per stage: the weights it will hold and the memory free there (the job's log)."""
-        return "; ".join(f"{d}: weights {self.stage_weight_bytes[d] / 2**30:.2f} GiB of {s.available_memory() / 2**30:.2f} GiB free"
-                         for d, s in self.stages.items())
+    def stage_memory(self) -> dict[str, tuple[int, int]]:
+        """Per stage: bytes of the weights it will hold, and bytes free there (the job's log)."""
+        return {d: (self.stage_weight_bytes[d], s.available_memory()) for d, s in self.stages.items()}
 
     def kv_bytes_per_token(self, group: str) -> int:
         return sum(s.kv_bytes_per_token(group) for s in self.stages.values())

@@ -23,7 +23,8 @@ from typing import TextIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..backends import create_backend, resolve_backend
+from ..backends.pipeline import PipelineBackend
+from ..bench.report import binary_size
 from ..backends.vulkan.errors import DeviceMemoryError, VulkanUnavailable
 from ..data import writers
 from ..data.readers import open_dataset
@@ -37,6 +38,7 @@ from ..model.config import Gemma3Config
 from ..model.quant_cache import cache_root, converted_nbytes_by_dtype, load_converted
 from ..model.tokenizer import Tokenizer
 from .final_file import count_error_rows
+from .devices import job_backend
 from .fingerprint import job_fingerprint, model_fingerprint
 from .lock import OutputLock
 from .progress import Progress
@@ -75,14 +77,17 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
     tokenizer = Tokenizer.from_dir(spec.model)
     checkpoint = Checkpoint.open(spec.model, cfg)  # every header checked before any data is read
     fmt = spec.weight_format
-    backend_name, why = resolve_backend(spec.backend, spec.device)
     try:
-        backend = create_backend(backend_name, cfg, spec.device, spec.kv_dtype, fmt.name)
+        backend, why = job_backend(spec, cfg, checkpoint.layout)
     except ValueError as e:
         raise UsageError(str(e)) from None
     except (VulkanUnavailable, DeviceMemoryError) as e:
         raise JobFailed(str(e)) from None
     print(f"backend: {backend.identity} ({why}); weights {fmt}", file=log)
+    if isinstance(backend, PipelineBackend):
+        shares = "; ".join(f"{d}: weights {binary_size(w)} of {binary_size(free)} free" for d, (w, free) in backend.stage_memory().items())
+        print(f"placement: {shares}; {binary_size(backend.crossing_bytes(1))} of activations cross between devices "
+              "per token", file=log)
 
     max_model_len = spec.max_model_len or cfg.max_position_embeddings
     if max_model_len > cfg.max_position_embeddings:
@@ -93,8 +98,9 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
     available = backend.available_memory()
     weight_bytes = backend.weight_bytes(converted_nbytes_by_dtype(checkpoint.layout, fmt))
     if weight_bytes >= available:
-        raise JobFailed(f"the model's weights take {weight_bytes / 2**30:.2f} GiB on the {backend_name} backend "
-                        f"but only {available / 2**30:.2f} GiB is free there; use --backend cpu or a smaller model")
+        raise JobFailed(f"the model's weights take {weight_bytes / 2**30:.2f} GiB on the {backend.name} backend "
+                        f"but only {available / 2**30:.2f} GiB is free there; use --place auto (layers that do not fit "
+                        "on the CPU), --backend cpu or a smaller model")
     free = available - weight_bytes
     budget = parse_size(spec.kv_memory, free)
     step_tokens = spec.max_step_tokens or max(spec.max_batch, backend.default_step_tokens)

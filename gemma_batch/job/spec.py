@@ -42,6 +42,8 @@ class JobSpec:
     model: Path = DEMO_MODEL
     backend: str = "auto"
     device: str | None = None  # Vulkan device: index or part of its name (`gemma-batch devices`)
+    place: str | None = None  # a placement plan (backends/placement.py) or "auto"; None: auto under --backend auto
+    gpu_memory: str | None = None  # the most memory the job may plan to use on a GPU ("6GiB"); None: what is free
     weights: str = "bf16"  # weight format (model.quant.FORMATS), converted at load and cached
     int4_group: int = 32  # weights per int4 scale
     kv_dtype: str | None = None  # KV cache storage (backends.kv_formats); None: the backend's default
@@ -111,15 +113,15 @@ class JobSpec:
         )
 
 
-def parse_size(text: str, available: int) -> int:
+def parse_size(text: str, available: int, flag: str = "--kv-memory") -> int:
     """Bytes from "4GiB", "512MB", "1.5G" (binary), "123456" or "40%" (of `available`)."""
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(%|[kKmMgGtT]i?[bB]?|[bB])?\s*", text)
     if not m:
-        raise UsageError(f"--kv-memory {text!r}: expected a size like 4GiB, 512MB or 50%")
+        raise UsageError(f"{flag} {text!r}: expected a size like 4GiB, 512MB or 50%")
     value, unit = float(m.group(1)), m.group(2) or ""
     if unit == "%":
         if not 0 < value <= 100:
-            raise UsageError(f"--kv-memory {text!r}: a share must be in (0, 100]%")
+            raise UsageError(f"{flag} {text!r}: a share must be in (0, 100]%")
         return int(available * value / 100)
     power = "bkmgt".index(unit[0].lower()) if unit else 0
     base = 1000 if unit.lower().endswith("b") and "i" not in unit and power else 1024
@@ -204,6 +206,9 @@ def make_spec(settings: Mapping[str, Any], where: str = "command line") -> JobSp
     checks = [
         (spec.backend in ("auto", *BACKENDS), f"--backend {spec.backend!r}: expected auto, {', '.join(BACKENDS)}"),
         (spec.device is None or spec.backend != "cpu", "--device picks a Vulkan device; it does not go with --backend cpu"),
+        (spec.place in (None, "auto") or (spec.backend == "auto" and spec.device is None),
+         "--place names the devices itself; leave out --backend and --device"),
+        (spec.place != "auto" or spec.backend == "auto", "--place auto chooses among the devices; leave out --backend"),
         (spec.max_batch >= 1, f"--max-batch {spec.max_batch}: must be >= 1 (default {default.max_batch})"),
         (spec.block_size >= 1, f"--block-size {spec.block_size}: must be >= 1 (default {default.block_size})"),
         (spec.max_step_tokens is None or spec.max_step_tokens >= spec.max_batch,
@@ -218,6 +223,8 @@ def make_spec(settings: Mapping[str, Any], where: str = "command line") -> JobSp
     for ok, message in checks:
         if not ok:
             raise UsageError(f"{where}: {message}")
+    if spec.gpu_memory is not None and (spec.gpu_memory.strip().endswith("%") or parse_size(spec.gpu_memory, 0, "--gpu-memory") <= 0):
+        raise UsageError(f"{where}: --gpu-memory {spec.gpu_memory!r}: expected a size like 6GiB")
     constraint = _checked_constraint(spec, where)
     if spec.score_only and constraint is not None:
         raise UsageError(f"{where}: --score-only scores choices; --{constraint.kind.replace('_', '-')} constrains "

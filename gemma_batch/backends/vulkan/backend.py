@@ -58,14 +58,17 @@ class VulkanBackend(Backend):
 
     def __init__(self, cfg: Gemma3Config, device: str | None = None, kv_dtype: str = "fp16",
                  profile: bool = False, attention_chunk: int = DEFAULT_CHUNK,
-                 coop_min_chunk: int = COOP_MIN_CHUNK, segments: Sequence[Segment] | None = None) -> None:
+                 coop_min_chunk: int = COOP_MIN_CHUNK, segments: Sequence[Segment] | None = None,
+                 memory_limit: int | None = None) -> None:
         """`profile`: time every dispatch (`profile_seconds`), not only the whole step.
         `attention_chunk`: the smallest span of key positions one attention workgroup takes
         (`attention.py`; part of `identity` when not the default: it changes summation orders;
         tests make it small), `coop_min_chunk` likewise for the cooperative matmuls' K chunks.
         `segments`: the parts it runs as a pipeline stage (`run_segment`; weights and KV pages of
-        those parts only)."""
+        those parts only). `memory_limit`: the most device memory it may plan to hold (None: what
+        is free)."""
         super().__init__(cfg, segments)
+        self.memory_limit = memory_limit
         check_supported(cfg)
         if kv_dtype not in KV_VARIANTS:
             raise ValueError(f"KV dtype {kv_dtype!r}: the Vulkan backend has {', '.join(KV_VARIANTS)}")
@@ -113,7 +116,12 @@ class VulkanBackend(Backend):
         self.weights.load(tensors)
 
     def available_memory(self) -> int:
-        return int(self.mem.free_bytes() * (1 - SCRATCH_RESERVE))
+        """Free device memory (within `memory_limit` less the device buffers held), less a share
+        for the step buffers."""
+        free = self.mem.free_bytes()
+        if self.memory_limit is not None:
+            free = min(free, self.memory_limit - sum(b.reserved for b in self.mem.buffers if b.array is None))
+        return int(max(0, free) * (1 - SCRATCH_RESERVE))
 
     def kv_bytes_per_token(self, group: str) -> int:
         return kv_token_bytes(self.cfg, group, self.kv_dtype, self.kv_layers)
@@ -296,7 +304,7 @@ class VulkanBackend(Backend):
     def _ensure(self, need: Capacity) -> None:
         """Grow the step buffers (and record the graphs again) for a step that does not fit (no
         step may be running: `submit` finishes the one before first)."""
-        if not self.k_pages:
+        if not self.block_size:
             raise RuntimeError("allocate_kv must be called before step")
         capacity = (self.buffers.capacity if self.buffers is not None else first_capacity(need.widths)).grown_to(need)
         self._drop_graph()

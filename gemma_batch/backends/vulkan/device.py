@@ -190,6 +190,12 @@ def choose_device(devices: list[DeviceInfo], wanted: str | None) -> DeviceInfo:
     return min(devices, key=lambda d: (_PREFERENCE.get(d.type_code, 9), d.index))
 
 
+def usable_gpus(devices: list[DeviceInfo]) -> list[DeviceInfo]:
+    """The GPUs among `devices` that can run the shaders (no CPU implementation), preferred first."""
+    return sorted((d for d in devices if d.type_code != 4 and not d.shortfalls()),
+                  key=lambda d: (_PREFERENCE.get(d.type_code, 9), d.index))
+
+
 class Device:
     """The chosen physical device, a logical device with one compute queue, a command pool, a fence."""
 
