@@ -247,6 +247,7 @@ def bench(
     gen_len: int = typer.Option(128, help="Tokens generated per request (exactly: there is no stop token)."),
     backend: str = typer.Option("auto", help="Device backend: auto, cpu or vulkan."),
     device: str = typer.Option(None, help="Vulkan device: index or part of its name (see `gemma-batch devices`)."),
+    place: str = typer.Option(None, help="A placement plan across devices, as `run --place` takes it (no auto); instead of --backend and --device."),
     bandwidth_bytes: int = typer.Option(1 << 30, help="Buffer size of the read-bandwidth measurement (capped by the device)."),
     json_path: Path = typer.Option(None, "--json", help="Also write the report as JSON to this file."),
     seed: int = typer.Option(0, help="Seed of the random weights and prompts."),
@@ -265,7 +266,7 @@ def bench(
         raise typer.BadParameter(str(e), param_hint="--weights/--int4-group") from None
     if kv_dtype is not None and kv_dtype not in KV_DTYPES:
         raise typer.BadParameter(f"{kv_dtype!r} is not one of {', '.join(KV_DTYPES)}", param_hint="--kv-dtype")
-    options = BenchOptions(shape, batches, prompt_len, gen_len, backend, device, bandwidth_bytes, seed, fmt, kv_dtype)
+    options = BenchOptions(shape, batches, prompt_len, gen_len, backend, device, bandwidth_bytes, seed, fmt, kv_dtype, place)
     try:
         report = run_bench(options, command=shlex.join(["gemma-batch", *sys.argv[1:]]))
     except (BenchError, ValueError, VulkanUnavailable, DeviceMemoryError) as e:

@@ -9,17 +9,20 @@ device of a placement plan (`placement.py`).
 A step runs the plan's segments (`Placement.segments`) in order: the first from the token ids,
 each next one from the residual stream the one before handed over ([T, H] float32, the step's
 token layout), the last through the LM head and the sampler. So the activations cross once per
-boundary per step, T * H * 4 bytes each (`crossings`). The engine sees one backend with one
-block table: block b names the same slots on every stage, each holding there the K/V of its own
-layers. Steps run one at a time (no step is submitted ahead: `overlaps` is false), each stage's
-arithmetic fixed by the plan, so a row's output does not depend on its batch.
+boundary per step, T * H * 4 bytes each (`crossing_bytes`). The engine sees one backend with
+one block table: block b names the same slots on every stage, each holding there the K/V of its
+own layers. Steps run in order on the pipeline's own thread, so that the engine builds the next
+step while one runs (`submit`); each stage's arithmetic is fixed by the plan, so a row's output
+does not depend on its batch.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 
 import numpy as np
@@ -38,6 +41,7 @@ class PipelineBackend(Backend):
     size each stage's share of the weights before they are loaded."""
 
     name = "pipeline"
+    overlaps = True  # steps run on the pipeline's own thread (`submit`)
 
     def __init__(self, cfg: Gemma3Config, placement: Placement, stages: Mapping[str, Backend],
                  layout: Mapping[str, tuple[str, tuple[int, ...]]], weights: WeightFormat) -> None:
@@ -51,6 +55,10 @@ class PipelineBackend(Backend):
                                    for d, s in self.stages.items()}
         self.kv_dtype = "/".join(dict.fromkeys(s.kv_dtype for s in self.stages.values()))
         self.weight_formats = (weights.name,)  # (each stage was built for it)
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="gemma-batch-pipeline")
+        self._running: deque[tuple[Future, threading.Event, StepBatch]] = deque()  # submitted, not waited for
+        self._thread_ids: np.ndarray | None = None  # the ids the thread's last step sampled
+        self._device_seconds: float | None = None
 
     @property
     def identity(self) -> str:
@@ -130,6 +138,8 @@ class PipelineBackend(Backend):
         return min((n for n in limits if n is not None), default=None)
 
     def allocate_kv(self, num_blocks: Mapping[str, int], block_size: int) -> None:
+        while self._running:  # an engine left steps running (it stopped early): nobody will take them
+            self.discard()
         for stage in self.stages.values():
             stage.allocate_kv(num_blocks, block_size)
 
@@ -152,6 +162,11 @@ class PipelineBackend(Backend):
         steps = [s.small_step for s in self.stages.values()]
         return None if None in steps else min(steps)
 
+    def last_step_device_seconds(self) -> float | None:
+        """The stages' device time in the last step `wait` returned, where every stage has one
+        (GPUs); the rest of a step's time is the host's, the hand-overs included."""
+        return self._device_seconds
+
     def peak_memory(self) -> int:
         return sum(s.peak_memory() for s in self.stages.values())
 
@@ -165,10 +180,55 @@ class PipelineBackend(Backend):
         """Bytes of activations a step of `num_tokens` tokens hands over between devices."""
         return (len(self.order) - 1) * num_tokens * self.cfg.hidden_size * ACTIVATION_BYTES
 
+    def submit(self, batch: StepBatch) -> None:
+        """Queue the step for the pipeline's thread, which runs steps in order, each segment after
+        the one before (the engine builds the next step meanwhile)."""
+        if len(self._running) >= self.MAX_IN_FLIGHT:
+            raise RuntimeError(f"{self.MAX_IN_FLIGHT} steps are already in flight")
+        masks = threading.Event()  # set when the step's grammar masks are in (or it has none coming)
+        if batch.sampling is None or not batch.sampling.masks_follow or batch.sampling.allowed is not None:
+            masks.set()
+        self._running.append((self._thread.submit(self._run, batch, masks), masks, batch))
+
+    def allow(self, allowed: np.ndarray) -> None:
+        """The masks of the step submitted last; its head waits for them."""
+        if not self._running or self._running[-1][1].is_set():
+            raise RuntimeError("allow() without a step submitted with masks_follow waiting for its masks")
+        _, masks, batch = self._running[-1]
+        batch.sampling.allowed = allowed  # (the object the thread's copy of the batch holds too)
+        masks.set()
+
+    def wait(self) -> StepResult:
+        future, masks, _ = self._running.popleft()
+        if not masks.is_set():  # (let the step end unmasked: nobody reads its draws)
+            masks.set()
+            future.result()
+            raise RuntimeError("wait() before allow(): the step's grammar masks were never given")
+        result, self._device_seconds = future.result()
+        self._last_ids = result.token_ids
+        return result
+
+    def discard(self) -> None:
+        future, masks, _ = self._running.popleft()
+        masks.set()
+        future.result()
+
     def step(self, batch: StepBatch) -> StepResult:
-        batch = replace(batch, token_sources=None)  # (`Backend.wait` filled the sourced tokens in)
+        if self._running:
+            raise RuntimeError("step() with steps in flight: wait() for them first")
+        self.submit(batch)
+        return self.wait()
+
+    def _run(self, batch: StepBatch, masks: threading.Event) -> tuple[StepResult, float | None]:
+        """One step on the pipeline's thread: its sourced tokens from the step before, then the
+        segments in order, the head's after the grammar masks are in."""
+        batch = replace(batch, token_ids=batch.sourced_tokens(self._thread_ids), token_sources=None)
         x: np.ndarray | StepResult | None = None
-        for device, index in self.order:
+        for k, (device, index) in enumerate(self.order):
+            if k == len(self.order) - 1:
+                masks.wait()
             x = self.stages[device].run_segment(index, batch, x)
         assert isinstance(x, StepResult), "the plan's last segment ends with the head"
-        return x
+        self._thread_ids = x.token_ids
+        times = [s.last_step_device_seconds() for s in self.stages.values()]
+        return x, None if None in times else sum(times)

@@ -24,8 +24,9 @@ from typing import TextIO
 
 import numpy as np
 
-from ..backends import create_backend, resolve_backend
+from ..backends import create_backend, create_placed, resolve_backend, resolve_placement
 from ..backends.base import Backend
+from ..backends.placement import parse_placement
 from ..engine.engine import Engine, Request
 from ..engine.kv_plan import KVPlan, blocks_per_sequence
 from ..engine.sampling_params import SamplingParams
@@ -33,6 +34,7 @@ from ..engine.stats import EngineStats
 from ..model.config import Gemma3Config
 from ..model.quant import WeightFormat
 from .metrics import CaseRun, StepTiming, case_metrics, prefill_flops
+from .random_weights import layout as random_layout
 from .random_weights import random_tensors, weight_bytes_by_dtype
 from .report import binary_size
 from .shapes import SHAPES, shape_config
@@ -75,6 +77,7 @@ class BenchOptions:
     seed: int = 0
     weights: WeightFormat = WeightFormat()
     kv_dtype: str | None = None  # None: the backend's default
+    place: str | None = None  # a placement plan (backends/placement.py) instead of `backend` and `device`
 
 
 def run_bench(options: BenchOptions, command: str = "", log: TextIO | None = None) -> dict:
@@ -83,10 +86,14 @@ def run_bench(options: BenchOptions, command: str = "", log: TextIO | None = Non
     cfg = shape_config(options.shape)
     _check(options, cfg)
     fmt = options.weights
-    backend_name, why = resolve_backend(options.backend, options.device)
     try:
-        backend = create_backend(backend_name, cfg, options.device, options.kv_dtype, fmt.name)
-    except ValueError as e:  # the backend lacks the weight format or the KV dtype
+        if options.place is not None:
+            placement, why = resolve_placement(parse_placement(options.place, cfg.num_layers)), "--place"
+            backend = create_placed(placement, cfg, random_layout(cfg), fmt, options.kv_dtype)
+        else:
+            backend_name, why = resolve_backend(options.backend, options.device)
+            backend = create_backend(backend_name, cfg, options.device, options.kv_dtype, fmt.name)
+    except ValueError as e:  # the backend lacks the weight format or the KV dtype; a bad plan
         raise BenchError(str(e)) from None
     print(f"backend: {backend.identity} ({why}); weights {fmt}", file=log)
 

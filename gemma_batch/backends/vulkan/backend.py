@@ -233,13 +233,18 @@ class VulkanBackend(Backend):
             if self._outgrown(need):
                 self._ensure(need)
             self._segment_step, self._prompt = self._write_inputs(batch, batch.token_ids, 0)
-            self._segment_batch = batch
-        T, inputs = batch.num_tokens, self.buffers.inputs[0]
+            self._segment_batch, self._last_profile = batch, {}
+        T, inputs, graph = batch.num_tokens, self.buffers.inputs[0], self.graphs[index]
+        head = self.segments[index].last == 2 * self.cfg.num_layers + 1
+        if head and batch.sampling is not None and batch.sampling.allowed is not None:  # (masks: in by now, pipeline.py)
+            inputs.write_masks(batch.sampling.allowed, batch.sample, self._segment_step.id_rows)
         if x is not None:
             StepBuffers.view(inputs.x_in, np.float32, T * self.cfg.hidden_size)[:] = x.reshape(-1)
-        self.device.submit(self.graphs[index].command_buffer(T, batch.num_seqs, self._prompt), 0)
+        self.device.submit(graph.command_buffer(T, batch.num_seqs, self._prompt), 0)
         self.device.wait(0)
-        if self.segments[index].last < 2 * self.cfg.num_layers + 1:
+        for name, seconds in graph.profile_seconds().items():  # (the step's device time: its segments')
+            self._last_profile[name] = self._last_profile.get(name, 0.0) + seconds
+        if not head:
             return StepBuffers.view(inputs.x_out, np.float32, T * self.cfg.hidden_size).reshape(T, -1)
         self._segment_batch = None
         return read_result(self._segment_step, inputs, self._logits)
