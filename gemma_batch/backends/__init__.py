@@ -52,6 +52,8 @@ def create_backend(name: str, cfg: Gemma3Config, device: str | None = None, kv_d
     the weight format `weights` or the KV dtype."""
     if name == "cpu":
         from .cpu import CpuBackend as chosen
+    elif name == "vulkan" and segments is not None:
+        from .vulkan.stage import VulkanStage as chosen
     elif name == "vulkan":
         from .vulkan import VulkanBackend as chosen
     else:

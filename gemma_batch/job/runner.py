@@ -24,7 +24,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..backends.pipeline import PipelineBackend
-from ..bench.report import binary_size
 from ..backends.vulkan.errors import DeviceMemoryError, VulkanUnavailable
 from ..data import writers
 from ..data.readers import open_dataset
@@ -85,8 +84,9 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
         raise JobFailed(str(e)) from None
     print(f"backend: {backend.identity} ({why}); weights {fmt}", file=log)
     if isinstance(backend, PipelineBackend):
-        shares = "; ".join(f"{d}: weights {binary_size(w)} of {binary_size(free)} free" for d, (w, free) in backend.stage_memory().items())
-        print(f"placement: {shares}; {binary_size(backend.crossing_bytes(1))} of activations cross between devices "
+        shares = "; ".join(f"{d}: weights {w / 2**20:.1f} MiB of {free / 2**20:.1f} MiB free"
+                           for d, (w, free) in backend.stage_memory().items())
+        print(f"placement: {shares}; {backend.crossing_bytes(1)} bytes of activations cross between devices "
               "per token", file=log)
 
     max_model_len = spec.max_model_len or cfg.max_position_embeddings

@@ -34,7 +34,6 @@ from .bandwidth import measure_read_bandwidth
 from . import coop_tiles, coopmat, flash, fragment_order
 from .device import Device
 from .graph import StepGraph
-from .grids import DispatchGrids
 from .in_flight import InFlight, logits_rows, read_result, score_layout
 from .coop_tiles import COOP_FOLD_ROWS, COOP_MIN_CHUNK
 from .kernels import Kernels
@@ -68,7 +67,6 @@ class VulkanBackend(Backend):
         those parts only). `memory_limit`: the most device memory it may plan to hold (None: what
         is free)."""
         super().__init__(cfg, segments)
-        self.memory_limit = memory_limit
         check_supported(cfg)
         if kv_dtype not in KV_VARIANTS:
             raise ValueError(f"KV dtype {kv_dtype!r}: the Vulkan backend has {', '.join(KV_VARIANTS)}")
@@ -79,7 +77,7 @@ class VulkanBackend(Backend):
         self.attention_chunk = attention_chunk
         self.coop_min_chunk = coop_min_chunk
         self.device = Device(device)
-        self.mem = Memory(self.device)
+        self.mem = Memory(self.device, memory_limit)
         self.kernels = fragment_order.model_kernels(
             Kernels.for_model(self.device, cfg, coopmat.split_inputs(kv_dtype)), self.mem, cfg)
         self.weights = DeviceWeights(cfg, self.mem, tiles=self.device.coopmat, fragment_order=self.kernels.fragment_loads,
@@ -95,7 +93,6 @@ class VulkanBackend(Backend):
         self._in_flight: deque[InFlight] = deque()  # submitted steps, oldest first
         self._next_slot = 0  # the input set the next step writes
         self._last_profile: dict[str, float] = {}  # GPU seconds of the last step `wait` returned
-        self._segment_batch: StepBatch | None = None  # a pipeline stage's step whose inputs are written
         self.inv_freq = {}
         for name, spec in cfg.rope.items():  # the CPU reference's fp32 inv_freq, bit for bit
             values = rope_inv_freq(cfg.head_dim, spec)
@@ -116,12 +113,7 @@ class VulkanBackend(Backend):
         self.weights.load(tensors)
 
     def available_memory(self) -> int:
-        """Free device memory (within `memory_limit` less the device buffers held), less a share
-        for the step buffers."""
-        free = self.mem.free_bytes()
-        if self.memory_limit is not None:
-            free = min(free, self.memory_limit - sum(b.reserved for b in self.mem.buffers if b.array is None))
-        return int(max(0, free) * (1 - SCRATCH_RESERVE))
+        return int(self.mem.free_bytes() * (1 - SCRATCH_RESERVE))
 
     def kv_bytes_per_token(self, group: str) -> int:
         return kv_token_bytes(self.cfg, group, self.kv_dtype, self.kv_layers)
@@ -225,30 +217,6 @@ class VulkanBackend(Backend):
         masks_due = s is not None and s.masks_follow and s.allowed is None
         return InFlight(slot, batch, rows, id_rows, masks_due, len(scored), order), p.any
 
-    def run_segment(self, index: int, batch: StepBatch, x: np.ndarray | None) -> np.ndarray | StepResult:
-        """The step's inputs go into the one input set at its first segment here; each segment is
-        its own recording, run to its end before this returns (graph.py)."""
-        if self._segment_batch is not batch:
-            need = self._capacity_for(batch)
-            if self._outgrown(need):
-                self._ensure(need)
-            self._segment_step, self._prompt = self._write_inputs(batch, batch.token_ids, 0)
-            self._segment_batch, self._last_profile = batch, {}
-        T, inputs, graph = batch.num_tokens, self.buffers.inputs[0], self.graphs[index]
-        head = self.segments[index].last == 2 * self.cfg.num_layers + 1
-        if head and batch.sampling is not None and batch.sampling.allowed is not None:  # (masks: in by now, pipeline.py)
-            inputs.write_masks(batch.sampling.allowed, batch.sample, self._segment_step.id_rows)
-        if x is not None:
-            StepBuffers.view(inputs.x_in, np.float32, T * self.cfg.hidden_size)[:] = x.reshape(-1)
-        self.device.submit(graph.command_buffer(T, batch.num_seqs, self._prompt), 0)
-        self.device.wait(0)
-        for name, seconds in graph.profile_seconds().items():  # (the step's device time: its segments')
-            self._last_profile[name] = self._last_profile.get(name, 0.0) + seconds
-        if not head:
-            return StepBuffers.view(inputs.x_out, np.float32, T * self.cfg.hidden_size).reshape(T, -1)
-        self._segment_batch = None
-        return read_result(self._segment_step, inputs, self._logits)
-
     def allow(self, allowed: np.ndarray) -> None:
         """The masks go into the step's input set, and the step, held before its sampler since
         `submit` (StepGraph.masks_ready), goes on."""
@@ -313,17 +281,19 @@ class VulkanBackend(Backend):
             raise RuntimeError("allocate_kv must be called before step")
         capacity = (self.buffers.capacity if self.buffers is not None else first_capacity(need.widths)).grown_to(need)
         self._drop_graph()
-        coop = self.coop_min_chunk if self.device.coopmat else None
-        staged = self.segments is not None  # a pipeline stage: one input set, a recording per segment
-        grid_slots = DispatchGrids(self.cfg, self.attention_chunk, self.device.info.sm_count) if staged else None
+        self._build(capacity, self.coop_min_chunk if self.device.coopmat else None)
+
+    def _build(self, capacity: Capacity, coop: int | None) -> None:
+        """The step buffers and their recordings: an input set and a recording per step in flight."""
         self.buffers = StepBuffers(self.cfg, self.mem, capacity, self.block_size, self.attention_chunk, coop,
-                                   sets=1 if staged else self.MAX_IN_FLIGHT, sm_count=self.device.info.sm_count,
-                                   crossing=staged)
-        self.graphs = [StepGraph(self.cfg, self.kernels, self.weights, self.buffers, self.k_pages, self.v_pages,
-                                 self.inv_freq, KV_VARIANTS[self.kv_dtype], self.block_size, self.attention_chunk,
-                                 self.profile, coop, slot, self.flash, segment, grid_slots)
-                       for slot, segment in (enumerate([None] * self.MAX_IN_FLIGHT) if not staged else
-                                             ((0, (s.first, s.last)) for s in self.segments))]
+                                   sets=self.MAX_IN_FLIGHT, sm_count=self.device.info.sm_count)
+        self.graphs = [self._graph(coop, slot) for slot in range(self.MAX_IN_FLIGHT)]
+
+    def _graph(self, coop: int | None, slot: int, **options) -> StepGraph:
+        """The recording of input set `slot` (`options`: StepGraph's segment and grid slots)."""
+        return StepGraph(self.cfg, self.kernels, self.weights, self.buffers, self.k_pages, self.v_pages, self.inv_freq,
+                         KV_VARIANTS[self.kv_dtype], self.block_size, self.attention_chunk, self.profile, coop, slot,
+                         self.flash, **options)
 
     def _drop_graph(self) -> None:
         """Free the recorded steps and their buffers; the next step records them again."""

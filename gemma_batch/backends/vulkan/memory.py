@@ -31,8 +31,10 @@ class Buffer:
 
 
 class Memory:
-    def __init__(self, device: Device) -> None:
+    def __init__(self, device: Device, limit: int | None = None) -> None:
+        """`limit`: the most device memory to count on holding (--gpu-memory; None: what is free)."""
         self.dev = device
+        self.limit = limit
         self.vk = device.vk
         self.allocated = 0
         self.peak = 0  # most bytes allocated at once
@@ -43,11 +45,13 @@ class Memory:
 
     # -- budget -------------------------------------------------------------------------------
     def free_bytes(self) -> int:
-        """Device-local bytes not yet used (the driver's budget where VK_EXT_memory_budget exists)."""
+        """Device-local bytes not yet used (the driver's budget where VK_EXT_memory_budget exists),
+        within `limit`."""
         budget = self.dev.heap_budget()
-        if budget is not None:
-            return max(0, budget[0] - budget[1])
-        return max(0, self.dev.info.device_local_bytes - self.allocated)
+        free = budget[0] - budget[1] if budget is not None else self.dev.info.device_local_bytes - self.allocated
+        if self.limit is not None:  # (less what this process holds in device memory: host-visible staging aside)
+            free = min(free, self.limit - sum(b.reserved for b in self.buffers if b.array is None))
+        return max(0, free)
 
     def _memory_type(self, bits: int, want: int, avoid: int = 0) -> int | None:
         props = self.dev.memory_properties

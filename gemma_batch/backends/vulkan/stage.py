@@ -1,0 +1,64 @@
+"""A pipeline stage on a Vulkan device (`backends/pipeline.py`): the Vulkan backend running only
+the segments of a placement plan that fall on its device.
+
+It holds the weights and KV pages of its segments' parts only (weights.py, kv_pages.py), and
+records each segment on its own (graph.py `segment`: from the stream handed in, to the stream
+handed on, no fusion across its edges). A step's inputs go into its one input set at the
+step's first segment here; each segment then runs to its end before `run_segment` returns, the
+stream it hands on read from cached host memory where the GPU wrote it (StepInputs `x_out`), the
+one handed in written to host-visible memory the GPU reads (`x_in`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ...model.config import Gemma3Config
+from ..base import StepBatch, StepResult
+from ..placement import Segment
+from .backend import VulkanBackend
+from .grids import DispatchGrids
+from .in_flight import read_result
+from .step_buffers import Capacity, StepBuffers
+
+
+class VulkanStage(VulkanBackend):
+    def __init__(self, cfg: Gemma3Config, segments: Sequence[Segment], **options) -> None:
+        """`options`: VulkanBackend's."""
+        super().__init__(cfg, segments=segments, **options)
+        self._batch: StepBatch | None = None  # the step whose inputs the input set holds
+
+    def submit(self, batch: StepBatch) -> None:
+        raise RuntimeError("a pipeline stage runs segments of steps (run_segment), not whole steps")
+
+    def _build(self, capacity: Capacity, coop: int | None) -> None:
+        """One input set with the hand-over buffers, a recording per segment, and one set of grid
+        slots for them all (the set's grids serve each)."""
+        self.buffers = StepBuffers(self.cfg, self.mem, capacity, self.block_size, self.attention_chunk, coop,
+                                   sets=1, sm_count=self.device.info.sm_count, crossing=True)
+        slots = DispatchGrids(self.cfg, self.attention_chunk, self.device.info.sm_count)
+        self.graphs = [self._graph(coop, 0, segment=(s.first, s.last), grid_slots=slots) for s in self.segments]
+
+    def run_segment(self, index: int, batch: StepBatch, x: np.ndarray | None) -> np.ndarray | StepResult:
+        if self._batch is not batch:
+            need = self._capacity_for(batch)
+            if self._outgrown(need):
+                self._ensure(need)
+            self._step, self._prompt = self._write_inputs(batch, batch.token_ids, 0)
+            self._batch, self._last_profile = batch, {}
+        T, inputs, graph = batch.num_tokens, self.buffers.inputs[0], self.graphs[index]
+        head = self.segments[index].last == 2 * self.cfg.num_layers + 1
+        if head and batch.sampling is not None and batch.sampling.allowed is not None:  # (masks: in by now, pipeline.py)
+            inputs.write_masks(batch.sampling.allowed, batch.sample, self._step.id_rows)
+        if x is not None:
+            StepBuffers.view(inputs.x_in, np.float32, T * self.cfg.hidden_size)[:] = x.reshape(-1)
+        self.device.submit(graph.command_buffer(T, batch.num_seqs, self._prompt), 0)
+        self.device.wait(0)
+        for name, seconds in graph.profile_seconds().items():  # (the step's device time: its segments')
+            self._last_profile[name] = self._last_profile.get(name, 0.0) + seconds
+        if not head:
+            return StepBuffers.view(inputs.x_out, np.float32, T * self.cfg.hidden_size).reshape(T, -1)
+        self._batch = None
+        return read_result(self._step, inputs, self._logits)
