@@ -15,7 +15,7 @@ if [[ $what == tests || $what == all ]]; then
   # One pytest process per file: several Vulkan test files in one process have crashed at exit there.
   for f in tests/test_vulkan_flash.py tests/test_vulkan_split.py tests/test_vulkan_coopmat.py tests/test_vulkan_backend.py tests/test_vulkan_step_limits.py \
            tests/test_batch_invariance.py tests/test_vulkan_kv_dtypes.py tests/test_vulkan_quant.py tests/test_vulkan_job.py \
-           tests/test_vulkan_attention.py tests/test_vulkan_choices.py tests/test_prefix_cache.py; do
+           tests/test_vulkan_attention.py tests/test_vulkan_choices.py tests/test_prefix_cache.py tests/test_pipeline.py; do
     python3 -m pytest -q -x "$f" "$@" 2>&1 | tee -a "$OUT/tests.log" | tail -5
   done
 fi

@@ -65,12 +65,12 @@ import numpy as np
 
 from ...model.config import Gemma3Config
 from .coop_plan import CoopPlan
-from .coop_tiles import (COOP_DIRECT_DTYPES, COOP_FOLD_ROWS, coop_chunks, coop_cols, coop_fold, coop_fold_rows,
-                         coop_variant)
+from .coop_tiles import coop_chunks
+from .graph_coop import CoopMatmul
 from .grids import DispatchGrids
 from .host_event import HostEvent
 from .kernels import META_BINDING, Kernels
-from .variants import COOP_KINDS, COOP_REDUCE_WG, GATED_SPLIT_PIECE, ROWS_REDUCE_COLS, matmul_cols, matmul_variant
+from .variants import matmul_cols, matmul_variant
 from .memory import Buffer
 from .step_buffers import StepBuffers
 from .recordings import DECODE_MODES, FLASH, recording_for, recording_modes
@@ -81,7 +81,7 @@ from .weights import DeviceWeights
 STAMPS_PER_LAYER = 24  # timestamps a layer's dispatches take with `profile` (at most 20: splits, the prompt tile's two forms, flash)
 
 
-class StepGraph:
+class StepGraph(CoopMatmul):
     """Records the step for one input set; `grids(T, R, positions)` gives the indirect grid of
     every dispatch."""
 
@@ -191,57 +191,6 @@ class StepGraph:
                 "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim, "group": self.w.group}
         self._dispatch(matmul_variant(kind, dtype), buffers, push,
                        ("matmul_rows" if kind == "norm_rows" else "matmul_tokens", -(-N // matmul_cols(kind))))
-
-    def _coop_matmul(self, kind: str, layer: int, key: str, dtype: str, x: Buffer, y: Buffer, N: int, K: int,
-                     norm: Buffer | None, extra: dict[int, Buffer] | None, presplit: bool,
-                     split_next: dict[int, Buffer] | None, reduce_chunks: bool) -> None:
-        """`_matmul` on the cooperative-matrix path: split, coop, reduce (see the module doc)."""
-        cfg, b = self.cfg, self.b
-        split, gemm, reduce = COOP_KINDS[kind]
-        gated, rows = kind == "norm_gated", kind == "norm_rows"
-        count = "rows" if rows else "tokens"
-        if not presplit:
-            inputs = {1: x, 2: b.split, 4: b.split_scale, **({3: norm} if norm is not None else {}),
-                      **({5: self.inp.rows} if rows else {})}
-            self._dispatch(split, inputs, {"K": K, "eps": cfg.rms_norm_eps}, (count, 1))
-        cols = 2 * N if gated else N
-        chunks = coop_chunks(cols, K, self.plan.coop_min_chunk)
-        weights = {0: self.w.buffer(layer, key), **({4: self.w.buffer(layer, "up_proj")} if gated else {})}
-        # The step's tokens before its prompt tokens (partial_rows.glsl): the decode tile for steps
-        # of up to COOP_FOLD_ROWS tokens, the prefill tile for longer ones; the LM head's rows may
-        # be few in a long step, so that recording has both for it. Then the prompt tokens' rows:
-        # the prefill tile as the prompt tile (WHOLE_K), in every recording but the decode steps'.
-        prefill_tile = coop_fold(dtype, cols, self.kernels.x_lo) if not rows else True
-        folds = ((False, prefill_tile) if rows else (prefill_tile,)) if self.mode == "prefill" else (False,)
-        # Up to fold_rows rows each K chunk is a workgroup; above, a prefill workgroup sums its own (coop_tiles).
-        fold_rows = COOP_FOLD_ROWS if rows else coop_fold_rows(
-            -(-cols // coop_cols(dtype, prefill_tile)), chunks, self.kernels.dev.info.sm_count)
-        push = {"N": cols, "K": K, "kchunk": K // chunks, "group": self.w.group, "fold_rows": fold_rows}
-        for fold in folds:
-            tiles = -(-cols // coop_cols(dtype, fold))
-            loop = " loop" if rows and not fold and dtype in COOP_DIRECT_DTYPES else ""  # (grids.py)
-            grid = (f"coopfold_{count} {chunks} {fold_rows}", tiles) if fold else (f"coop_{count} {chunks}{loop}", tiles)
-            self._dispatch(coop_variant(gemm, dtype, fold), {**weights, 1: b.split, 2: b.partial}, push, grid)
-        if not rows and self.mode not in DECODE_MODES:  # the prompt tokens' rows (decode steps have none)
-            tiles = -(-cols // coop_cols(dtype, prefill_tile))
-            forms = ((False, "coopwhole_big"), (True, "coopwhole_small")) if prefill_tile == "wide" else ((False, "coopwhole"),)
-            for small, kind in forms:  # (a 32-row form for short prompt blocks: coop_tiles.coop_whole_small)
-                self._dispatch(coop_variant(gemm, dtype, prefill_tile, whole=True, small=small),
-                               {**weights, 1: b.split, 2: b.partial}, push, (kind, tiles))
-        if not reduce_chunks:
-            return
-        epilogue = {} if gated or rows else (extra or {})  # the post-norm's or QK-norm/RoPE/KV buffers
-        groups = {"reduce_post_norm": 1, "reduce_gated": -(-N // COOP_REDUCE_WG),  # (post-norm: a workgroup a row)
-                  "reduce_rows": -(-N // ROWS_REDUCE_COLS)}.get(reduce, cfg.num_heads + 2 * cfg.num_kv_heads)
-        if split_next is not None:  # also writes the next input's split
-            reduce, epilogue = f"{reduce}_split", {**epilogue, 5: b.split, **split_next}
-            if gated and self.mode == "decode":  # pieces of a row, the last splitting it
-                epilogue, groups = {**epilogue, 6: b.row_sync}, -(-N // GATED_SPLIT_PIECE)
-            elif gated:  # a workgroup per row
-                reduce, groups = f"{reduce}_rows", 1
-        self._dispatch(reduce, {0: b.partial, 2: y, 4: b.split_scale, **epilogue},
-                       {"N": N, "chunks": chunks, "fold_rows": fold_rows, "eps": cfg.rms_norm_eps, "num_heads": cfg.num_heads,
-                        "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim}, (count, groups))
 
     def _record(self) -> None:
         cfg, b, inp, w = self.cfg, self.b, self.inp, self.w
