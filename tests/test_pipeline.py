@@ -139,9 +139,9 @@ def _completions(path) -> tuple[list, list]:
 
 @needs_vulkan
 def test_an_auto_plan_under_a_small_gpu_cap_splits_and_gives_the_single_device_output(tmp_path):
-    """The demo model (about 10 MiB of bf16 weights) under --gpu-memory 20MiB (weights, fp32 KV and
-    step buffers): some layers on the GPU (4 of 6 here), the rest on
-    the CPU; the completions equal the CPU job's, and each token's log-probability agrees within
+    """The demo model (about 10 MiB of bf16 weights) under --gpu-memory 14MiB (weights, fp32 KV and
+    step buffers, kept small): some layers on the GPU, the rest on the CPU (or on a second GPU
+    where there is one); the completions equal the CPU job's, and each token's log-probability agrees within
     1e-4 (fp32 KV pages on both: with fp16 pages on the GPU, as with the GPU alone, a near tie in
     row 3 goes the other way)."""
     rows = [{"id": i, "prompt": f"Row {i}: the weather today" + " is" * (i % 7)} for i in range(10)]
@@ -149,10 +149,10 @@ def test_an_auto_plan_under_a_small_gpu_cap_splits_and_gives_the_single_device_o
     flags = ("--max-tokens", "12", "--logprobs", "1", "--kv-dtype", "fp32")
     single = gemma_batch("run", src, *flags, "--backend", "cpu", "--output", tmp_path / "cpu.parquet")
     assert single.returncode == 0, single.stderr
-    split = gemma_batch("run", src, *flags, "--place", "auto", "--device", "0", "--gpu-memory", "20MiB",
-                        "--output", tmp_path / "split.parquet")
+    split = gemma_batch("run", src, *flags, "--place", "auto", "--device", "0", "--gpu-memory", "14MiB",
+                        "--max-batch", "4", "--max-step-tokens", "64", "--output", tmp_path / "split.parquet")
     assert split.returncode == 0, split.stderr
-    assert "backend: pipeline (embed: vulkan:0; layer" in split.stderr and "-5: cpu; head: cpu)" in split.stderr
+    assert "backend: pipeline (embed: vulkan:0; layer" in split.stderr  # (the rest: the CPU, or a second GPU)
     assert "of activations cross between devices per token" in split.stderr
     (ours, our_lp), (ref, ref_lp) = _completions(tmp_path / "split.parquet"), _completions(tmp_path / "cpu.parquet")
     assert ours == ref
