@@ -213,6 +213,15 @@ def test_the_npu_stops_the_job_before_loading_saying_why(tmp_path):
     assert not (tmp_path / "rows.completions.parquet").exists()
 
 
+def test_a_toml_job_takes_its_plan(tmp_path):
+    """`place` in a TOML job reaches the job: here the NPU, which stops it before loading."""
+    write_jsonl(tmp_path / "rows.jsonl", [{"prompt": "hello"}])
+    job = tmp_path / "job.toml"
+    job.write_text('input = "rows.jsonl"\nplace = "attention=npu,ffn=cpu"\n', encoding="utf-8")
+    done = gemma_batch("run", job)
+    assert done.returncode == 2 and "--place names the NPU, but" in done.stderr, done.stderr
+
+
 @pytest.mark.parametrize("flags, message", [
     (("--place", "0-2:cpu"), "no device for attention 3"),
     (("--place", "0-3:cpu,3-5:cpu"), "layer 3's attention is placed twice"),
