@@ -72,6 +72,24 @@ def test_a_pipeline_of_one_wrong_part_fails_the_comparison(checkpoints, cpu_refe
     assert max(np.abs(ours - ref).max() for ours, ref in zip(logits, cpu_reference[1])) > 1e-2
 
 
+def test_a_stage_that_fails_to_load_fails_the_load_without_a_hang(checkpoints):
+    model_dir = checkpoints["bf16"][0]
+    cfg = Gemma3Config.from_dir(model_dir)
+    checkpoint = Checkpoint.open(model_dir, cfg)
+    placement = _named(PLANS[0], "vulkan:a", "vulkan:b", cfg.num_layers)
+    stages = {d: CpuBackend(cfg, segments=[s for s in placement.segments() if s.device == d]) for d in placement.devices}
+
+    def broken(tensors):
+        for i, _ in enumerate(tensors):
+            if i == 1:
+                raise ValueError("stage a cannot hold its second tensor")
+
+    stages["vulkan:a"].load_weights = broken
+    backend = PipelineBackend(cfg, placement, stages, checkpoint.layout, WeightFormat.parse("bf16"))
+    with pytest.raises(ValueError, match="stage a cannot hold"):
+        backend.load_weights(checkpoint.tensors())
+
+
 def _vulkan_here() -> bool:
     try:
         from gemma_batch.backends.vulkan.device import list_devices

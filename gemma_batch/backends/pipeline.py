@@ -66,7 +66,8 @@ class PipelineBackend(Backend):
 
     def load_weights(self, tensors: Iterable[tuple[str, Tensor | QuantizedTensor]]) -> None:
         """Every stage loads at once, on its own thread, from a queue of the tensors it holds (a
-        few at a time: the checkpoint is read once, and never held whole)."""
+        few at a time: the checkpoint is read once, and never held whole). The first error, a
+        stage's or the checkpoint's, is raised once every stage has stopped."""
         feeds = {d: queue.Queue(maxsize=2) for d in self.stages}
         failed: list[BaseException] = []
         held = {d: set(names) for d, names in self.held.items()}
@@ -77,31 +78,33 @@ class PipelineBackend(Backend):
                     yield item
             try:
                 self.stages[device].load_weights(items())
-            except BaseException as e:  # noqa: BLE001 (handed to the caller below)
+            except BaseException as e:  # noqa: BLE001 (raised by the caller below)
                 failed.append(e)
 
-        threads = [threading.Thread(target=load, args=(d,), name=f"load {d}", daemon=True) for d in self.stages]
-        for thread in threads:
+        threads = {d: threading.Thread(target=load, args=(d,), name=f"load {d}", daemon=True) for d in self.stages}
+        for thread in threads.values():
             thread.start()
 
         def put(device: str, item: object) -> None:
-            while not failed:
+            while threads[device].is_alive():  # (a stage that stopped takes nothing more)
                 try:
                     feeds[device].put(item, timeout=0.1)
                     return
                 except queue.Full:
                     continue
 
-        for name, tensor in tensors:
+        try:
+            for name, tensor in tensors:
+                if failed:
+                    break
+                for device in self.stages:
+                    if name in held[device]:
+                        put(device, (name, tensor))
+        finally:  # the end of every stage's tensors (a stage given too few says which are missing)
             for device in self.stages:
-                if name in held[device]:
-                    put(device, (name, tensor))
-            if failed:
-                break
-        for device in self.stages:
-            put(device, None)
-        for thread in threads:
-            thread.join()
+                put(device, None)
+            for thread in threads.values():
+                thread.join()
         if failed:
             raise failed[0]
 
