@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -221,6 +222,40 @@ def test_a_placed_job_killed_mid_run_resumes_to_the_same_file(tmp_path):
     assert final.returncode == 0, final.stderr
     assert "resuming: " in final.stderr and "resuming: 0 " not in final.stderr
     assert target.read_bytes() == (tmp_path / "reference.parquet").read_bytes()
+
+
+@pytest.mark.parametrize("memory_gib", [79.2, 40.0, 24.0])
+def test_auto_keeps_a_model_that_fits_on_one_gpu_and_splits_one_that_does_not(memory_gib):
+    """27b bf16 with the job's defaults: as many layers on the GPU as fit in 90% of its memory,
+    less the step buffers, beside the KV of one 8,192-token sequence (16-token blocks; a sliding
+    layer keeps its 1,024-token window plus a 512-token step), counted here from the tensor
+    shapes; the rest on the CPU. An 80 GB GPU holds the whole model."""
+    import math
+    import types
+    from gemma_batch.bench.random_weights import layout as random_layout
+    from gemma_batch.bench.shapes import shape_config
+    from gemma_batch.job.devices import _step_buffer_bytes, plan_gpus
+    from gemma_batch.job.spec import JobSpec
+
+    cfg, spec = shape_config("27b"), JobSpec(input=Path("rows.jsonl"))
+    layout = random_layout(cfg)
+    gpu = types.SimpleNamespace(index=0, name="GPU", device_local_bytes=int(memory_gib * 2**30), coopmat_fp16=True, sm_count=132)
+    placement, _ = plan_gpus(spec, cfg, layout, [gpu], None)
+
+    def bf16_bytes(prefix: str) -> int:
+        return sum(2 * math.prod(shape) for name, (_, shape) in layout.items() if name.startswith(prefix))
+
+    def kv_bytes(layer: int) -> int:
+        tokens = 8192 if cfg.layer_types[layer] == "full_attention" else 16 * (-(-(cfg.sliding_window - 1 + 512) // 16) + 1)
+        return tokens * 2 * cfg.num_kv_heads * cfg.head_dim * 2  # K and V, fp16
+
+    budget = int(gpu.device_local_bytes * 0.9) - _step_buffer_bytes(cfg, gpu, spec, 8192)
+    held, layers = bf16_bytes("embed_tokens.") + bf16_bytes("norm."), 0
+    while layers < cfg.num_layers and held + bf16_bytes(f"layers.{layers}.") + kv_bytes(layers) <= budget:
+        held, layers = held + bf16_bytes(f"layers.{layers}.") + kv_bytes(layers), layers + 1
+    assert placement.ffn.count("vulkan:0") == placement.attention.count("vulkan:0") == layers
+    assert placement.devices == (("vulkan:0",) if layers == cfg.num_layers else ("vulkan:0", "cpu"))
+    assert (layers == cfg.num_layers) == (memory_gib > 70)
 
 
 def test_the_npu_stops_the_job_before_loading_saying_why(tmp_path):

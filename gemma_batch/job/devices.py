@@ -3,9 +3,8 @@ plan over several (`--place`, backends/placement.py).
 
 Under `--backend auto` the plan is `--place auto` unless `--place` names one: the usable GPUs,
 `--device`'s first, then discrete before integrated, each take in turn as many of the next
-layers as fit in its memory (capped by `--gpu-memory`, less the step buffers the job's steps
-take there) with the KV of one sequence of the job's longest length (what the engine must hold
-to make progress); the CPU takes the rest. A model
+layers as fit in its memory (capped by `--gpu-memory`) beside room for one sequence's KV and
+the step buffers (AUTO_LENGTH, AUTO_STEP_TOKENS); the CPU takes the rest. A model
 that fits on the first GPU runs there alone, as a single backend; CPU Vulkan implementations
 (llvmpipe) count only when `--device` (or GEMMA_BATCH_VK_DEVICE) names them.
 """
@@ -20,10 +19,15 @@ from ..backends.base import Backend
 from ..backends.placement import Placement, PlacementError, parse_placement
 from ..engine.footprint import auto_placement, footprint
 from ..model.config import Gemma3Config
-from ..model.quant import WeightFormat
 from .spec import JobSpec, UsageError, parse_size
 
-AUTO_CHUNK = 8192  # the prefill chunk auto plans with (the longest a backend takes by default)
+# What --place auto keeps room for on a GPU beside its layers' weights: the KV of one sequence of
+# the job's longest length, up to AUTO_LENGTH tokens, and the step buffers of steps of the job's
+# budget, up to AUTO_STEP_TOKENS. The engine then sizes both within what is left (the KV cache
+# lowers the model length with a notice, the steps shrink); planning for a 128K-token sequence
+# and 8,192-token steps would have put 27b's last layer on the CPU of an 80 GB GPU.
+AUTO_LENGTH = 8192
+AUTO_STEP_TOKENS = 512
 
 
 def job_backend(spec: JobSpec, cfg: Gemma3Config, layout: Mapping[str, tuple[str, tuple[int, ...]]]) -> tuple[Backend, str]:
@@ -36,7 +40,7 @@ def job_backend(spec: JobSpec, cfg: Gemma3Config, layout: Mapping[str, tuple[str
         return create_backend(name, cfg, spec.device, spec.kv_dtype, fmt.name, memory_limit=limit), why
     try:
         if spec.place in (None, "auto"):
-            placement, why = _auto(spec, cfg, layout, fmt, limit)
+            placement, why = _auto(spec, cfg, layout, limit)
         else:
             placement, why = parse_placement(spec.place, cfg.num_layers), "--place"
         placement = resolve_placement(placement)
@@ -46,26 +50,24 @@ def job_backend(spec: JobSpec, cfg: Gemma3Config, layout: Mapping[str, tuple[str
 
 
 def _step_buffer_bytes(cfg: Gemma3Config, gpu, spec: JobSpec, length: int) -> int:
-    """Device bytes of the step buffers a job's steps take on `gpu` (a DeviceInfo), for steps of
-    the job's budget (the backend's default: the longest there) over sequences of `length`
-    tokens: what the engine reserves (`VulkanBackend.reserve`), before any backend exists."""
+    """Device bytes of the step buffers (as `VulkanBackend.reserve` makes them) on `gpu` (a
+    DeviceInfo) for steps of the job's budget, up to AUTO_STEP_TOKENS, over sequences of
+    `length` tokens, before any backend exists."""
     from ..backends.vulkan import coopmat
     from ..backends.vulkan.attention import DEFAULT_CHUNK
     from ..backends.vulkan.coop_tiles import COOP_MIN_CHUNK
-    from ..backends.vulkan.step_buffers import (PREFILL_STEP_TOKENS, ROWS_PER_SEQ, Capacity, first_capacity,
-                                                scratch_sizes)
+    from ..backends.vulkan.step_buffers import ROWS_PER_SEQ, Capacity, first_capacity, scratch_sizes
 
     coop = gpu.coopmat_fp16 and coopmat.wanted()
-    tokens = spec.max_step_tokens or max(spec.max_batch, PREFILL_STEP_TOKENS if coop else 512)
+    tokens = max(spec.max_batch, min(spec.max_step_tokens or AUTO_STEP_TOKENS, AUTO_STEP_TOKENS))
     widths = tuple(sorted((g.name, -(-length // spec.block_size)) for g in cfg.kv_groups()))
     capacity = first_capacity(widths).grown_to(Capacity(tokens, spec.max_batch, ROWS_PER_SEQ * spec.max_batch, widths))
     sizes = scratch_sizes(cfg, capacity, spec.block_size, DEFAULT_CHUNK, COOP_MIN_CHUNK if coop else None, gpu.sm_count)
     return sum(size for size, _ in sizes.values())
 
 
-def _auto(spec: JobSpec, cfg: Gemma3Config, layout: Mapping[str, tuple[str, tuple[int, ...]]], fmt: WeightFormat,
+def _auto(spec: JobSpec, cfg: Gemma3Config, layout: Mapping[str, tuple[str, tuple[int, ...]]],
           limit: int | None) -> tuple[Placement, str]:
-    from ..backends.vulkan.backend import SCRATCH_RESERVE
     from ..backends.vulkan.device import DEVICE_ENV, choose_device, list_devices, usable_gpus
 
     wanted = spec.device or os.environ.get(DEVICE_ENV) or None
@@ -74,12 +76,20 @@ def _auto(spec: JobSpec, cfg: Gemma3Config, layout: Mapping[str, tuple[str, tupl
         return Placement.single("cpu", cfg.num_layers), why
     devices = list_devices()
     first = choose_device(usable_gpus(devices) if wanted is None else devices, wanted)
-    gpus = [first] + [d for d in usable_gpus(devices) if d.index != first.index]
-    length = min(spec.max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
+    return plan_gpus(spec, cfg, layout, [first] + [d for d in usable_gpus(devices) if d.index != first.index], limit)
+
+
+def plan_gpus(spec: JobSpec, cfg: Gemma3Config, layout: Mapping[str, tuple[str, tuple[int, ...]]], gpus: list,
+              limit: int | None) -> tuple[Placement, str]:
+    """`--place auto` over `gpus` (DeviceInfos, in the order they take layers), then the CPU."""
+    from ..backends.vulkan.backend import SCRATCH_RESERVE
+
+    fmt, first = spec.weight_format, gpus[0]
+    length = min(spec.max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings, AUTO_LENGTH)
     budgets = [(f"vulkan:{d.index}", int(min(d.device_local_bytes, limit or d.device_local_bytes) * (1 - SCRATCH_RESERVE))
                 - _step_buffer_bytes(cfg, d, spec, length)) for d in gpus]
     fp = footprint(cfg, layout, fmt, spec.kv_dtype or "fp16")
-    placement = auto_placement(fp, layout, budgets, length, 1, spec.block_size, spec.max_step_tokens or AUTO_CHUNK)
+    placement = auto_placement(fp, layout, budgets, length, 1, spec.block_size, min(spec.max_step_tokens or AUTO_STEP_TOKENS, AUTO_STEP_TOKENS))
     if len(placement.devices) == 1 and placement.devices[0] != "cpu":
         return placement, f"auto: {first.name} holds the whole model"
     held = ", ".join(f"{sum(d == device for d in placement.ffn)} layers on {device}" for device in placement.devices)
