@@ -66,7 +66,8 @@ def test_a_pipeline_of_one_wrong_part_fails_the_comparison(checkpoints, cpu_refe
     checkpoint = Checkpoint.open(model_dir, cfg)
     placement = _named(PLANS[0], "vulkan:a", "vulkan:b", cfg.num_layers)
     stages = {d: CpuBackend(cfg, segments=[s for s in placement.segments() if s.device == d]) for d in placement.devices}
-    stages["vulkan:b"]._feed_forward = lambda layer, h: h if layer == 4 else CpuBackend._feed_forward(stages["vulkan:b"], layer, h)
+    stages["vulkan:b"]._feed_forward = lambda layer, h, out=None: (
+        h if layer == 4 else CpuBackend._feed_forward(stages["vulkan:b"], layer, h, out))
     backend = PipelineBackend(cfg, placement, stages, checkpoint.layout, WeightFormat.parse("bf16"))
     backend.load_weights(checkpoint.tensors())
     _, logits = run_batched(backend, step_token_budget=7)
@@ -117,6 +118,33 @@ def test_cpu_and_vulkan_stages_match_the_cpu_run(checkpoints, cpu_reference, pla
     completions, logits = run_batched(backend, step_token_budget=7)
     assert completions == cpu_reference[0]
     assert max(np.abs(ours - ref).max() for ours, ref in zip(logits, cpu_reference[1])) < 1e-4
+
+
+@needs_vulkan
+def test_the_stream_crosses_between_the_cpu_and_a_gpu_without_a_host_copy(checkpoints):
+    """The CPU stage writes its output into the GPU's input buffer, and reads the GPU's output
+    where the GPU wrote it (the shared-memory crossing: vulkan/stage.py)."""
+    model_dir = checkpoints["bf16"][0]
+    cfg = Gemma3Config.from_dir(model_dir)
+    checkpoint = Checkpoint.open(model_dir, cfg)
+    placement = resolve_placement(parse_placement("0-1:cpu,2-3:vulkan:0,4-5:cpu", cfg.num_layers))
+    backend = create_placed(placement, cfg, checkpoint.layout, WeightFormat.parse("bf16"), kv_dtype="fp32")
+    backend.load_weights(checkpoint.tensors())
+    cpu, gpu = backend.stages["cpu"], backend.stages["vulkan:0"]
+    seen = []
+    for stage in (cpu, gpu):
+        def spy(index, batch, x, out=None, run=stage.run_segment, stage=stage):
+            result = run(index, batch, x, out)
+            seen.append((stage.name, x, out, result))
+            return result
+        stage.run_segment = spy
+    run_batched(backend, step_token_budget=7)
+    for (name_a, _, out_a, result_a), (name_b, x_b, _, _) in zip(seen, seen[1:]):
+        if name_a == "cpu" and name_b == "vulkan":  # the CPU wrote the GPU's x_in in place
+            assert out_a is not None and np.shares_memory(result_a, out_a)
+        if name_a == "vulkan" and x_b is not None and name_b == "cpu":  # the CPU read the GPU's x_out in place
+            assert np.shares_memory(x_b, result_a)
+    assert {name for name, *_ in seen} == {"cpu", "vulkan"}
 
 
 def _vulkan_devices() -> int:

@@ -269,14 +269,22 @@ class Backend(ABC):
         step, which would run in `wait`, does not run."""
         self._submitted.popleft()
 
-    def run_segment(self, index: int, batch: StepBatch, x: np.ndarray | None) -> np.ndarray | StepResult:
+    def run_segment(self, index: int, batch: StepBatch, x: np.ndarray | None,
+                    out: np.ndarray | None = None) -> np.ndarray | StepResult:
         """A pipeline stage's part of a step: segment `index` of `segments`, from the batch's token
         ids where it begins with the embedding, else from `x` [T, H] float32, the residual stream
-        before its first part; returns the stream after its last part [T, H] float32 (which the
-        caller reads before the next call), or the step's result where it ends with the head.
-        A step runs its segments in order, each once, with the same batch, whose tokens are all
-        given (no `token_sources`); no step is in flight meanwhile."""
+        before its first part; returns the stream after its last part [T, H] float32, written
+        into `out` where given (the next stage's `stream_in`; the caller reads the stream before
+        the next call), or the step's result where it ends with the head. A step runs its
+        segments in order, each once, with the same batch, whose tokens are all given (no
+        `token_sources`); no step is in flight meanwhile."""
         raise NotImplementedError(f"the {self.name} backend cannot run part of a model")
+
+    def stream_in(self, batch: StepBatch) -> np.ndarray | None:
+        """Where this stage reads the stream handed to its next segment of `batch`'s step, [T, H]
+        float32 memory the stage before may write it into (so that it is not copied again), or
+        None: it takes `x` wherever it is. Default: None."""
+        return None
 
     @abstractmethod
     def step(self, batch: StepBatch) -> StepResult:

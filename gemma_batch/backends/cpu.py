@@ -132,26 +132,31 @@ class CpuBackend(Backend):
         with self._blas.limit(limits=1, user_api="blas"):
             return self._run(batch, None, 0, 2 * self.cfg.num_layers + 1)
 
-    def run_segment(self, index: int, batch: StepBatch, x: np.ndarray | None) -> np.ndarray | StepResult:
+    def run_segment(self, index: int, batch: StepBatch, x: np.ndarray | None,
+                    out: np.ndarray | None = None) -> np.ndarray | StepResult:
         segment = self.segments[index]
         with self._blas.limit(limits=1, user_api="blas"):
-            return self._run(batch, x, segment.first, segment.last)
+            return self._run(batch, x, segment.first, segment.last, out)
 
-    def _run(self, batch: StepBatch, x: np.ndarray | None, first: int, last: int) -> np.ndarray | StepResult:
+    def _run(self, batch: StepBatch, x: np.ndarray | None, first: int, last: int,
+             out: np.ndarray | None = None) -> np.ndarray | StepResult:
         """Parts `first..last` of the path (placement.py: 0 the embedding, 2i+1 and 2i+2 layer
-        i's attention and feed-forward block, 2L+1 the head) from `x` [T, H] (or the tokens)."""
+        i's attention and feed-forward block, 2L+1 the head) from `x` [T, H] (or the tokens);
+        the last part's residual sums go into `out` where given."""
         cfg, w = self.cfg, self.weights
         if first == 0:
             x = embed_rows(w["embed_tokens.weight"], batch.token_ids) * F32(cfg.embed_scale)  # [T, H]
         rope = {kind: rope_cos_sin(batch.positions, cfg.head_dim, spec) for kind, spec in cfg.rope.items()}
         plans = {g.name: attention_plan(batch, g.name, g.window, self.block_size) for g in cfg.kv_groups()}
-        for part in range(max(first, 1), min(last, 2 * cfg.num_layers) + 1):
+        parts = range(max(first, 1), min(last, 2 * cfg.num_layers) + 1)
+        for part in parts:
             layer = (part - 1) // 2
             kind = cfg.layer_types[layer]
+            dst = out if part == parts[-1] else None
             if part % 2:
-                x = self._attention(layer, x, rope[kind], plans[kind], batch.slots[kind])
+                x = self._attention(layer, x, rope[kind], plans[kind], batch.slots[kind], dst)
             else:
-                x = self._feed_forward(layer, x)
+                x = self._feed_forward(layer, x, dst)
         return self._head(batch, x) if last == 2 * cfg.num_layers + 1 else x
 
     def _head(self, batch: StepBatch, x: np.ndarray) -> StepResult:
@@ -191,6 +196,7 @@ class CpuBackend(Backend):
         rope: tuple[np.ndarray, np.ndarray],
         plan: AttentionPlan,
         slots: np.ndarray,  # [T]
+        out: np.ndarray | None = None,  # [T, H]: where the result goes (None: a new array)
     ) -> np.ndarray:
         """A decoder layer's attention block, x + post_norm(o(attend(qkv(norm(x))))); a part of
         the rows a thread (`_row_parts`), each row's arithmetic the same in any part. Every
@@ -214,29 +220,39 @@ class CpuBackend(Backend):
             self.v_cache[layer].write(slots[rows], v)
             return q
 
-        def rest(rows: slice, q: np.ndarray) -> np.ndarray:
+        result = np.empty_like(x) if out is None else out
+
+        def rest(rows: slice, q: np.ndarray) -> None:
             T = rows.stop - rows.start
             o = attend(q, self.k_cache[layer], self.v_cache[layer], plan.rows(rows), cfg)
             attn = matmul_rows(o.reshape(T, cfg.q_width), w["self_attn.o_proj.weight"], pool)  # [T, H]
-            return x[rows] + rms_norm(attn, w["post_attention_layernorm.weight"], eps)
+            np.add(x[rows], rms_norm(attn, w["post_attention_layernorm.weight"], eps), out=result[rows])
 
         if len(parts) == 1:
-            return rest(parts[0], qkv(parts[0]))
-        queries = list(self.pool.map(qkv, parts))
-        return np.concatenate(list(self.pool.map(rest, parts, queries)))
+            rest(parts[0], qkv(parts[0]))
+        else:
+            list(self.pool.map(rest, parts, list(self.pool.map(qkv, parts))))
+        return result
 
-    def _feed_forward(self, layer: int, h: np.ndarray) -> np.ndarray:
+    def _feed_forward(self, layer: int, h: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """A decoder layer's feed-forward block, h + post_norm(down(gelu(gate(b)) * up(b))) for
-        b = norm(h) [T, H], rows split between the threads as in `_attention`."""
+        b = norm(h) [T, H], rows split between the threads as in `_attention`; into `out` where
+        given."""
         w, eps = self.layers[layer], self.cfg.rms_norm_eps
         parts = self._row_parts(h.shape[0])
         pool = self.pool if len(parts) == 1 else None
 
-        def ffn(rows: slice) -> np.ndarray:
+        result = np.empty_like(h) if out is None else out
+
+        def ffn(rows: slice) -> None:
             b = rms_norm(h[rows], w["pre_feedforward_layernorm.weight"], eps)
             gate = gelu_tanh(matmul_rows(b, w["mlp.gate_proj.weight"], pool))  # [T, I]
             up = matmul_rows(b, w["mlp.up_proj.weight"], pool)
             mlp = matmul_rows(gate * up, w["mlp.down_proj.weight"], pool)  # [T, H]
-            return h[rows] + rms_norm(mlp, w["post_feedforward_layernorm.weight"], eps)
+            np.add(h[rows], rms_norm(mlp, w["post_feedforward_layernorm.weight"], eps), out=result[rows])
 
-        return ffn(parts[0]) if len(parts) == 1 else np.concatenate(list(self.pool.map(ffn, parts)))
+        if len(parts) == 1:
+            ffn(parts[0])
+        else:
+            list(self.pool.map(ffn, parts))
+        return result

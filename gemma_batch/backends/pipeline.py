@@ -228,9 +228,11 @@ class PipelineBackend(Backend):
         batch = replace(batch, token_ids=batch.sourced_tokens(self._thread_ids), token_sources=None)
         x: np.ndarray | StepResult | None = None
         for k, (device, index) in enumerate(self.order):
-            if k == len(self.order) - 1:
+            last = k == len(self.order) - 1
+            if last:
                 masks.wait()
-            x = self.stages[device].run_segment(index, batch, x)
+            out = None if last else self.stages[self.order[k + 1][0]].stream_in(batch)  # (written in place)
+            x = self.stages[device].run_segment(index, batch, x, out)
         assert isinstance(x, StepResult), "the plan's last segment ends with the head"
         self._thread_ids = x.token_ids
         times = [s.last_step_device_seconds() for s in self.stages.values()]

@@ -4,9 +4,12 @@ the segments of a placement plan that fall on its device.
 It holds the weights and KV pages of its segments' parts only (weights.py, kv_pages.py), and
 records each segment on its own (graph.py `segment`: from the stream handed in, to the stream
 handed on, no fusion across its edges). A step's inputs go into its one input set at the
-step's first segment here; each segment then runs to its end before `run_segment` returns, the
-stream it hands on read from cached host memory where the GPU wrote it (StepInputs `x_out`), the
-one handed in written to host-visible memory the GPU reads (`x_in`).
+step's first segment here; each segment then runs to its end before `run_segment` returns.
+The GPU hands the stream on by writing it into cached host memory (StepInputs `x_out`), which a
+CPU stage reads in place; it reads the stream handed in from host-visible memory (`x_in`,
+`stream_in`), which a CPU stage writes in place. Between two GPUs the host copies x_out into
+the next one's x_in: the one copy of a crossing (import of one host buffer by both,
+VK_EXT_external_memory_host, would leave it out: docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
@@ -41,24 +44,40 @@ class VulkanStage(VulkanBackend):
         slots = DispatchGrids(self.cfg, self.attention_chunk, self.device.info.sm_count)
         self.graphs = [self._graph(coop, 0, segment=(s.first, s.last), grid_slots=slots) for s in self.segments]
 
-    def run_segment(self, index: int, batch: StepBatch, x: np.ndarray | None) -> np.ndarray | StepResult:
+    def stream_in(self, batch: StepBatch) -> np.ndarray:
+        """The input set's x_in, [T, H] (its step buffers first grown to the batch: `_prepare`)."""
+        self._prepare(batch)
+        return StepBuffers.view(self.buffers.inputs[0].x_in, np.float32, batch.num_tokens * self.cfg.hidden_size).reshape(
+            batch.num_tokens, -1)
+
+    def _prepare(self, batch: StepBatch) -> None:
+        """At the step's first call here: the step buffers grown to it (no segment of the step has
+        run here yet), and its inputs written."""
         if self._batch is not batch:
             need = self._capacity_for(batch)
             if self._outgrown(need):
                 self._ensure(need)
             self._step, self._prompt = self._write_inputs(batch, batch.token_ids, 0)
             self._batch, self._last_profile = batch, {}
+
+    def run_segment(self, index: int, batch: StepBatch, x: np.ndarray | None,
+                    out: np.ndarray | None = None) -> np.ndarray | StepResult:
+        self._prepare(batch)
         T, inputs, graph = batch.num_tokens, self.buffers.inputs[0], self.graphs[index]
         head = self.segments[index].last == 2 * self.cfg.num_layers + 1
         if head and batch.sampling is not None and batch.sampling.allowed is not None:  # (masks: in by now, pipeline.py)
             inputs.write_masks(batch.sampling.allowed, batch.sample, self._step.id_rows)
-        if x is not None:
-            StepBuffers.view(inputs.x_in, np.float32, T * self.cfg.hidden_size)[:] = x.reshape(-1)
+        x_in = StepBuffers.view(inputs.x_in, np.float32, T * self.cfg.hidden_size)
+        if x is not None and not np.shares_memory(x, x_in):  # (a stage before that wrote it in place: no copy)
+            x_in[:] = x.reshape(-1)
         self.device.submit(graph.command_buffer(T, batch.num_seqs, self._prompt), 0)
         self.device.wait(0)
         for name, seconds in graph.profile_seconds().items():  # (the step's device time: its segments')
             self._last_profile[name] = self._last_profile.get(name, 0.0) + seconds
         if not head:
-            return StepBuffers.view(inputs.x_out, np.float32, T * self.cfg.hidden_size).reshape(T, -1)
+            x_out = StepBuffers.view(inputs.x_out, np.float32, T * self.cfg.hidden_size).reshape(T, -1)
+            if out is not None:  # (another GPU's input: the one host copy of a crossing between GPUs)
+                out[:] = x_out
+            return x_out
         self._batch = None
         return read_result(self._step, inputs, self._logits)
