@@ -34,14 +34,13 @@ from .bandwidth import measure_read_bandwidth
 from . import coop_tiles, coopmat, flash, fragment_order
 from .device import Device
 from .graph import StepGraph
-from .in_flight import InFlight, logits_rows, read_result, score_layout
+from .in_flight import InFlight, StepRows, read_result, step_rows, write_step
 from .coop_tiles import COOP_FOLD_ROWS, COOP_MIN_CHUNK
 from .kernels import Kernels
 from .kv_pages import allocate_pages, max_page_blocks, page_sizes
-from .prompt_rows import prompt_rows
 from .memory import Memory
-from .step_buffers import (PREFILL_STEP_TOKENS, ROWS_PER_SEQ, SCORES_PER_ROW, STEP_MEMORY_SHARE, Capacity, StepBuffers,
-                           first_capacity, fitting_step_tokens)
+from .step_buffers import (PREFILL_STEP_TOKENS, ROWS_PER_SEQ, STEP_MEMORY_SHARE, Capacity, StepBuffers, first_capacity,
+                           fitting_step_tokens)
 from .supported import check_supported
 from .weights import DeviceWeights
 
@@ -174,8 +173,8 @@ class VulkanBackend(Backend):
             raise RuntimeError(f"{self.MAX_IN_FLIGHT} steps are already in flight")
         if self._in_flight and self._in_flight[-1].masks_due:
             raise RuntimeError("submit() before allow(): the step before waits for its grammar masks")
-        need = self._capacity_for(batch)
-        grows = self._outgrown(need)
+        layout = step_rows(batch)
+        grows = self._outgrown(layout.capacity)
         before = self._in_flight[-1] if self._in_flight else None
         if grows or any(step.batch.return_logits or step.batch.logit_rows is not None for step in self._in_flight):
             for step in self._in_flight:  # their ids (and logits: one buffer for every set) must be read first
@@ -185,37 +184,18 @@ class VulkanBackend(Backend):
         else:
             token_ids = batch.sourced_tokens(self._last_ids if before is None else before.result.token_ids)
         if grows:
-            self._ensure(need)
+            self._ensure(layout.capacity)
         slot = self._next_slot
         self._next_slot = (slot + 1) % self.MAX_IN_FLIGHT
-        step, prompt = self._write_inputs(batch, token_ids, slot)
+        step, prompt = self._write_step(batch, token_ids, layout, slot)
         if step.masks_due:
             self.graphs[slot].masks_ready.reset()
         self.device.submit(self.graphs[slot].command_buffer(batch.num_tokens, batch.num_seqs, prompt), slot)
         self._in_flight.append(step)
 
-    def _capacity_for(self, batch: StepBatch) -> Capacity:
-        R = len(logits_rows(batch, batch.score_rows())[0])
-        P = 0 if batch.score_tokens is None else len(batch.score_tokens)
-        return Capacity(batch.num_tokens, batch.num_seqs, max(R, 1, -(-P // SCORES_PER_ROW)),
-                        tuple((g, t.shape[1]) for g, t in batch.block_tables.items()))
-
-    def _write_inputs(self, batch: StepBatch, token_ids: np.ndarray, slot: int) -> tuple[InFlight, bool]:
-        """Write the step's inputs into input set `slot`: the step as submitted, and whether it
-        has prompt tokens (which recording runs it)."""
-        scored = batch.score_rows()
-        rows, id_rows = logits_rows(batch, scored)
-        R, P = len(rows), 0 if batch.score_tokens is None else len(batch.score_tokens)
-        vocab_limit = batch.sampling.vocab_size if batch.sampling is not None and batch.sampling.vocab_size else self.cfg.vocab_size
-        p = prompt_rows(batch, self.cfg, self.flash, self.prompt_tile)
-        grids = self.graphs[0].grids(batch.num_tokens, len(rows), p.scalar_positions, 0 if p.tiles is None else len(p.tiles), p.start)
-        header, ids, order = score_layout(batch, scored, R - len(scored)) if P else (None, None, None)
-        inputs, s = self.buffers.inputs[slot], batch.sampling
-        inputs.write(batch, token_ids, rows, vocab_limit, grids, p.flash, p.tiles, p.start, None if P == 0 else (header, ids))
-        if s is not None and s.allowed is not None:  # (given already)
-            inputs.write_masks(s.allowed, batch.sample, id_rows)
-        masks_due = s is not None and s.masks_follow and s.allowed is None
-        return InFlight(slot, batch, rows, id_rows, masks_due, len(scored), order), p.any
+    def _write_step(self, batch: StepBatch, token_ids: np.ndarray, layout: StepRows, slot: int) -> tuple[InFlight, bool]:
+        return write_step(batch, token_ids, layout, slot, self.buffers.inputs[slot], self.cfg, self.graphs[0].grids,
+                          self.flash, self.prompt_tile)
 
     def allow(self, allowed: np.ndarray) -> None:
         """The masks go into the step's input set, and the step, held before its sampler since

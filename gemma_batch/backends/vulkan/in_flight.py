@@ -1,7 +1,7 @@
 """A submitted step and what comes back from it: the logits rows its LM head and sampler run (the
 sampled rows, or every token's with `return_logits`, then `logit_rows`, then the score tokens'),
-where each sequence's draw lands, how row_scores.comp takes the score pairs, and the result read
-once the step is done."""
+where each sequence's draw lands, how row_scores.comp takes the score pairs, the step buffers it
+needs, its inputs written (`write_step`), and the result read once the step is done."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...model.config import Gemma3Config
 from ..base import StepBatch, StepResult
-from .step_buffers import StepBuffers, StepInputs
+from .prompt_rows import prompt_rows
+from .step_buffers import SCORES_PER_ROW, Capacity, StepBuffers, StepInputs
 
 
 @dataclass
@@ -68,3 +70,41 @@ def read_result(step: InFlight, inputs: StepInputs, logits: Callable[[int, int],
     return StepResult(next_ids, logits(0, batch.num_tokens) if batch.return_logits else None,
                       logits(first, extra) if extra else None,
                       None if step.score_order is None else scores[step.score_order].astype(np.float64))
+
+
+@dataclass(frozen=True)
+class StepRows:
+    """A step's logits rows (`logits_rows`), its score tokens (StepBatch.score_rows), and the
+    step buffers it needs: worked out once a step."""
+
+    scored: np.ndarray
+    rows: np.ndarray
+    id_rows: np.ndarray
+    capacity: Capacity
+
+
+def step_rows(batch: StepBatch) -> StepRows:
+    scored = batch.score_rows()
+    rows, id_rows = logits_rows(batch, scored)
+    pairs = 0 if batch.score_tokens is None else len(batch.score_tokens)
+    capacity = Capacity(batch.num_tokens, batch.num_seqs, max(len(rows), 1, -(-pairs // SCORES_PER_ROW)),
+                        tuple((g, t.shape[1]) for g, t in batch.block_tables.items()))
+    return StepRows(scored, rows, id_rows, capacity)
+
+
+def write_step(batch: StepBatch, token_ids: np.ndarray, layout: StepRows, slot: int, inputs: StepInputs,
+               cfg: Gemma3Config, grids: Callable[..., np.ndarray], flash: bool, prompt_tile: bool) -> tuple[InFlight, bool]:
+    """Write the step's inputs into input set `slot` (`inputs`; `grids`: StepGraph.grids): the
+    step as submitted, and whether it has prompt tokens (which recording runs it). `flash`,
+    `prompt_tile`: whether the device runs prompt tokens on those kernels (prompt_rows.py)."""
+    rows, scored, s = layout.rows, layout.scored, batch.sampling
+    pairs = 0 if batch.score_tokens is None else len(batch.score_tokens)
+    vocab_limit = s.vocab_size if s is not None and s.vocab_size else cfg.vocab_size
+    p = prompt_rows(batch, cfg, flash, prompt_tile)
+    counts = grids(batch.num_tokens, len(rows), p.scalar_positions, 0 if p.tiles is None else len(p.tiles), p.start)
+    header, ids, order = score_layout(batch, scored, len(rows) - len(scored)) if pairs else (None, None, None)
+    inputs.write(batch, token_ids, rows, vocab_limit, counts, p.flash, p.tiles, p.start, None if pairs == 0 else (header, ids))
+    if s is not None and s.allowed is not None:  # (given already)
+        inputs.write_masks(s.allowed, batch.sample, layout.id_rows)
+    masks_due = s is not None and s.masks_follow and s.allowed is None
+    return InFlight(slot, batch, rows, layout.id_rows, masks_due, len(scored), order), p.any

@@ -23,7 +23,7 @@ from ..base import StepBatch, StepResult
 from ..placement import Segment
 from .backend import VulkanBackend
 from .grids import DispatchGrids
-from .in_flight import read_result
+from .in_flight import read_result, step_rows
 from .step_buffers import Capacity, StepBuffers
 
 
@@ -54,10 +54,10 @@ class VulkanStage(VulkanBackend):
         """At the step's first call here: the step buffers grown to it (no segment of the step has
         run here yet), and its inputs written."""
         if self._batch is not batch:
-            need = self._capacity_for(batch)
-            if self._outgrown(need):
-                self._ensure(need)
-            self._step, self._prompt = self._write_inputs(batch, batch.token_ids, 0)
+            layout = step_rows(batch)
+            if self._outgrown(layout.capacity):
+                self._ensure(layout.capacity)
+            self._step, self._prompt = self._write_step(batch, batch.token_ids, layout, 0)
             self._batch, self._last_profile = batch, {}
 
     def run_segment(self, index: int, batch: StepBatch, x: np.ndarray | None,
