@@ -69,6 +69,7 @@ class CpuBackend(Backend):
         self.k_cache: dict[int, KVStore] = {}  # layer -> [num_blocks * block_size, nkv, hd]
         self.v_cache: dict[int, KVStore] = {}
         self.block_size = 0
+        self._tables: tuple = (None, {}, {})  # (the step, its RoPE tables and attention plans by kind)
 
     @property
     def identity(self) -> str:
@@ -122,6 +123,7 @@ class CpuBackend(Backend):
     def allocate_kv(self, num_blocks: Mapping[str, int], block_size: int) -> None:
         cfg = self.cfg
         self.block_size = block_size
+        self._tables = (None, {}, {})  # (plans depend on the block size)
         for group in cfg.kv_groups():
             slots = num_blocks[group.name] * block_size
             for layer in filter(self.kv_layers.__contains__, group.layers):
@@ -146,8 +148,10 @@ class CpuBackend(Backend):
         cfg, w = self.cfg, self.weights
         if first == 0:
             x = embed_rows(w["embed_tokens.weight"], batch.token_ids) * F32(cfg.embed_scale)  # [T, H]
-        rope = {kind: rope_cos_sin(batch.positions, cfg.head_dim, spec) for kind, spec in cfg.rope.items()}
-        plans = {g.name: attention_plan(batch, g.name, g.window, self.block_size) for g in cfg.kv_groups()}
+        if self._tables[0] is not batch:  # (once a step: a stage may run several segments of it)
+            self._tables = (batch, {kind: rope_cos_sin(batch.positions, cfg.head_dim, spec) for kind, spec in cfg.rope.items()},
+                            {g.name: attention_plan(batch, g.name, g.window, self.block_size) for g in cfg.kv_groups()})
+        _, rope, plans = self._tables
         parts = range(max(first, 1), min(last, 2 * cfg.num_layers) + 1)
         for part in parts:
             layer = (part - 1) // 2
