@@ -19,7 +19,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -258,12 +258,16 @@ def fingerprint_json(fingerprint: Mapping) -> bytes:
     return json.dumps(fingerprint, sort_keys=True, separators=(",", ":")).encode()
 
 
-def write_stats(path: Path, stats: Mapping[str, int | float | str]) -> None:
-    """Write `stats` as a one-row Parquet file at `path` (one column per key, in order),
-    atomically. Values must be int, float or str (bool is stored as bool)."""
-    for key, value in stats.items():
-        if not isinstance(value, (int, float, str)):
-            raise TypeError(f"stats[{key!r}]: expected int, float or str, got {type(value).__name__}")
-    table = pa.table({key: [value] for key, value in stats.items()})
+def write_stats(path: Path, stats: Mapping[str, int | float | str] | Sequence[Mapping[str, int | float | str]]) -> None:
+    """Write `stats` as a Parquet file at `path`, atomically: one row (one column per key, in
+    order), or one row per mapping of a list (the keys of all, null where a row lacks one).
+    Values must be int, float or str (bool is stored as bool)."""
+    rows = [stats] if isinstance(stats, Mapping) else list(stats)
+    for row in rows:
+        for key, value in row.items():
+            if not isinstance(value, (int, float, str)):
+                raise TypeError(f"stats[{key!r}]: expected int, float or str, got {type(value).__name__}")
+    keys = list(dict.fromkeys(key for row in rows for key in row))
+    table = pa.table({key: [row.get(key) for row in rows] for key in keys})
     with atomic_file(path) as f:
         pq.write_table(table, f, **_PARQUET_OPTIONS)

@@ -75,6 +75,17 @@ class EngineStats:
             self.decode_seconds += seconds
             self.decode_tokens += sampled
 
+    def merge(self, other: EngineStats) -> None:
+        """Add another engine's counts to these (a Ray job's workers, ray_data/cluster.py): sums,
+        the larger peaks, the TTFT samples together (cut to the sample size)."""
+        for name in ("steps", "prefill_tokens", "generated_tokens", "batch_size_sum", "prefill_seconds", "decode_seconds",
+                     "decode_tokens", "preemptions", "prompt_tokens", "prompt_tokens_cached", "prompt_tokens_computed",
+                     "prefix_evictions", "ttft_count", "ttft_sum"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name, n in other.peak_blocks.items():
+            self.peak_blocks[name] = max(self.peak_blocks.get(name, 0), n)
+        self.ttft_sample = (self.ttft_sample + other.ttft_sample)[: self.ttft_sample_size]
+
     def summary(self, wall_seconds: float) -> dict[str, float | int]:
         """Flat statistics: prefill tokens per second of prefill time, decode tokens per second of
         decode time (class doc), generated tokens per second over `wall_seconds` (the job's

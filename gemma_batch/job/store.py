@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -279,8 +279,8 @@ class ResultStore:
         """Close the journal without finalizing (committed rows stay on disk for a resume)."""
         self._journal.close()
 
-    def write_stats(self, stats: Mapping[str, int | float | str]) -> Path:
-        """Write `stats` as the one-row Parquet file "<output stem>.stats.parquet" beside the
-        output, atomically; return its path."""
+    def write_stats(self, stats: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Path:
+        """Write `stats` (one row, or a list of rows: writers.write_stats) as the Parquet file
+        "<output stem>.stats.parquet" beside the output, atomically; return its path."""
         writers.write_stats(self.stats_path, stats)
         return self.stats_path

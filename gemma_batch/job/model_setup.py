@@ -1,0 +1,116 @@
+"""A job's model, in two moves: `prepare_model` (the checkpoint's headers, the backend, the KV
+plan: what the fingerprint needs, no weights read) and `ModelPlan.load` (the weights, the engine).
+
+A complete job stops between the two and never reads its weights; a Ray job (ray_data/) prepares
+once on the driver's side to fix the plan, then every worker prepares and loads its own copy.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TextIO
+
+from ..backends.base import Backend
+from ..backends.pipeline import PipelineBackend
+from ..backends.vulkan.errors import DeviceMemoryError, VulkanUnavailable
+from ..engine.engine import Engine
+from ..engine.kv_plan import KVPlan, plan_kv
+from ..model.checkpoint import Checkpoint
+from ..model.config import Gemma3Config
+from ..model.quant_cache import cache_root, converted_nbytes_by_dtype, load_converted
+from ..model.tokenizer import Tokenizer
+from .devices import job_backend
+from .row_requests import RowRequests
+from .spec import JobSpec, UsageError, parse_size
+
+
+class JobFailed(Exception):
+    """The job cannot run or finish (exit code 1); nothing half-written is left as the output."""
+
+
+@dataclass
+class ModelPlan:
+    """A job's model before its weights are read: config, tokenizer, checkpoint, backend, KV plan."""
+
+    spec: JobSpec
+    cfg: Gemma3Config
+    tokenizer: Tokenizer
+    checkpoint: Checkpoint
+    backend: Backend
+    plan: KVPlan
+    step_tokens: int
+
+    def load(self, log: TextIO) -> Engine:
+        """Read the weights onto the backend and allocate the KV cache. JobFailed when the device
+        runs out of memory."""
+        spec = self.spec
+        started = time.perf_counter()
+        try:
+            weights = load_converted(self.checkpoint, spec.weight_format, cache_root())
+            self.backend.load_weights(weights.tensors)
+            engine = Engine(self.backend, self.plan, self.tokenizer, spec.max_batch, self.step_tokens,
+                            prefix_cache=spec.prefix_cache)
+        except DeviceMemoryError as e:
+            raise JobFailed(str(e)) from None
+        print(f"model: {spec.model} loaded in {time.perf_counter() - started:.1f} s", file=log)
+        if (budget := engine.scheduler.step_token_budget) < self.step_tokens and spec.max_step_tokens:
+            print(f"notice: steps of at most {budget} tokens, not --max-step-tokens {spec.max_step_tokens}: "
+                  f"a longer step's buffers would not fit {self.backend.identity}", file=log)
+        elif not spec.max_step_tokens:
+            print(f"steps: up to {budget} tokens (the backend's choice; --max-step-tokens sets it)", file=log)
+        for line in weights.note:
+            print(f"  {line}", file=log)
+        return engine
+
+    def requests(self) -> RowRequests:
+        """What turns this job's rows into engine requests."""
+        spec = self.spec
+        return RowRequests(self.tokenizer, frozenset(self.cfg.eos_token_ids), spec.sampling, self.plan.max_model_len,
+                           spec.constraint, self.cfg.vocab_size, spec.choices, spec.score_only)
+
+
+def prepare_model(spec: JobSpec, log: TextIO) -> ModelPlan:
+    """Open the model, choose the backend and plan the KV cache in the memory the weights will
+    leave, saying each on `log`. UsageError for a bad plan or flag; JobFailed when the device is
+    missing or the weights do not fit."""
+    cfg = Gemma3Config.from_dir(spec.model)
+    tokenizer = Tokenizer.from_dir(spec.model)
+    checkpoint = Checkpoint.open(spec.model, cfg)  # every header checked before any data is read
+    fmt = spec.weight_format
+    try:
+        backend, why = job_backend(spec, cfg, checkpoint.layout)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    except (VulkanUnavailable, DeviceMemoryError) as e:
+        raise JobFailed(str(e)) from None
+    print(f"backend: {backend.identity} ({why}); weights {fmt}", file=log)
+    if isinstance(backend, PipelineBackend):
+        shares = "; ".join(f"{d}: weights {w / 2**20:.1f} MiB of {free / 2**20:.1f} MiB free"
+                           for d, (w, free) in backend.stage_memory().items())
+        print(f"placement: {shares}; {backend.crossing_bytes(1)} bytes of activations cross between devices "
+              "per token", file=log)
+
+    max_model_len = spec.max_model_len or cfg.max_position_embeddings
+    if max_model_len > cfg.max_position_embeddings:
+        print(f"notice: --max-model-len {max_model_len} is beyond the model's context; "
+              f"using {cfg.max_position_embeddings}", file=log)
+        max_model_len = cfg.max_position_embeddings
+    available = backend.available_memory()
+    weight_bytes = backend.weight_bytes(converted_nbytes_by_dtype(checkpoint.layout, fmt))
+    if weight_bytes >= available:
+        raise JobFailed(f"the model's weights take {weight_bytes / 2**30:.2f} GiB on the {backend.name} backend "
+                        f"but only {available / 2**30:.2f} GiB is free there; use --place auto (layers that do not fit "
+                        "on the CPU), --backend cpu or a smaller model")
+    budget = parse_size(spec.kv_memory, available - weight_bytes)
+    step_tokens = spec.max_step_tokens or max(spec.max_batch, backend.default_step_tokens)
+    groups = cfg.kv_groups()
+    plan = plan_kv(
+        groups, {g.name: backend.kv_bytes_per_token(g.name) for g in groups}, budget,
+        spec.block_size, max_model_len, spec.max_batch, step_tokens,
+        {g.name: backend.max_kv_blocks(g.name, spec.block_size) for g in groups},
+    )
+    if plan.notice:
+        print(f"notice: {plan.notice}", file=log)
+    print(plan.describe(groups), file=log)
+    return ModelPlan(spec, cfg, tokenizer, checkpoint, backend, plan, step_tokens)
