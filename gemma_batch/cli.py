@@ -134,19 +134,22 @@ def run(
     prefix_cache: bool = typer.Option(None, "--prefix-cache/--no-prefix-cache", show_default=False, help="Compute a prompt start that rows share (an instruction, few-shot examples) once and reuse its KV cache; completions are the same either way. [default: --prefix-cache]"),
     force: bool = typer.Option(False, "--force", help="Start over when the output belongs to a job with other settings."),
     fail_on_row_error: bool = typer.Option(False, "--fail-on-row-error", help="Exit 1 when any row failed (the output is still written)."),
+    ray: bool = typer.Option(False, "--ray", help="Run on a Ray cluster's workers, each with the whole model on its GPU (or CPU): the same output as a local run. Needs `pip install gemma-batch[ray]`."),
+    ray_address: str = _opt("With --ray: the cluster's address (auto: the one `ray start` made on this machine; ray://HOST:10001). [default: RAY_ADDRESS, else a new cluster on this machine]"),
+    workers: int = _opt("With --ray: how many workers. [default: one per GPU of the cluster, else one per machine on its CPUs]"),
 ) -> None:
     """Complete every row of a prompt dataset into a Parquet dataset, resumably.
 
     Run the same command again after a crash or kill to resume: finished rows are kept.
     """
-    flags = {"force": force, "fail_on_row_error": fail_on_row_error, "json": json}
+    flags = {"force": force, "fail_on_row_error": fail_on_row_error, "json": json, "ray": ray}
     given = {k: v for k, v in locals().items() if k not in ("source", "flags", *flags) and v not in (None, [])}
     given |= {k: True for k, v in flags.items() if v}
     try:
         settings = load_toml(source) if source.suffix == ".toml" else {"input": source}
         spec = make_spec({**settings, **given}, where=str(source) if source.suffix == ".toml" else "command line")
         check_paths(spec)
-        stats = run_job(spec)
+        stats = _run_ray(spec) if spec.ray else run_job(spec)
     except (UsageError, JobMismatch, ColumnNotFound) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
@@ -162,6 +165,15 @@ def run(
     if spec.fail_on_row_error and stats.get("rows_failed", 0):
         typer.echo(f"error: {stats['rows_failed']} row(s) failed (--fail-on-row-error)", err=True)
         raise typer.Exit(1)
+
+
+def _run_ray(spec) -> dict:
+    """The job on Ray (ray_data/job.py); a UsageError where Ray is not installed."""
+    try:
+        from .ray_data.job import run_ray_job
+    except ImportError as e:
+        raise UsageError(f"--ray needs Ray Data: pip install 'gemma-batch[ray]' ({e})") from None
+    return run_ray_job(spec, spec.ray_address, spec.workers)
 
 
 @app.command()

@@ -73,6 +73,9 @@ class JobSpec:
     prefix_cache: bool = True  # reuse the K/V of prompt starts rows share (engine/kv_cache.py)
     force: bool = False
     fail_on_row_error: bool = False
+    ray: bool = False  # run on a Ray cluster's workers (ray_data/job.py)
+    ray_address: str | None = None  # the cluster ("auto": the one `ray start` made here); None: RAY_ADDRESS's, else a new one here
+    workers: int | None = None  # Ray workers; None: one per GPU of the cluster, else one per machine
 
     @property
     def output_path(self) -> Path:
@@ -215,6 +218,10 @@ def make_spec(settings: Mapping[str, Any], where: str = "command line") -> JobSp
          f"--max-step-tokens {spec.max_step_tokens}: must be at least --max-batch ({spec.max_batch}; default "
          f"{default.max_batch}), or leave it out for the backend's"),
         (spec.max_model_len is None or spec.max_model_len >= 2, f"--max-model-len {spec.max_model_len}: must be >= 2"),
+        (spec.ray or (spec.ray_address is None and spec.workers is None), "--ray-address and --workers go with --ray"),
+        (spec.workers is None or spec.workers >= 1, f"--workers {spec.workers}: must be >= 1"),
+        (not spec.ray or spec.place in (None, "auto"),
+         "--ray runs a whole model on each worker's device; --place splits one model across devices: give one"),
         (spec.weights in FORMATS, f"--weights {spec.weights!r}: expected one of {', '.join(FORMATS)} (default {default.weights})"),
         (spec.int4_group in INT4_GROUPS,
          f"--int4-group {spec.int4_group}: expected one of {', '.join(map(str, INT4_GROUPS))} (default {default.int4_group})"),

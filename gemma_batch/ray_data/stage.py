@@ -1,0 +1,168 @@
+"""`GemmaStage`: gemma-batch as the engine inside each worker of a Ray Data `map_batches`.
+
+An actor makes one stage: it loads the model once, on the GPU Ray gave it (or the CPU), and then
+completes batch after batch. A batch holds the columns a job reads (`prompt` or `messages`, `id`,
+the per-row parameters, `regex` / `json_schema` / `choices`; docs/RAY.md) and comes back with the
+columns a job writes, the other input columns carried through. The engine is batch-invariant and
+a row's sampling is keyed by its id, so a row's completion is the same whatever batch or worker
+it lands in, and the same as `gemma-batch run` gives it.
+
+`gemma-batch run --ray` feeds the stage rows its own readers made (`source.py`, column PACKED);
+then the input's row numbers and kept columns come with them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from ..data.row_checks import RowSpec, make_row
+from ..data.rows import InputRow
+from ..data.schema import output_schema
+from ..data.seen_ids import SeenIds
+from ..engine.engine import Engine
+from ..job.model_setup import ModelPlan, prepare_model
+from ..job.row_requests import RowFailure, RowRequests, error_row, output_row
+from ..job.spec import JobSpec, make_spec
+from ..job.store import KIND_KEY
+
+PACKED = "_gemma_batch_row"  # a pickled InputRow, as source.py packs it
+_READ = ("messages", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "logprobs",
+         "regex", "json_schema", "choices")  # the columns a stage reads besides the prompt and id columns
+
+
+class WorkerMismatch(RuntimeError):
+    """A worker would compute rows differently from the job's plan (another device, a shorter context)."""
+
+
+class GemmaStage:
+    """A Ray Data callable class: `ds.map_batches(GemmaStage, fn_constructor_kwargs={"model": ...},
+    batch_format="pyarrow", concurrency=N, num_gpus=1)`; `complete()` in this package says it in one call.
+
+    Settings are `gemma-batch run`'s, named like its flags (`max_tokens=8`, `choices=("yes", "no")`,
+    `weights="int8"`); the input's id column (`id_column`, default "id") is required, as a row's
+    id keys its sampling. `keep_columns=None` carries every input column the stage does not read.
+    """
+
+    def __init__(self, model: str | Path | None = None, *, spec: JobSpec | None = None,
+                 expect: tuple[str, int] | None = None, keep_types: dict[str, pa.DataType] | None = None,
+                 board: Any = None, **settings: Any) -> None:
+        """`spec`, `expect`, `keep_types` and `board` are for `gemma-batch run --ray`: the job's
+        spec, the backend identity and context its plan fixed (WorkerMismatch where this worker's
+        differ), the types of the input's kept columns, and the actor that gathers each worker's
+        statistics (`cluster.StatsBoard`)."""
+        self.keep = settings.pop("keep_columns", None)
+        self.keep_types = keep_types or {}
+        if spec is None:
+            given = {"input": Path("<ray dataset>"), "model": model, **settings}
+            spec = make_spec({k: v for k, v in given.items() if v is not None}, where="GemmaStage")
+        self.spec = on_assigned_gpu(spec)
+        self.model: ModelPlan = prepare_model(self.spec, sys.stderr)
+        got = (self.model.backend.identity, self.model.plan.max_model_len)
+        if expect is not None and got != expect:
+            raise WorkerMismatch(f"worker {socket.gethostname()} would run on {got[0]} with a context of {got[1]} tokens; "
+                                 f"the job's plan is {expect[0]} with {expect[1]}: every worker must compute alike")
+        self.engine: Engine = self.model.load(sys.stderr)
+        self.requests: RowRequests = self.model.requests()
+        self.board = board
+        self.worker = f"{socket.gethostname()}:{os.getpid()}"
+        self.rows = 0
+        self.busy = 0.0
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        """The batch's rows completed, in the batch's order."""
+        started = time.perf_counter()
+        if PACKED in batch.column_names:
+            rows = [pickle.loads(b) for b in batch.column(PACKED).to_pylist()]
+            out = complete(self.engine, self.requests, rows, self.spec.score_only)
+            schema = output_schema(self.keep_types).append(pa.field(KIND_KEY, pa.string()))
+        else:
+            rows, numbers = self._rows(batch)
+            out = complete(self.engine, self.requests, rows, self.spec.score_only)
+            for values, number in zip(out, numbers):
+                values["row"] = number
+                del values[KIND_KEY]
+            schema = _nullable_row(output_schema({n: batch.schema.field(n).type for n in self._kept(batch)}))
+        self.rows += len(rows)
+        self.busy += time.perf_counter() - started
+        if self.board is not None:
+            self.board.report.remote(self.worker, self.statistics(), self.engine.stats)
+        return pa.Table.from_pylist(out, schema=schema)
+
+    def statistics(self) -> dict[str, Any]:
+        """This worker's figures so far: rows, seconds in batches, and the engine's statistics."""
+        return {"worker": self.worker, "backend": self.model.backend.identity, "kv_dtype": self.model.backend.kv_dtype,
+                "rows": self.rows,
+                "busy_seconds": self.busy, "rows_per_s": self.rows / self.busy if self.busy else 0.0,
+                **self.engine.stats.summary(self.busy)}
+
+    def _kept(self, batch: pa.Table) -> list[str]:
+        id_column = self.spec.id_column or "id"
+        read = {self.spec.prompt_column, id_column, "row", *_READ}
+        return [n for n in batch.column_names if n not in read] if self.keep is None else list(self.keep)
+
+    def _rows(self, batch: pa.Table) -> tuple[list[InputRow], list[int | None]]:
+        """The batch's records as InputRows (numbered by their place in the batch, the engine's
+        request ids), and each one's `row` (the input's own `row` column, else null)."""
+        id_column = self.spec.id_column or "id"
+        if id_column not in batch.column_names:
+            raise ValueError(f"GemmaStage: the batch has no id column {id_column!r} (id_column=): a row's id keys its "
+                             "sampling, so that its completion is the same wherever it runs; add one")
+        missing = [n for n in self._kept(batch) if n not in batch.column_names]
+        if missing:
+            raise ValueError(f"GemmaStage: keep_columns {', '.join(missing)}: not columns of the batch")
+        spec = RowSpec(self.spec.prompt_column, id_column, tuple(self._kept(batch)), self.spec.chat, keep_value=lambda v: v)
+        records = batch.to_pylist()
+        seen = SeenIds()
+        rows = [make_row(i, f"row {record.get('row', i)}", record, spec, seen) for i, record in enumerate(records)]
+        return rows, [record.get("row") for record in records]
+
+
+def complete(engine: Engine, requests: RowRequests, rows: list[InputRow], score_only: bool) -> list[dict[str, Any]]:
+    """Every row's output row (an error row where it cannot run), in the order of `rows`; their
+    indices must differ (the engine's request ids)."""
+    out: list[dict[str, Any] | None] = [None] * len(rows)
+    running = {}
+    for i, row in enumerate(rows):
+        request = requests.request(row)
+        if isinstance(request, RowFailure):
+            out[i] = error_row(row, request)
+        else:
+            engine.add(request)
+            running[request.request_id] = (i, row, request)
+    while engine.num_unfinished:
+        for completion in engine.step():
+            i, row, request = running.pop(completion.request_id)
+            out[i] = output_row(row, request, completion, score_only)
+    return out  # type: ignore[return-value]
+
+
+def on_assigned_gpu(spec: JobSpec) -> JobSpec:
+    """The spec with `--device` set to the GPU Ray gave this worker (its k-th GPU is the k-th
+    usable Vulkan GPU), so that workers on one machine each run on their own; else as it is."""
+    import ray
+
+    ids = ray.get_gpu_ids() if ray.is_initialized() else []
+    if not ids or spec.device is not None or spec.backend == "cpu":
+        return spec
+    from ..backends.vulkan.device import list_devices, usable_gpus
+
+    gpus = usable_gpus(list_devices())
+    k = int(ids[0])
+    if k >= len(gpus):
+        raise WorkerMismatch(f"Ray gave this worker GPU {k}, but Vulkan sees {len(gpus)} usable GPU(s) here")
+    return dataclasses.replace(spec, backend="vulkan", device=str(gpus[k].index), place=None)
+
+
+def _nullable_row(schema: pa.Schema) -> pa.Schema:
+    """`schema` with a nullable `row` (a batch without a `row` column numbers nothing)."""
+    i = schema.get_field_index("row")
+    return schema.set(i, pa.field("row", pa.int64()))
