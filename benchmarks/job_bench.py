@@ -111,10 +111,11 @@ def main(argv: list[str]) -> None:
     (args.out / "job_bench.json").write_text(json.dumps({"shape": args.shape, "rows": args.rows,
                                                          "prompt_len": args.prompt_len, "shared_prefix": args.shared_prefix,
                                                          "runs": runs}, indent=1))
-    table = [["max step tokens", "flags", "job s", "rows/s", "prompt tok/s (job)", "generated tok/s (job)",
-              "generated tok/s (process)", "prefix cache", "backend"]]
+    table = [["max step tokens", "flags", "job s", "rows/s", "process s", "rows/s (process)", "prompt tok/s (job)",
+              "generated tok/s (job)", "generated tok/s (process)", "prefix cache", "backend"]]
     for r in runs:
         table.append([str(r["max_step_tokens"]), r["flags"] or "-", f"{r['wall_seconds']:.2f}", f"{r['rows_per_s']:,.2f}",
+                      f"{r['process_s']:.2f}", f"{r['rows_total'] / r['process_s']:,.2f}",
                       f"{r['prefill_tokens'] / r['wall_seconds']:,.1f}", f"{r['generated_tokens_per_s']:,.1f}",
                       f"{r['generated_tokens_per_s_process']:,.1f}", f"{100 * r.get('prefix_hit_rate', 0):.0f}%",
                       str(r.get("backend"))])

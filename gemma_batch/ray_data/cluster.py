@@ -83,16 +83,21 @@ def probe(spec: JobSpec, workers: Workers) -> dict[str, Any]:
 
 
 class StatsBoard:
-    """A Ray actor: each worker's latest figures and engine statistics, by worker."""
+    """A Ray actor: when the first worker had its model loaded (`first_ready`, seconds since the
+    epoch), and each worker's latest figures and engine statistics, by worker."""
 
     def __init__(self) -> None:
         self.workers: dict[str, tuple[dict[str, Any], EngineStats]] = {}
+        self.first_ready: float | None = None
+
+    def ready(self, when: float) -> None:
+        self.first_ready = when if self.first_ready is None else min(self.first_ready, when)
 
     def report(self, worker: str, figures: dict[str, Any], stats: EngineStats) -> None:
         self.workers[worker] = (figures, stats)
 
-    def all(self) -> list[tuple[dict[str, Any], EngineStats]]:
-        return list(self.workers.values())
+    def all(self) -> tuple[float | None, list[tuple[dict[str, Any], EngineStats]]]:
+        return self.first_ready, list(self.workers.values())
 
 
 def stats_board() -> Any:

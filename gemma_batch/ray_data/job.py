@@ -71,7 +71,7 @@ def _run(spec: JobSpec, dataset: Dataset, schema, wanted: int | None, log: TextI
         if store.state == "complete":
             return complete_stats(spec, dataset)
         progress = Progress(dataset.num_rows, store.num_done, log, settle=spec.max_batch * plan.count)
-        started, done_before = time.perf_counter(), store.num_done
+        started, done_before = time.time(), store.num_done
         started_at = datetime.datetime.now(datetime.timezone.utc)
         board = stats_board()
         try:
@@ -89,15 +89,18 @@ def _run(spec: JobSpec, dataset: Dataset, schema, wanted: int | None, log: TextI
                     done, failed = done + 1, failed + (row["error"] is not None)
         except OSError as e:
             raise write_failed(e, store) from None
-        wall = time.perf_counter() - started
+        ended = time.time()
         progress.close()
         report_kept(earlier, done, log)
         if stop.signum is not None:
             raise JobStopped(stop.signum, done)
-        reports = ray.get(board.all.remote())
+        first_ready, reports = ray.get(board.all.remote())
+        # a local job's clock starts once its model is loaded; a Ray job's once its first worker's is
+        wall = ended - (first_ready or started)
         run = {"rows_done_this_run": done, "rows_resumed": done_before, "rows_kept": earlier.kept,
                "rows_failed_this_run": failed, "started": started_at, "wall": wall}
         figures, per_worker = _figures(reports, wall, found, plan)
+        figures["load_seconds"] = (first_ready or started) - started
         return finish(spec, store, dataset, run, figures, out, per_worker)
 
 

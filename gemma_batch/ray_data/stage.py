@@ -73,6 +73,8 @@ class GemmaStage:
         self.engine: Engine = self.model.load(sys.stderr)
         self.requests: RowRequests = self.model.requests()
         self.board = board
+        if board is not None:
+            board.ready.remote(time.time())
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
         self.rows = 0
         self.busy = 0.0
