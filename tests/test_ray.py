@@ -7,8 +7,6 @@ the job itself killed and run again.
 
 from __future__ import annotations
 
-import json
-import shutil
 import signal
 import socket
 import subprocess
@@ -16,7 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -142,7 +139,7 @@ def test_a_killed_ray_job_run_again_ends_with_the_same_file(tmp_path, cluster):
 
 
 def test_the_stage_in_a_ray_pipeline_completes_rows_as_a_local_job_does(tmp_path, cluster):
-    from gemma_batch.ray_data import GemmaStage
+    from gemma_batch.ray_data import GemmaStage, pool
 
     rows = [{"id": f"p{i}", "prompt": f"In the beginning {i}", "shop": f"s{i % 3}", "temperature": 0.5 * (i % 2)}
             for i in range(10)]
@@ -154,7 +151,7 @@ def test_the_stage_in_a_ray_pipeline_completes_rows_as_a_local_job_does(tmp_path
     try:
         done = ray.data.from_items(rows).map_batches(
             GemmaStage, fn_constructor_kwargs={"max_tokens": 24, "max_batch": 4}, batch_size=4, batch_format="pyarrow",
-            concurrency=2).take_all()
+            compute=pool(2)).take_all()
         with pytest.raises(Exception, match="no id column 'id'"):
             ray.data.from_items([{"prompt": "no id"}]).map_batches(GemmaStage, batch_format="pyarrow", concurrency=1).take_all()
     finally:

@@ -34,7 +34,7 @@ from ..model.checkpoint import Checkpoint
 from ..model.config import Gemma3Config
 from .cluster import Workers, connect, plan_workers, probe, stats_board
 from .source import JobRows
-from .stage import GemmaStage
+from .stage import GemmaStage, pool
 
 BATCH_PER_SEQUENCE = 4  # rows a worker takes per call, per sequence of --max-batch
 
@@ -134,7 +134,7 @@ def _completed(spec: JobSpec, dataset: Dataset, todo: np.ndarray | None, count: 
     rows = ray.data.read_datasource(JobRows(spec, dataset.fingerprint, todo, count, rows_per_call),
                                     num_cpus=0, label_selector=here)
     finished = rows.map_batches(GemmaStage, fn_constructor_kwargs=stage, batch_size=rows_per_call, batch_format="pyarrow",
-                                compute=ray.data.ActorPoolStrategy(size=plan.count, max_tasks_in_flight_per_actor=1), num_gpus=plan.gpus, num_cpus=plan.cpus)
+                                compute=pool(plan.count), num_gpus=plan.gpus, num_cpus=plan.cpus)
     for batch in finished.iter_batches(batch_size=None, batch_format="pyarrow"):
         yield from batch.to_pylist()
         if stop.signum is not None:

@@ -18,6 +18,7 @@ import os
 import pickle
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -29,12 +30,14 @@ from ..data.rows import InputRow
 from ..data.schema import output_schema
 from ..data.seen_ids import SeenIds
 from ..engine.engine import Engine
+from ..engine.request import Request
 from ..job.model_setup import ModelPlan, prepare_model
 from ..job.row_requests import RowFailure, RowRequests, error_row, output_row
 from ..job.spec import JobSpec, make_spec
 from ..job.store import KIND_KEY
 
 PACKED = "_gemma_batch_row"  # a pickled InputRow, as source.py packs it
+CALLS_PER_WORKER = 2  # batches a worker runs at once on its engine (`pool`)
 _READ = ("messages", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "logprobs",
          "regex", "json_schema", "choices")  # the columns a stage reads besides the prompt and id columns
 
@@ -45,7 +48,7 @@ class WorkerMismatch(RuntimeError):
 
 class GemmaStage:
     """A Ray Data callable class: `ds.map_batches(GemmaStage, fn_constructor_kwargs={"model": ...},
-    batch_format="pyarrow", concurrency=N, num_gpus=1)`; `complete()` in this package says it in one call.
+    batch_format="pyarrow", compute=pool(N), num_gpus=1)`.
 
     Settings are `gemma-batch run`'s, named like its flags (`max_tokens=8`, `choices=("yes", "no")`,
     `weights="int8"`); the input's id column (`id_column`, default "id") is required, as a row's
@@ -77,27 +80,62 @@ class GemmaStage:
             board.ready.remote(time.time())
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
         self.rows = 0
-        self.busy = 0.0
+        self.busy = 0.0  # seconds with at least one call running
+        self._lock = threading.Lock()  # the engine, and what follows
+        self._owners: dict[int, tuple[_Call, int, InputRow, Request]] = {}  # engine request id -> whose row
+        self._next_id = 0
+        self._calls = 0  # running
+        self._since = 0.0  # when the running calls began
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        """The batch's rows completed, in the batch's order."""
-        started = time.perf_counter()
+        """The batch's rows completed, in the batch's order. Calls may run at once, on threads
+        (`pool`): their rows share one engine, which steps while any call has rows running, so
+        the engine stays full from one batch to the next."""
+        if not isinstance(batch, pa.Table):
+            batch = pa.Table.from_pandas(batch, preserve_index=False)  # (batch_format="pandas")
         if PACKED in batch.column_names:
             rows = [pickle.loads(b) for b in batch.column(PACKED).to_pylist()]
-            out = complete(self.engine, self.requests, rows, self.spec.score_only)
+            out = self._complete(rows)
             schema = output_schema(self.keep_types).append(pa.field(KIND_KEY, pa.string()))
         else:
             rows, numbers = self._rows(batch)
-            out = complete(self.engine, self.requests, rows, self.spec.score_only)
+            out = self._complete(rows)
             for values, number in zip(out, numbers):
                 values["row"] = number
                 del values[KIND_KEY]
             schema = _nullable_row(output_schema({n: batch.schema.field(n).type for n in self._kept(batch)}))
-        self.rows += len(rows)
-        self.busy += time.perf_counter() - started
         if self.board is not None:
-            self.board.report.remote(self.worker, self.statistics(), self.engine.stats)
+            with self._lock:  # (the figures as they stand between two steps)
+                self.board.report.remote(self.worker, self.statistics(), self.engine.stats)
         return pa.Table.from_pylist(out, schema=schema)
+
+    def _complete(self, rows: list[InputRow]) -> list[dict[str, Any]]:
+        """Every row's output row (an error row where it cannot run), in the order of `rows`."""
+        call = _Call(rows)
+        requests = [self.requests.request(row) for row in rows]  # (tokenizing, outside the lock)
+        with self._lock:
+            if not self._calls:
+                self._since = time.perf_counter()
+            self._calls += 1
+            for i, (row, request) in enumerate(zip(rows, requests)):
+                if isinstance(request, RowFailure):
+                    call.finish(i, error_row(row, request))
+                    continue
+                request = dataclasses.replace(request, request_id=self._next_id)
+                self._owners[self._next_id] = (call, i, row, request)
+                self._next_id += 1
+                self.engine.add(request)
+        while True:
+            with self._lock:
+                if not call.left:
+                    self._calls -= 1
+                    self.rows += len(rows)
+                    if not self._calls:
+                        self.busy += time.perf_counter() - self._since
+                    return call.out
+                for completion in self.engine.step():
+                    owner, i, row, request = self._owners.pop(completion.request_id)
+                    owner.finish(i, output_row(row, request, completion, self.spec.score_only))
 
     def statistics(self) -> dict[str, Any]:
         """This worker's figures so far: rows, seconds in batches, and the engine's statistics."""
@@ -128,23 +166,25 @@ class GemmaStage:
         return rows, [record.get("row") for record in records]
 
 
-def complete(engine: Engine, requests: RowRequests, rows: list[InputRow], score_only: bool) -> list[dict[str, Any]]:
-    """Every row's output row (an error row where it cannot run), in the order of `rows`; their
-    indices must differ (the engine's request ids)."""
-    out: list[dict[str, Any] | None] = [None] * len(rows)
-    running = {}
-    for i, row in enumerate(rows):
-        request = requests.request(row)
-        if isinstance(request, RowFailure):
-            out[i] = error_row(row, request)
-        else:
-            engine.add(request)
-            running[request.request_id] = (i, row, request)
-    while engine.num_unfinished:
-        for completion in engine.step():
-            i, row, request = running.pop(completion.request_id)
-            out[i] = output_row(row, request, completion, score_only)
-    return out  # type: ignore[return-value]
+class _Call:
+    """One call's rows: their output rows as they finish, and how many are still running."""
+
+    def __init__(self, rows: list[InputRow]) -> None:
+        self.out: list[dict[str, Any]] = [{}] * len(rows)
+        self.left = len(rows)
+
+    def finish(self, i: int, values: dict[str, Any]) -> None:
+        self.out[i] = values
+        self.left -= 1
+
+
+def pool(workers: int) -> Any:
+    """The actor pool for GemmaStage: `workers` actors, each running two calls at once on one
+    engine (`GemmaStage.__call__`), so that it never drains between batches."""
+    import ray
+
+    return ray.data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=CALLS_PER_WORKER,
+                                      max_concurrent_calls_per_actor=CALLS_PER_WORKER, enable_true_multi_threading=True)
 
 
 def on_assigned_gpu(spec: JobSpec) -> JobSpec:
