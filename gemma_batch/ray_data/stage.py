@@ -81,7 +81,9 @@ class GemmaStage:
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
         self.rows = 0
         self.busy = 0.0  # seconds with at least one call running
-        self._lock = threading.Lock()  # the engine, and what follows
+        self._turn = threading.Condition()  # guards what follows; the engine is the stepping call's alone
+        self._stepping = False  # a call is stepping the engine
+        self._incoming: list[tuple[_Call, int, InputRow, Request]] = []  # rows for the engine's next step
         self._owners: dict[int, tuple[_Call, int, InputRow, Request]] = {}  # engine request id -> whose row
         self._next_id = 0
         self._calls = 0  # running
@@ -104,38 +106,55 @@ class GemmaStage:
                 values["row"] = number
                 del values[KIND_KEY]
             schema = _nullable_row(output_schema({n: batch.schema.field(n).type for n in self._kept(batch)}))
-        if self.board is not None:
-            with self._lock:  # (the figures as they stand between two steps)
-                self.board.report.remote(self.worker, self.statistics(), self.engine.stats)
         return pa.Table.from_pylist(out, schema=schema)
 
     def _complete(self, rows: list[InputRow]) -> list[dict[str, Any]]:
-        """Every row's output row (an error row where it cannot run), in the order of `rows`."""
+        """Every row's output row (an error row where it cannot run), in the order of `rows`.
+        A call hands its rows in, then either steps the engine (one call at a time, each step
+        taking in every call's new rows) or waits for a step to finish them."""
         call = _Call(rows)
-        requests = [self.requests.request(row) for row in rows]  # (tokenizing, outside the lock)
-        with self._lock:
+        requests = [self.requests.request(row) for row in rows]  # (tokenizing, while others step)
+        with self._turn:
             if not self._calls:
                 self._since = time.perf_counter()
             self._calls += 1
             for i, (row, request) in enumerate(zip(rows, requests)):
                 if isinstance(request, RowFailure):
                     call.finish(i, error_row(row, request))
-                    continue
-                request = dataclasses.replace(request, request_id=self._next_id)
-                self._owners[self._next_id] = (call, i, row, request)
-                self._next_id += 1
-                self.engine.add(request)
+                else:
+                    self._incoming.append((call, i, row, request))
         while True:
-            with self._lock:
+            with self._turn:
+                while call.left and self._stepping:
+                    self._turn.wait()
                 if not call.left:
-                    self._calls -= 1
-                    self.rows += len(rows)
-                    if not self._calls:
-                        self.busy += time.perf_counter() - self._since
-                    return call.out
-                for completion in self.engine.step():
-                    owner, i, row, request = self._owners.pop(completion.request_id)
-                    owner.finish(i, output_row(row, request, completion, self.spec.score_only))
+                    return self._leave(call)
+                self._stepping = True
+                incoming, self._incoming = self._incoming, []
+            completions = []
+            try:
+                for owner, i, row, request in incoming:
+                    self._owners[self._next_id] = (owner, i, row, request)
+                    self.engine.add(dataclasses.replace(request, request_id=self._next_id))
+                    self._next_id += 1
+                completions = self.engine.step()
+            finally:
+                with self._turn:
+                    for completion in completions:
+                        owner, i, row, request = self._owners.pop(completion.request_id)
+                        owner.finish(i, output_row(row, request, completion, self.spec.score_only))
+                    self._stepping = False
+                    self._turn.notify_all()
+
+    def _leave(self, call: _Call) -> list[dict[str, Any]]:
+        """A finished call's rows (holding `_turn`); its figures go to the board while no call steps."""
+        self._calls -= 1
+        self.rows += len(call.out)
+        if not self._calls:
+            self.busy += time.perf_counter() - self._since
+        if self.board is not None and not self._stepping:
+            self.board.report.remote(self.worker, self.statistics(), self.engine.stats)
+        return call.out
 
     def statistics(self) -> dict[str, Any]:
         """This worker's figures so far: rows, seconds in batches, and the engine's statistics."""
