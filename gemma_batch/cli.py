@@ -100,6 +100,7 @@ def _opt(help: str, *names: str) -> typer.models.OptionInfo:
 def run(
     source: Path = typer.Argument(..., help="Prompt dataset (.jsonl, .parquet, OpenAI batch .jsonl) or a job spec (.toml)."),
     output: Path = _opt("Output file; its extension (.parquet, .jsonl, .csv) sets the format; {date} in its name becomes today's date (YYYY-MM-DD). [default: INPUT's name less its last suffix (and .gz / .zst) + .completions.parquet (.results.jsonl for openai), beside it]"),
+    output_dir: Path = _opt("Instead of one file, a folder of Parquet parts in row order (4,096 rows each; its `_job.json` records the job), for large jobs; {date} as in --output."),
     model: Path = _opt("A Hugging Face Gemma 3 directory. [default: the bundled demo model]"),
     backend: str = _opt("Device backend: auto, cpu or vulkan; auto takes Vulkan when a GPU is present and says what it picked. [default: auto]"),
     device: str = _opt("Vulkan device: index or part of its name, as `gemma-batch devices` lists them (or GEMMA_BATCH_VK_DEVICE). [default: a discrete GPU, then an integrated one, then any]"),

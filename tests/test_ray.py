@@ -57,24 +57,25 @@ def dataset(path: Path, n: int = 40) -> Path:
     return write_jsonl(path, rows)
 
 
-def local_and_ray(tmp_path: Path, address: str, *flags: str) -> tuple[Path, Path]:
+@pytest.mark.parametrize("sampling, output", [((), "--output"), (("--temperature", "0.9", "--top-k", "40", "--seed", "7"), "--output-dir")],
+                         ids=["greedy", "sampled-to-a-folder"])
+def test_a_ray_job_writes_the_file_a_local_run_writes(tmp_path, cluster, sampling, output):
     src = dataset(tmp_path / "rows.jsonl")
-    local = gemma_batch("run", src, *FLAGS, *flags, "--output", tmp_path / "local.parquet")
-    assert local.returncode == 0, local.stderr
-    on_ray = gemma_batch("run", src, *FLAGS, *flags, "--ray", "--ray-address", address, "--workers", "2",
-                         "--output", tmp_path / "ray.parquet", timeout=300)
-    assert on_ray.returncode == 0, on_ray.stderr
-    assert "ray: 2 worker(s)" in on_ray.stderr
-    return tmp_path / "local.parquet", tmp_path / "ray.parquet"
-
-
-@pytest.mark.parametrize("sampling", [(), ("--temperature", "0.9", "--top-k", "40", "--seed", "7")], ids=["greedy", "sampled"])
-def test_a_ray_job_writes_the_file_a_local_run_writes(tmp_path, cluster, sampling):
-    local, on_ray = local_and_ray(tmp_path, cluster, *sampling)
+    local = tmp_path / ("local" if output == "--output-dir" else "local.parquet")
+    on_ray = tmp_path / ("ray" if output == "--output-dir" else "ray.parquet")
+    done = gemma_batch("run", src, *FLAGS, *sampling, output, local)
+    assert done.returncode == 0, done.stderr
+    done = gemma_batch("run", src, *FLAGS, *sampling, "--ray", "--ray-address", cluster, "--workers", "2", output, on_ray,
+                       timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "ray: 2 worker(s)" in done.stderr
     rows = pq.read_table(on_ray).to_pylist()
     assert [r["row"] for r in rows] == list(range(40))
     assert sum(r["error"] is not None for r in rows) == 3 and sum(r["choice_logprobs"] is not None for r in rows) > 0
-    assert on_ray.read_bytes() == local.read_bytes()  # rows, order, schema and the job's fingerprint
+    if output == "--output":
+        assert on_ray.read_bytes() == local.read_bytes()  # rows, order, schema and the job's fingerprint
+    else:
+        assert [p.read_bytes() for p in sorted(on_ray.iterdir())] == [p.read_bytes() for p in sorted(local.iterdir())]
     stats = pq.read_table(on_ray.with_suffix(".stats.parquet")).to_pylist()
     total, workers = stats[0], stats[1:]
     assert total["worker"] == "all" and total["workers"] == 2 and 1 <= len(workers) <= 2  # (a worker still loading gets none)

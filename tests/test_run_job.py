@@ -455,3 +455,21 @@ def test_a_full_disk_mid_job_says_where_and_that_a_rerun_resumes(tmp_path, monke
     unwritable = gemma_batch("run", src, "--output", "/proc/out.parquet")
     assert unwritable.returncode == 1 and "cannot write in the output folder /proc" in unwritable.stderr
     assert "model:" not in unwritable.stderr  # before the model loads
+
+
+def test_an_output_dir_holds_the_rows_of_the_one_file_output_as_parts(tmp_path, sample_jsonl):
+    flags = ("--max-tokens", "6")
+    assert gemma_batch("run", sample_jsonl, *flags, "--output", tmp_path / "one.parquet").returncode == 0
+    folder = tmp_path / "labels-{date}"
+    done = gemma_batch("run", sample_jsonl, *flags, "--output-dir", folder)
+    assert done.returncode == 0, done.stderr
+    [written] = [p for p in tmp_path.glob("labels-2*") if p.is_dir()]
+    assert sorted(p.name for p in written.iterdir()) == ["_job.json", "part-000000000000-000000000012.parquet"]
+    one = pq.read_table(tmp_path / "one.parquet")
+    assert pq.read_table(written).equals(one.replace_schema_metadata(None))
+    assert json.loads((written / "_job.json").read_text())["params"]["output_format"] == "parquet-dir"
+    again = gemma_batch("run", sample_jsonl, *flags, "--output-dir", folder)
+    assert again.returncode == 0 and "already complete" in again.stderr
+    other = gemma_batch("run", sample_jsonl, "--max-tokens", "3", "--output-dir", folder, "--force")
+    assert other.returncode == 0 and pq.read_table(written).column("completion_tokens").to_pylist() == [3] * 12
+    assert not list(tmp_path.glob("*.tmp-*")) and not list(tmp_path.glob("*.partial"))

@@ -2,11 +2,13 @@
 is complete (store.py). Parquet keeps the fingerprint in its schema metadata (key b"gemma_batch");
 OpenAI, JSON Lines and CSV output (data/row_files.py) in the sidecar "<output>.job.json", written
 before the output is renamed into place (while the partial folder, which the store checks first,
-still exists)."""
+still exists). A folder of Parquet parts ("parquet-dir", `--output-dir`) holds the store's parts,
+named in row order, and its fingerprint in "_job.json" (a name Parquet readers pass over)."""
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,9 @@ from ..data import writers
 from ..data.row_files import write_final_rows
 
 
+FOLDER_JOB = "_job.json"  # a "parquet-dir" output's fingerprint
+
+
 def sidecar(output: Path) -> Path:
     """Where a non-Parquet output's fingerprint goes."""
     return output.with_name(output.name + ".job.json")
@@ -29,7 +34,7 @@ def read_fingerprint(output: Path, output_format: str) -> Any:
     if output_format == "parquet":
         return writers.read_parquet_fingerprint(output)
     try:
-        return json.loads(sidecar(output).read_bytes())
+        return json.loads((output / FOLDER_JOB if output_format == "parquet-dir" else sidecar(output)).read_bytes())
     except (OSError, ValueError):
         return None
 
@@ -42,6 +47,9 @@ def write_final(output: Path, output_format: str, parts: Sequence[Path], schema:
         with writers.atomic_file(output) as f:
             writers.write_final_parquet(f, parts, schema, fingerprint)
         return
+    if output_format == "parquet-dir":
+        _write_folder(output, parts, fingerprint)
+        return
     with writers.atomic_file(sidecar(output)) as f:
         f.write(json.dumps(fingerprint).encode())
     with writers.atomic_file(output) as f:
@@ -51,9 +59,25 @@ def write_final(output: Path, output_format: str, parts: Sequence[Path], schema:
             write_final_rows(f, parts, schema, output_format)
 
 
+def _write_folder(output: Path, parts: Sequence[Path], fingerprint: dict) -> None:
+    """The parts, linked (not copied) into a new folder with the fingerprint, renamed to `output`
+    in place of any earlier one (a kill in between leaves the partial folder: a rerun finishes)."""
+    building = Path(f"{writers.tmp_path(output)}-new")  # (a stale one is cleared as a tmp; not remove_tree's name)
+    building.mkdir()
+    for part in parts:
+        os.link(part, building / part.name)
+    with writers.atomic_file(building / FOLDER_JOB) as f:
+        f.write(json.dumps(fingerprint).encode())
+    writers.fsync_dir(building)
+    if output.is_dir():
+        writers.remove_tree(output)
+    os.replace(building, output)
+    writers.fsync_dir(output.parent)
+
+
 def count_error_rows(output: Path, output_format: str) -> int:
     """Error rows in a finished output file (this run's and any earlier run's)."""
-    if output_format == "parquet":
+    if output_format in ("parquet", "parquet-dir"):
         errors = pq.read_table(output, columns=["error"]).column("error")
     elif output_format == "csv":
         options = pacsv.ConvertOptions(include_columns=["error"], column_types={"error": pa.string()},

@@ -15,12 +15,14 @@ import pyarrow.parquet as pq
 
 from ..data import writers
 from ..data.readers import Dataset, open_dataset
+from ..data.rows import InputRow
 from ..data.row_files import csv_problem
 from ..data.schema import output_schema
 from . import incremental
 from .final_file import count_error_rows
-from .incremental import EarlierRows
+from .incremental import EarlierRows, request_hash
 from .model_setup import JobFailed
+from .progress import Progress
 from .spec import JobSpec, UsageError
 from .store import ResultStore
 
@@ -84,6 +86,19 @@ def _dated_earlier(spec: JobSpec, output: Path, fingerprint: dict, log: TextIO) 
             print(f"incremental: earlier rows from {path}", file=log)
             return incremental.read_quietly(pq.read_table, path)
     return []
+
+
+def settle(row: InputRow, store: ResultStore, earlier: EarlierRows, progress: Progress) -> str | None:
+    """What a row needs before it runs: "done" (committed already), "kept" (an earlier job's
+    output row for the same request, committed now and counted), or None: it must run."""
+    if store.is_done(row.index):
+        return "done"
+    taken = earlier.take(row, request_hash(row)) if earlier.total and row.error is None else None
+    if taken is None:
+        return None
+    store.commit(taken)
+    progress.update(1, free=True)
+    return "kept"
 
 
 def report_kept(earlier: EarlierRows, done: int, log: TextIO) -> None:

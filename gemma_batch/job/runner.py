@@ -21,8 +21,8 @@ from typing import TextIO
 from ..data.rows import InputRow
 from ..engine.engine import Engine, Request
 from .fingerprint import job_fingerprint, model_fingerprint
-from .incremental import EarlierRows, request_hash
-from .lifecycle import complete_stats, finish, open_input, open_store, report_kept, write_failed
+from .incremental import EarlierRows
+from .lifecycle import complete_stats, finish, open_input, open_store, report_kept, settle, write_failed
 from .lock import OutputLock
 from .model_setup import JobFailed, prepare_model
 from .progress import Progress
@@ -102,13 +102,9 @@ def _stream(
             if order and row.index - order[0] >= LOOKAHEAD:
                 held = row
                 break
-            if store.is_done(row.index):
-                continue
-            kept = earlier.take(row, request_hash(row)) if earlier.total and row.error is None else None
-            if kept is not None:
-                store.commit(kept)
-                progress.update(1, free=True)
-                done += 1
+            settled = settle(row, store, earlier, progress)
+            if settled is not None:
+                done += settled == "kept"
                 continue
             request = requests.request(row)
             if isinstance(request, RowFailure):

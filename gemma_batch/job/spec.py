@@ -27,7 +27,7 @@ from ..model.checkpoint import DEMO_MODEL
 
 DATE = "{date}"  # the placeholder an output name may carry (`--output "labels-{date}.parquet"`)
 
-PATH_FIELDS = ("input", "output", "model", "json_schema")
+PATH_FIELDS = ("input", "output", "output_dir", "model", "json_schema")
 LIST_FIELDS = ("keep_columns", "stop", "choices")
 
 
@@ -39,6 +39,7 @@ class UsageError(ValueError):
 class JobSpec:
     input: Path
     output: Path | None = None  # None: derived from the input's name
+    output_dir: Path | None = None  # instead of one file, a folder of Parquet parts (output format "parquet-dir")
     model: Path = DEMO_MODEL
     backend: str = "auto"
     device: str | None = None  # Vulkan device: index or part of its name (`gemma-batch devices`)
@@ -51,7 +52,7 @@ class JobSpec:
     id_column: str | None = None  # None: "id" when present, else the row number
     keep_columns: tuple[str, ...] = ()
     chat: bool | None = None  # None: chat template for `messages` rows only
-    output_format: Literal["parquet", "openai", "jsonl", "csv"] | None = None  # None: from the output's name (`resolve_output_format`)
+    output_format: Literal["parquet", "openai", "jsonl", "csv", "parquet-dir"] | None = None  # None: from the output's name (`resolve_output_format`)
     max_tokens: int = SamplingParams.max_tokens  # the sampling defaults are SamplingParams'
     temperature: float = SamplingParams.temperature
     top_k: int = SamplingParams.top_k
@@ -80,8 +81,8 @@ class JobSpec:
     @property
     def output_path(self) -> Path:
         """The output file: --output (its {date} replaced by today's, YYYY-MM-DD), or named after the input."""
-        if self.output is not None:
-            return Path(str(self.output).replace(DATE, datetime.date.today().isoformat()))
+        if self.output is not None or self.output_dir is not None:
+            return Path(str(self.output or self.output_dir).replace(DATE, datetime.date.today().isoformat()))
         suffix = ".results.jsonl" if self.output_format == "openai" else f".completions.{self.output_format or 'parquet'}"
         name = self.input.name
         for compressed in COMPRESSIONS:  # (stripped with the input's own suffix)
@@ -135,8 +136,11 @@ def check_paths(spec: JobSpec) -> None:
     """The input exists, the output's folder exists, and the output would not overwrite the input."""
     if not spec.input.exists():
         raise UsageError(f"input {spec.input} does not exist")
-    if spec.output is not None and ("{" in spec.output.name.replace(DATE, "") or "}" in spec.output.name.replace(DATE, "")):
-        raise UsageError(f"--output {spec.output}: the only placeholder an output name may hold is {DATE}")
+    named = spec.output or spec.output_dir
+    if named is not None and ("{" in named.name.replace(DATE, "") or "}" in named.name.replace(DATE, "")):
+        raise UsageError(f"--output {named}: the only placeholder an output name may hold is {DATE}")
+    if spec.output_dir is not None and spec.output_path.exists() and not spec.output_path.is_dir():
+        raise UsageError(f"--output-dir {spec.output_path} is a file; --output writes one file")
     output = spec.output_path
     if not output.parent.is_dir():
         raise UsageError(f"output folder {output.parent} does not exist")
@@ -239,6 +243,10 @@ def make_spec(settings: Mapping[str, Any], where: str = "command line") -> JobSp
     if spec.score_only and spec.output_format == "openai":
         raise UsageError(f"{where}: --score-only writes `choice_logprobs`, which OpenAI result lines do not have; "
                          "write Parquet, JSONL or CSV")
+    if spec.output_dir is not None:
+        if spec.output is not None or spec.output_format not in (None, "parquet-dir"):
+            raise UsageError(f"{where}: --output-dir writes a folder of Parquet parts; leave out --output and --output-format")
+        return dataclasses.replace(spec, output_format="parquet-dir")
     return dataclasses.replace(spec, output_format=resolve_output_format(spec.output, spec.output_format, where))
 
 

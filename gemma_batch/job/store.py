@@ -85,12 +85,12 @@ class ResultStore:
         schema: pa.Schema,
         fingerprint: dict,
         *,
-        output_format: Literal["parquet", "openai", "jsonl", "csv"] = "parquet",
+        output_format: Literal["parquet", "openai", "jsonl", "csv", "parquet-dir"] = "parquet",
         force: bool = False,
         openai_model: str = "gemma",
         compact_every: int = 4096,
     ) -> None:
-        if output_format not in ("parquet", "openai", *ROW_FORMATS):
+        if output_format not in ("parquet", "openai", "parquet-dir", *ROW_FORMATS):
             raise ValueError(f"unknown output format {output_format!r}")
         self.output = Path(output)
         self.partial_dir = self.output.with_name(self.output.name + ".partial")
@@ -165,7 +165,7 @@ class ResultStore:
     def _keeps(self, fingerprint: Any, output_format: Any) -> bool:
         """Whether finished rows of the job (`fingerprint`, `output_format`) may be kept by this
         one (incremental.py: Parquet outputs of jobs that differ in their input alone)."""
-        return (not self._force and output_format == self._format == "parquet" and fingerprint != self._fingerprint
+        return (not self._force and output_format == self._format in ("parquet", "parquet-dir") and fingerprint != self._fingerprint
                 and incremental.reusable(fingerprint, self._fingerprint))
 
     def _mismatch(self, where: Path, fingerprint: Any, output_format: Any) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,11 +31,12 @@ class Workers:
 
 def connect(address: str | None, spec: JobSpec) -> None:
     """Join the cluster at `address` ("auto": the one `ray start` made on this machine; None:
-    RAY_ADDRESS's, else a new one here, given this machine's usable Vulkan GPUs as its GPUs)."""
+    RAY_ADDRESS's, else a new one here, whose GPUs are this machine's usable Vulkan GPUs)."""
     if ray.is_initialized():
         return
+    address = address or os.environ.get("RAY_ADDRESS") or "local"
     gpus = None
-    if address is None and spec.backend != "cpu":
+    if address == "local" and spec.backend != "cpu":
         from ..backends.vulkan.device import list_devices, usable_gpus
         from ..backends.vulkan.errors import VulkanUnavailable
 

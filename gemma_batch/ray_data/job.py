@@ -23,8 +23,8 @@ import ray
 from ..data.readers import Dataset
 from ..engine.stats import EngineStats
 from ..job.fingerprint import job_fingerprint, model_fingerprint
-from ..job.incremental import EarlierRows, request_hash
-from ..job.lifecycle import complete_stats, finish, open_input, open_store, report_kept, write_failed
+from ..job.incremental import EarlierRows
+from ..job.lifecycle import complete_stats, finish, open_input, open_store, report_kept, settle, write_failed
 from ..job.lock import OutputLock
 from ..job.progress import Progress
 from ..job.signals import JobStopped, StopOnSignal
@@ -83,6 +83,8 @@ def _run(spec: JobSpec, dataset: Dataset, schema, wanted: int | None, log: TextI
                 for row in _completed(spec, dataset, todo, count, plan, stage, stop):
                     if store.is_done(row["row"]):  # a retried task's row, committed when it first came
                         continue
+                    if done == kept:  # the first: the progress line's rates count from the first worker's start too
+                        progress.started = time.monotonic() - (time.time() - (ray.get(board.all.remote())[0] or started))
                     store.commit(row)
                     progress.update(1, row["completion_tokens"] or 0,
                                     prompt=(row["prompt_tokens"] or 0, row["cached_prompt_tokens"] or 0))
@@ -113,15 +115,9 @@ def _todo(dataset: Dataset, store: ResultStore, earlier: EarlierRows, progress: 
     todo = np.zeros(dataset.num_rows, dtype=bool)
     kept = 0
     for row in dataset.rows():
-        if store.is_done(row.index):
-            continue
-        taken = earlier.take(row, request_hash(row)) if earlier.total and row.error is None else None
-        if taken is not None:
-            store.commit(taken)
-            progress.update(1, free=True)
-            kept += 1
-        else:
-            todo[row.index] = True
+        settled = settle(row, store, earlier, progress)
+        kept += settled == "kept"
+        todo[row.index] = settled is None
     return todo, int(todo.sum()), kept
 
 
