@@ -176,3 +176,29 @@ def test_ray_flags_are_usage_errors_without_ray_or_with_bad_values(tmp_path):
                               f"app(['run', {str(src)!r}, '--ray'])"], capture_output=True, text=True, timeout=120)
     assert without.returncode == 2 and "pip install 'gemma-batch[ray]'" in without.stderr
     assert not tmp_path.joinpath("a.completions.parquet").exists()
+
+
+def test_two_calls_at_once_share_one_engine_and_give_each_its_own_rows():
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow as pa
+
+    from gemma_batch.ray_data import GemmaStage
+
+    stage = GemmaStage(max_tokens=12, max_batch=4, temperature=0.8)  # (no Ray here: the stage alone, on the CPU)
+    batches = [pa.table({"id": [f"b{b}-{i}" for i in range(6)], "prompt": [f"Batch {b}, row {i}: and" for i in range(6)]})
+               for b in range(2)]
+    alone = [stage(batch).to_pylist() for batch in batches]
+    with ThreadPoolExecutor(2) as pool:
+        together = [table.to_pylist() for table in pool.map(stage, batches)]
+    assert together == alone and [r["id"] for r in together[1]] == [f"b1-{i}" for i in range(6)]
+    assert stage.rows == 24 and stage.statistics()["rows"] == 24
+
+
+def test_a_worker_that_would_compute_otherwise_stops_at_its_start():
+    from gemma_batch.job.spec import make_spec
+    from gemma_batch.ray_data.stage import GemmaStage, WorkerMismatch
+
+    spec = make_spec({"input": Path("x.jsonl"), "backend": "cpu"})
+    with pytest.raises(WorkerMismatch, match="every worker must compute alike"):
+        GemmaStage(spec=spec, expect=("vulkan on another GPU", 131072))

@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..data.row_checks import RowSpec, make_row
-from ..data.rows import InputRow
+from ..data.rows import CONSTRAINT_COLUMNS, ROW_PARAMS, InputRow
 from ..data.schema import output_schema
 from ..data.seen_ids import SeenIds
 from ..engine.engine import Engine
@@ -38,8 +38,7 @@ from ..job.store import KIND_KEY
 
 PACKED = "_gemma_batch_row"  # a pickled InputRow, as source.py packs it
 CALLS_PER_WORKER = 2  # batches a worker runs at once on its engine (`pool`)
-_READ = ("messages", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "logprobs",
-         "regex", "json_schema", "choices")  # the columns a stage reads besides the prompt and id columns
+_READ = ("messages", *ROW_PARAMS, *CONSTRAINT_COLUMNS)  # the columns a stage reads besides the prompt and id columns
 
 
 class WorkerMismatch(RuntimeError):
