@@ -172,6 +172,10 @@ def test_ray_flags_are_usage_errors_without_ray_or_with_bad_values(tmp_path):
                            (("--ray", "--place", "0-1:cpu"), "--place splits one model")]:
         done = gemma_batch("run", src, *flags)
         assert done.returncode == 2 and message in done.stderr, done.stderr
+    job = tmp_path / "job.toml"
+    job.write_text(f'input = "a.jsonl"\nray = true\nray-address = "auto"\nworkers = 0\n')
+    done = gemma_batch("run", job)  # (a job file takes the same settings)
+    assert done.returncode == 2 and "--workers 0: must be >= 1" in done.stderr, done.stderr
     without = subprocess.run([sys.executable, "-c", "import sys; sys.modules['ray'] = None; from gemma_batch.cli import app; "
                               f"app(['run', {str(src)!r}, '--ray'])"], capture_output=True, text=True, timeout=120)
     assert without.returncode == 2 and "pip install 'gemma-batch[ray]'" in without.stderr
