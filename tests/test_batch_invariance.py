@@ -139,7 +139,7 @@ def test_cpu_threads_do_not_change_the_bits():
     """One thread, or three taking parts of each step's rows (steps of 2+ tiles), give every
     position's logits bit for bit (the tests' machine may have one core: the count is forced)."""
     cfg = Gemma3Config.from_dir(DEMO_MODEL)
-    requests = make_requests(cfg)
+    requests = make_requests(cfg, NEW_TOKENS["cpu"])
     logits = []
     for threads in (1, 3):
         backend = CpuBackend(cfg, threads=threads)
