@@ -21,7 +21,7 @@ from tests.test_run_job import gemma_batch, write_jsonl
 
 ray = pytest.importorskip("ray")
 
-FLAGS = ("--max-tokens", "24", "--max-batch", "4")  # four sequences a worker, 16 rows a call (BATCH_PER_SEQUENCE)
+FLAGS = ("--max-tokens", "16", "--max-batch", "4")  # four sequences a worker, 16 rows a call (BATCH_PER_SEQUENCE)
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +151,7 @@ def test_the_stage_in_a_ray_pipeline_completes_rows_as_a_local_job_does(tmp_path
     ray.init(address=cluster, logging_level="ERROR")
     try:
         done = ray.data.from_items(rows).map_batches(
-            GemmaStage, fn_constructor_kwargs={"max_tokens": 24, "max_batch": 4}, batch_size=4, batch_format="pyarrow",
+            GemmaStage, fn_constructor_kwargs={"max_tokens": 16, "max_batch": 4}, batch_size=4, batch_format="pyarrow",
             compute=pool(2)).take_all()
         with pytest.raises(Exception, match="no id column 'id'"):
             ray.data.from_items([{"prompt": "no id"}]).map_batches(GemmaStage, batch_format="pyarrow", concurrency=1).take_all()
