@@ -140,7 +140,10 @@ def test_a_killed_ray_job_run_again_ends_with_the_same_file(tmp_path, cluster):
 
 
 def test_the_stage_in_a_ray_pipeline_completes_rows_as_a_local_job_does(tmp_path, cluster):
+    from gemma_batch.job.spec import make_spec
     from gemma_batch.ray_data import GemmaStage, pool
+    from gemma_batch.ray_data.cluster import root_cause
+    from gemma_batch.ray_data.stage import WorkerMismatch
 
     rows = [{"id": f"p{i}", "prompt": f"In the beginning {i}", "shop": f"s{i % 3}", "temperature": 0.5 * (i % 2)}
             for i in range(10)]
@@ -155,6 +158,11 @@ def test_the_stage_in_a_ray_pipeline_completes_rows_as_a_local_job_does(tmp_path
             compute=pool(2)).take_all()
         with pytest.raises(Exception, match="no id column 'id'"):
             ray.data.from_items([{"prompt": "no id"}]).map_batches(GemmaStage, batch_format="pyarrow", concurrency=1).take_all()
+        with pytest.raises(Exception) as failed:  # a worker that fails at its start: the job says why, not Ray's traceback
+            ray.data.from_items(rows[:2]).map_batches(
+                GemmaStage, fn_constructor_kwargs={"spec": make_spec({"input": src}), "expect": ("another GPU", 1)},
+                batch_format="pyarrow", compute=pool(1), max_restarts=0).take_all()
+        assert isinstance(root_cause(failed.value), WorkerMismatch)
     finally:
         ray.shutdown()
     by_id = {r["id"]: r for r in done}

@@ -84,6 +84,17 @@ def probe(spec: JobSpec, workers: Workers) -> dict[str, Any]:
     return ray.get(task.remote(spec))
 
 
+def root_cause(error: BaseException) -> BaseException:
+    """The exception a Ray task or worker raised, out of Ray's wrappers: a RayTaskError's `cause`,
+    an ActorDiedError's RayTaskError (its argument), else `__cause__`."""
+    while True:
+        wrapped = [getattr(error, "cause", None), *getattr(error, "args", ()), error.__cause__]
+        inner = next((e for e in wrapped if isinstance(e, BaseException) and e is not error), None)
+        if inner is None:
+            return error
+        error = inner
+
+
 class StatsBoard:
     """A Ray actor: when the first worker had its model loaded (`first_ready`, seconds since the
     epoch), and each worker's latest figures and engine statistics, by worker."""

@@ -26,13 +26,14 @@ from ..job.fingerprint import job_fingerprint, model_fingerprint
 from ..job.incremental import EarlierRows
 from ..job.lifecycle import complete_stats, finish, open_input, open_store, report_kept, settle, write_failed
 from ..job.lock import OutputLock
+from ..job.model_setup import JobFailed
 from ..job.progress import Progress
 from ..job.signals import JobStopped, StopOnSignal
 from ..job.spec import JobSpec
 from ..job.store import ResultStore
 from ..model.checkpoint import Checkpoint
 from ..model.config import Gemma3Config
-from .cluster import Workers, connect, plan_workers, probe, stats_board
+from .cluster import Workers, connect, plan_workers, probe, root_cause, stats_board
 from .source import JobRows
 from .stage import GemmaStage, pool
 
@@ -46,26 +47,29 @@ def run_ray_job(spec: JobSpec, address: str | None = None, workers: int | None =
     Raises as `job.runner.run_job` does."""
     log, out = log or sys.stderr, out or sys.stdout
     dataset, schema = open_input(spec)
+    checkpoint = Checkpoint.open(spec.model, Gemma3Config.from_dir(spec.model))  # a bad model fails here, named
+    model = model_fingerprint(spec.model, checkpoint.files)
     started_here = not ray.is_initialized()
     connect(address, spec)
     try:
         with StopOnSignal() as stop:
-            return _run(spec, dataset, schema, workers, log, out, stop)
+            return _run(spec, dataset, schema, model, workers, log, out, stop)
+    except ray.exceptions.RayError as e:  # a task's or worker's own error, out of Ray's wrappers
+        cause = root_cause(e)
+        raise JobFailed(str(cause) if cause is not e else f"Ray: {e}") from None
     finally:
         if started_here:
             ray.shutdown()
 
 
-def _run(spec: JobSpec, dataset: Dataset, schema, wanted: int | None, log: TextIO, out: TextIO,
+def _run(spec: JobSpec, dataset: Dataset, schema, model: str, wanted: int | None, log: TextIO, out: TextIO,
          stop: StopOnSignal) -> dict[str, Any]:
     plan, worker_spec = plan_workers(spec, wanted)
     found = probe(worker_spec, plan)
     print(f"ray: {plan.describe()}, on {found['identity']}", file=log)
     for line in found["log"].splitlines():
         print(f"  a worker: {line}", file=log)
-    checkpoint = Checkpoint.open(spec.model, Gemma3Config.from_dir(spec.model))
-    fingerprint = job_fingerprint(spec, dataset.fingerprint, model_fingerprint(spec.model, checkpoint.files),
-                                  found["identity"], found["max_model_len"])
+    fingerprint = job_fingerprint(spec, dataset.fingerprint, model, found["identity"], found["max_model_len"])
     with OutputLock(spec.output_path):
         store, earlier = open_store(spec, schema, fingerprint, dataset, log)
         if store.state == "complete":
