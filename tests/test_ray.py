@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -80,6 +81,8 @@ def test_a_ray_job_writes_the_file_a_local_run_writes(tmp_path, cluster, samplin
     total, workers = stats[0], stats[1:]
     assert total["worker"] == "all" and total["workers"] == 2 and 1 <= len(workers) <= 2  # (a worker still loading gets none)
     assert sum(w["rows"] for w in workers) == 40 and all(w["rows"] for w in workers)
+    assert all(w["load_seconds"] > 0 and datetime.fromisoformat(w["ready_at"]) >= datetime.fromisoformat(total["started_at"])
+               for w in workers)
     assert total["generated_tokens"] == sum(w["generated_tokens"] for w in workers) > 0
     assert total["rows_done_this_run"] == 40 and total["backend"] == "cpu"
 
@@ -181,7 +184,7 @@ def test_ray_flags_are_usage_errors_without_ray_or_with_bad_values(tmp_path):
         done = gemma_batch("run", src, *flags)
         assert done.returncode == 2 and message in done.stderr, done.stderr
     job = tmp_path / "job.toml"
-    job.write_text(f'input = "a.jsonl"\nray = true\nray-address = "auto"\nworkers = 0\n')
+    job.write_text('input = "a.jsonl"\nray = true\nray-address = "auto"\nworkers = 0\n')
     done = gemma_batch("run", job)  # (a job file takes the same settings)
     assert done.returncode == 2 and "--workers 0: must be >= 1" in done.stderr, done.stderr
     without = subprocess.run([sys.executable, "-c", "import sys; sys.modules['ray'] = None; from gemma_batch.cli import app; "

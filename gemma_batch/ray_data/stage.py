@@ -14,6 +14,7 @@ then the input's row numbers and kept columns come with them.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import os
 import pickle
 import socket
@@ -61,6 +62,7 @@ class GemmaStage:
         spec, the backend identity and context its plan fixed (WorkerMismatch where this worker's
         differ), the types of the input's kept columns, and the actor that gathers each worker's
         statistics (`cluster.StatsBoard`)."""
+        started = time.perf_counter()
         self.keep = settings.pop("keep_columns", None)
         self.keep_types = keep_types or {}
         if spec is None:
@@ -75,8 +77,10 @@ class GemmaStage:
         self.engine: Engine = self.model.load(sys.stderr)
         self.requests: RowRequests = self.model.requests()
         self.board = board
+        self.load_seconds = time.perf_counter() - started
+        self.ready_at = time.time()
         if board is not None:
-            board.ready.remote(time.time())
+            board.ready.remote(self.ready_at)
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
         self.rows = 0
         self.busy = 0.0  # seconds with at least one call running
@@ -156,9 +160,11 @@ class GemmaStage:
         return call.out
 
     def statistics(self) -> dict[str, Any]:
-        """This worker's figures so far: rows, seconds in batches, and the engine's statistics."""
+        """This worker's figures so far: when its model was ready (and how long it took to get
+        it there), rows, seconds in batches, and the engine's statistics."""
+        ready = datetime.datetime.fromtimestamp(self.ready_at, datetime.timezone.utc)
         return {"worker": self.worker, "backend": self.model.backend.identity, "kv_dtype": self.model.backend.kv_dtype,
-                "rows": self.rows,
+                "ready_at": ready.isoformat(timespec="milliseconds"), "load_seconds": self.load_seconds, "rows": self.rows,
                 "busy_seconds": self.busy, "rows_per_s": self.rows / self.busy if self.busy else 0.0,
                 **self.engine.stats.summary(self.busy)}
 
