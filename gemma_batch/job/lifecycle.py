@@ -118,15 +118,15 @@ def finish(spec: JobSpec, store: ResultStore, dataset: Dataset, run: dict[str, A
         store.finalize(dataset.num_rows)
     except OSError as e:
         raise write_failed(e, store) from None
-    wall, output = run.pop("wall"), spec.output_path
+    wall, output = run["wall"], spec.output_path
     stats = {
         "rows_failed": count_error_rows(output, spec.output_format),
-        "started_at": run.pop("started").isoformat(timespec="seconds"),
+        "started_at": run["started"].isoformat(timespec="seconds"),
         "ended_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "rows_per_s": (run["rows_done_this_run"] - run["rows_kept"]) / wall if wall > 0 else 0.0,
         **figures,
         "rows_total": dataset.num_rows,
-        **run,
+        **{k: v for k, v in run.items() if k not in ("started", "wall")},
         "weights": str(spec.weight_format),
         "prefix_cache": spec.prefix_cache,
         "model": str(spec.model),

@@ -138,7 +138,8 @@ def check_paths(spec: JobSpec) -> None:
         raise UsageError(f"input {spec.input} does not exist")
     named = spec.output or spec.output_dir
     if named is not None and ("{" in named.name.replace(DATE, "") or "}" in named.name.replace(DATE, "")):
-        raise UsageError(f"--output {named}: the only placeholder an output name may hold is {DATE}")
+        flag = "--output" if spec.output is not None else "--output-dir"
+        raise UsageError(f"{flag} {named}: the only placeholder an output name may hold is {DATE}")
     if spec.output_dir is not None and spec.output_path.exists() and not spec.output_path.is_dir():
         raise UsageError(f"--output-dir {spec.output_path} is a file; --output writes one file")
     output = spec.output_path

@@ -64,7 +64,7 @@ def plan_workers(spec: JobSpec, wanted: int | None) -> tuple[Workers, JobSpec]:
         raise UsageError("--backend vulkan: the Ray cluster has no GPU (`ray start --num-gpus N` on a machine whose "
                          "GPUs Ray does not find itself)")
     count = wanted or len([n for n in ray.nodes() if n.get("Alive")])
-    return Workers(count, 0, max(cpus // count, 1.0) if count <= cpus else cpus / count), dataclasses.replace(spec, backend="cpu")
+    return Workers(count, 0, cpus // count if count <= cpus else cpus / count), dataclasses.replace(spec, backend="cpu")
 
 
 def probe(spec: JobSpec, workers: Workers) -> dict[str, Any]:

@@ -131,7 +131,7 @@ def _completed(spec: JobSpec, dataset: Dataset, todo: np.ndarray | None, count: 
     back or a signal asks to stop."""
     rows_per_call = BATCH_PER_SEQUENCE * spec.max_batch
     here = {"ray.io/node-id": ray.get_runtime_context().get_node_id()}  # where the input is
-    rows = ray.data.read_datasource(JobRows(spec, dataset.fingerprint, todo, count, rows_per_call),
+    rows = ray.data.read_datasource(JobRows(dataset, todo, count, rows_per_call),
                                     num_cpus=0, label_selector=here)
     finished = rows.map_batches(GemmaStage, fn_constructor_kwargs=stage, batch_size=rows_per_call, batch_format="pyarrow",
                                 compute=pool(plan.count), num_gpus=plan.gpus, num_cpus=plan.cpus)

@@ -18,9 +18,8 @@ import pyarrow as pa
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
-from ..data.readers import open_dataset
-from ..data.rows import DatasetError, InputRow
-from ..job.spec import JobSpec
+from ..data.readers import Dataset
+from ..data.rows import InputRow
 from .stage import PACKED
 
 BLOCK_ROWS = 256  # rows a block carries to the workers
@@ -29,11 +28,10 @@ BLOCK_ROWS = 256  # rows a block carries to the workers
 class JobRows(Datasource):
     """Rows of a job's input whose `todo` entry is set (every row when `todo` is None)."""
 
-    def __init__(self, spec: JobSpec, fingerprint: str, todo: np.ndarray | None, count: int,
-                 block_rows: int = BLOCK_ROWS) -> None:
-        """`fingerprint`: the input's, as the job opened it (a read of a changed file fails);
-        `count`: the rows to run, for Ray's progress."""
-        self.spec, self.fingerprint, self.todo, self.count, self.block_rows = spec, fingerprint, todo, count, block_rows
+    def __init__(self, dataset: Dataset, todo: np.ndarray | None, count: int, block_rows: int = BLOCK_ROWS) -> None:
+        """`dataset`: the input as the job opened it (read where it was opened: a file changed
+        since fails, `Dataset.rows`); `count`: the rows to run, for Ray's progress."""
+        self.dataset, self.todo, self.count, self.block_rows = dataset, todo, count, block_rows
 
     def estimate_inmemory_data_size(self) -> int | None:
         return None
@@ -44,12 +42,8 @@ class JobRows(Datasource):
         return [ReadTask(self._read, metadata)]
 
     def _read(self) -> Iterator[pa.Table]:
-        spec = self.spec
-        dataset = open_dataset(spec.input, spec.prompt_column, spec.id_column, spec.keep_columns, spec.chat)
-        if dataset.fingerprint != self.fingerprint:
-            raise DatasetError(f"{spec.input} changed since the job started; run it again")
         block: list[InputRow] = []
-        for row in dataset.rows():
+        for row in self.dataset.rows():
             if self.todo is None or self.todo[row.index]:
                 block.append(row)
                 if len(block) == self.block_rows:

@@ -65,6 +65,7 @@ class GemmaStage:
         started = time.perf_counter()
         self.keep = settings.pop("keep_columns", None)
         self.keep_types = keep_types or {}
+        self._packed_schema = output_schema(self.keep_types).append(pa.field(KIND_KEY, pa.string()))  # (rows of source.py)
         if spec is None:
             given = {"input": Path("<ray dataset>"), "model": model, **settings}
             spec = make_spec({k: v for k, v in given.items() if v is not None}, where="GemmaStage")
@@ -99,16 +100,16 @@ class GemmaStage:
         if not isinstance(batch, pa.Table):
             batch = pa.Table.from_pandas(batch, preserve_index=False)  # (batch_format="pandas")
         if PACKED in batch.column_names:
-            rows = [pickle.loads(b) for b in batch.column(PACKED).to_pylist()]
-            out = self._complete(rows)
-            schema = output_schema(self.keep_types).append(pa.field(KIND_KEY, pa.string()))
+            out = self._complete([pickle.loads(b) for b in batch.column(PACKED).to_pylist()])
+            schema = self._packed_schema
         else:
-            rows, numbers = self._rows(batch)
+            kept = self._kept(batch)
+            rows, numbers = self._rows(batch, kept)
             out = self._complete(rows)
             for values, number in zip(out, numbers):
                 values["row"] = number
                 del values[KIND_KEY]
-            schema = _nullable_row(output_schema({n: batch.schema.field(n).type for n in self._kept(batch)}))
+            schema = _nullable_row(output_schema({n: batch.schema.field(n).type for n in kept}))
         return pa.Table.from_pylist(out, schema=schema)
 
     def _complete(self, rows: list[InputRow]) -> list[dict[str, Any]]:
@@ -173,17 +174,17 @@ class GemmaStage:
         read = {self.spec.prompt_column, id_column, "row", *_READ}
         return [n for n in batch.column_names if n not in read] if self.keep is None else list(self.keep)
 
-    def _rows(self, batch: pa.Table) -> tuple[list[InputRow], list[int | None]]:
-        """The batch's records as InputRows (numbered by their place in the batch, the engine's
-        request ids), and each one's `row` (the input's own `row` column, else null)."""
+    def _rows(self, batch: pa.Table, kept: list[str]) -> tuple[list[InputRow], list[int | None]]:
+        """The batch's records as InputRows (numbered by their place in the batch) with the
+        `kept` columns, and each one's `row` (the input's own `row` column, else null)."""
         id_column = self.spec.id_column or "id"
         if id_column not in batch.column_names:
             raise ValueError(f"GemmaStage: the batch has no id column {id_column!r} (id_column=): a row's id keys its "
                              "sampling, so that its completion is the same wherever it runs; add one")
-        missing = [n for n in self._kept(batch) if n not in batch.column_names]
+        missing = [n for n in kept if n not in batch.column_names]
         if missing:
             raise ValueError(f"GemmaStage: keep_columns {', '.join(missing)}: not columns of the batch")
-        spec = RowSpec(self.spec.prompt_column, id_column, tuple(self._kept(batch)), self.spec.chat, keep_value=lambda v: v)
+        spec = RowSpec(self.spec.prompt_column, id_column, tuple(kept), self.spec.chat, keep_value=lambda v: v)
         records = batch.to_pylist()
         seen = SeenIds()
         rows = [make_row(i, f"row {record.get('row', i)}", record, spec, seen) for i, record in enumerate(records)]

@@ -76,8 +76,9 @@ class VulkanStage(VulkanBackend):
             self._last_profile[name] = self._last_profile.get(name, 0.0) + seconds
         if not head:
             x_out = StepBuffers.view(inputs.x_out, np.float32, T * self.cfg.hidden_size).reshape(T, -1)
-            if out is not None:  # (another GPU's input: the one host copy of a crossing between GPUs)
-                out[:] = x_out
-            return x_out
+            if out is None:
+                return x_out
+            out[:] = x_out  # (another GPU's x_in: the one host copy of a crossing between GPUs)
+            return out
         self._batch = None
         return read_result(self._step, inputs, self._logits)
