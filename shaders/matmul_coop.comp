@@ -44,6 +44,12 @@
 // 8,192-token step's products 369 -> 222 ms (255 -> 128 registers; docs/EXPERIMENTS.md, "The
 // prompt tile"). Where each kind's sums go: partial_rows.glsl.
 //
+// CHUNK_K (the chunk tile): the prefill tile where each K chunk is a workgroup of its own
+// (chunked rows up to pc.fold_rows; the host runs the plain prefill tile above): it holds only
+// its chunk's sum, no running total, so it fits the registers of the prompt tile (two workgroups
+// an SM on the H100 where the chunk-order tile fits one). The same sums in the same order as the
+// prefill tile's per-chunk workgroups, so the same bits.
+//
 // Variants: W_T16 | W_I8 | W_I4; GATED (N = 2 I: output columns [0, I) from W at binding 0, [I, 2 I)
 // from the up weights at binding 4); ROWS (M = meta.num_rows: the LM head's gathered rows); the
 // tile (SG_N, SG_M, TN, TM, KU; above COOP_FOLD_ROWS rows the host runs coop_tiles.COOP_FOLD_DEFINES'
@@ -147,6 +153,9 @@ void main() {
 #ifdef WHOLE_K
     uint row0 = meta.prompt_start, M = meta.num_tokens;
     bool fold = true;  // one workgroup over all of K, no chunks
+#elif defined(CHUNK_K)
+    uint row0 = 0u, M = chunked_rows();
+    bool fold = false;  // only run where M <= pc.fold_rows: each chunk a workgroup
 #else
     uint row0 = 0u, M = chunked_rows();
     bool fold = M > pc.fold_rows;
@@ -213,7 +222,7 @@ void main() {
         } }
 
     ACC acc[TN * TM];  // tile (tn, tm) at tn * TM + tm
-#ifdef WHOLE_K
+#if defined(WHOLE_K) || defined(CHUNK_K)
 #define total acc
     [[unroll]] for (uint i = 0; i < TN * TM; i++) acc[i] = ACC(0.0);
 #else
@@ -255,7 +264,7 @@ void main() {
                 }
             }
         }
-#ifndef WHOLE_K
+#if !defined(WHOLE_K) && !defined(CHUNK_K)
         uint done = k0 + KU - k_begin;
         if (done % pc.kchunk == 0) {  // a chunk ends: add its sum to the running total, in chunk order
             [[unroll]] for (uint tn = 0; tn < TN; tn++) {

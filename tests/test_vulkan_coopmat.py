@@ -68,7 +68,7 @@ def test_cooperative_matmuls_match_the_cpu_backend(checkpoints, model, min_chunk
 
 
 @needs_coopmat
-@pytest.mark.parametrize("summed", ["in the tile", "by the reduce"])
+@pytest.mark.parametrize("summed", ["in the tile", "by the reduce", "by the reduce, no chunk tile"])
 @pytest.mark.parametrize("inputs", ["split", "fp16"])
 def test_prefill_above_the_fold_matches_decode_sized_steps(monkeypatch, inputs, summed):
     """Steps of more than 64 tokens run the prefill tile, smaller ones the decode tile. The prefill
@@ -78,12 +78,15 @@ def test_prefill_above_the_fold_matches_decode_sized_steps(monkeypatch, inputs, 
     80-token step and in 7-token steps gives identical logits either way, with either inputs (the
     demo model's matrices of 128-multiple widths on the 128-wide tile of that input mode). Prompt
     tokens take these tiles only without the prompt tile (GEMMA_BATCH_VK_PROMPT_TILE=0); with it,
-    decode tokens and recomputed completions still do (test_batch_invariance.py's preemptions)."""
+    decode tokens and recomputed completions still do (test_batch_invariance.py's preemptions).
+    Chunks that are workgroups run the chunk tile (CHUNK_K), or without it (its switch off) the
+    prefill tile itself."""
     from gemma_batch.backends.vulkan import coop_tiles
     from gemma_batch.engine.generate import generate_greedy
 
     monkeypatch.setenv(INPUTS_ENV, inputs)
     monkeypatch.setenv(coop_tiles.PROMPT_TILE_ENV, "0")
+    monkeypatch.setenv(coop_tiles.CHUNK_TILE_ENV, "0" if summed.endswith("no chunk tile") else "1")
     if summed == "in the tile":
         monkeypatch.setattr(coop_tiles, "COOP_FOLD_GROUPS_PER_SM", 0)
     prompt = list(range(3, 83))
@@ -105,7 +108,9 @@ def test_prefill_above_the_fold_matches_decode_sized_steps(monkeypatch, inputs, 
         backend.close()
     assert fold_rows and (max(fold_rows) == 64 if summed == "in the tile" else min(fold_rows) >= len(prompt))
     tile, other = ("_wide", "_wide_split") if inputs == "fp16" else ("_wide_split", "_wide")
+    chunk_tile = {f"coop_t16_fold{tile}_chunk", f"coop_gated_t16_fold{tile}_chunk"}
     assert {f"coop_t16_fold{tile}", f"coop_gated_t16_fold{tile}"} <= ran
+    assert (chunk_tile <= ran) == (summed != "by the reduce, no chunk tile")
     assert not {f"coop{gated}_t16_fold{t}" for gated in ("", "_gated") for t in ("", other)} & ran
     assert runs[0].keys() == runs[1].keys()
     for pos in runs[0]:

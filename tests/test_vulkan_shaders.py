@@ -103,6 +103,25 @@ def test_only_the_looping_lm_head_grid_is_capped_by_the_sm_count():
         assert counts[tokens // 12].tolist() == [320, 1, 1]
 
 
+def test_the_chunk_tile_takes_the_chunks_that_are_workgroups_and_the_prefill_tile_the_rest():
+    """With the chunk tile (coop_tiles.CHUNK_TILE_ENV) a matmul records two prefill-tile grids:
+    "coopchunk" has the K chunks as workgroups up to F chunked rows, "coopfold ... above" one
+    workgroup a tile above F, so at any step size exactly one of them has work (both none
+    without chunked rows), and together they cover what the one "coopfold" grid does alone."""
+    grids = DispatchGrids(shape_config("4b"), 64, 132)
+    fold_rows = 13 * 128
+    alone = grids.offset(f"coopfold_tokens 16 {fold_rows}", 20) // 12
+    chunk = grids.offset(f"coopchunk_tokens 16 {fold_rows}", 20) // 12
+    above = grids.offset(f"coopfold_tokens 16 {fold_rows} above", 20) // 12
+    for tokens, start in ((1, None), (64, None), (65, None), (159, None), (1664, None), (1665, None), (4096, None),
+                          (4096, 0), (4096, 31), (4096, 1700), (200, 199)):
+        counts = grids.counts(tokens, 1, np.arange(tokens), prompt_start=start)
+        chunked = tokens if start is None else start
+        groups = {name: counts[slot, :2].prod() for name, slot in (("alone", alone), ("chunk", chunk), ("above", above))}
+        assert groups["chunk"] + groups["above"] == groups["alone"], (tokens, start)
+        assert (groups["chunk"] > 0) == (0 < chunked <= fold_rows) and (groups["above"] > 0) == (chunked > fold_rows)
+
+
 def test_small_prefill_steps_run_each_k_chunk_as_a_workgroup():
     """coop_tiles.coop_fold_rows by hand for the 4b shape on 132 SMs (2 workgroups an SM: 264), and
     the prefill tile's grid (grids.py) on either side of it: K chunks as workgroups up to those rows,

@@ -43,6 +43,11 @@ COOP_WHOLE_WIDE_DEFINES = ("SG_N=4", "SG_M=2", "TN=2", "TM=4", "KU=32")
 COOP_WHOLE_SMALL_DEFINES = ("SG_N=4", "SG_M=1", "TN=2", "TM=2")
 COOP_WHOLE_SMALL_ROWS = 32
 PROMPT_TILE_ENV = "GEMMA_BATCH_VK_PROMPT_TILE"  # "0": prompt tokens' products in K chunks too, as before
+# The chunk tile (matmul_coop.comp CHUNK_K): where a prefill tile's K chunks are workgroups of
+# their own (chunked rows up to `coop_fold_rows`: decode steps of more than COOP_FOLD_ROWS tokens,
+# a prefill step's decode rows), a build that holds only its chunk's sum, as the prompt tile holds
+# only its one sum (the `_wide` form in its 32-k stages). The same sums, so the same bits.
+CHUNK_TILE_ENV = "GEMMA_BATCH_VK_CHUNK_TILE"  # "0": those workgroups run the chunk-order prefill tile
 COOP_KU = 64  # k per stage of matmul_coop.comp's tiles (the _wide_split tile's 32 divides it)
 COOP_FOLD_ROWS = 64  # FOLD_ROWS of matmul_coop.comp and reduce.comp
 COOP_TARGET_GROUPS = 512  # K is cut into chunks until a decode matmul has this many workgroups
@@ -103,24 +108,27 @@ def coop_partial_floats(max_rows: int, N: int, chunks: int, fold_rows: int) -> i
 
 
 def coop_variant(defines: tuple[str, ...], dtype: str, fold: bool | str = False, whole: bool = False,
-                 small: bool = False) -> str:
+                 small: bool = False, chunk: bool = False) -> str:
     """The cooperative matmul variant for weights of `dtype` with `defines` (GATED, ROWS or none),
     with the decode tile (matmul_coop_direct.comp's for COOP_DIRECT_DTYPES) or (`fold`)
     matmul_coop.comp's tile for steps of more than COOP_FOLD_ROWS rows (`fold="wide"` or
     "wide_split": the COOP_WIDE_DEFINES or COOP_WIDE_SPLIT_DEFINES tile); `whole`: that prefill
-    tile as the prompt tile (WHOLE_K, `coop_tile_defines`), `small`: its 32-row form."""
+    tile as the prompt tile (WHOLE_K, `coop_tile_defines`), `small`: its 32-row form; `chunk`: as
+    the chunk tile (CHUNK_K)."""
     return "_".join(["coop", *(d.lower() for d in defines), dtype.lower(), *(["fold"] if fold else []),
-                     *([fold] if isinstance(fold, str) else []), *(["whole"] if whole else []), *(["small"] if small else [])])
+                     *([fold] if isinstance(fold, str) else []), *(["whole"] if whole else []), *(["small"] if small else []),
+                     *(["chunk"] if chunk else [])])
 
 
-def coop_tile_defines(fold: bool | str, whole: bool = False, small: bool = False) -> tuple[str, ...]:
+def coop_tile_defines(fold: bool | str, whole: bool = False, small: bool = False, chunk: bool = False) -> tuple[str, ...]:
     """matmul_coop.comp's defines for the prefill tile `fold` (True, "wide" or "wide_split"), as
-    the prompt tile where `whole` (`small`: its 32-row form, "wide" only)."""
+    the prompt tile where `whole` (`small`: its 32-row form, "wide" only) or the chunk tile where
+    `chunk` (both hold one set of sums: "wide" takes the prompt tile's 32-k stages)."""
     if small:
         return (*COOP_WHOLE_SMALL_DEFINES, "WHOLE_K")
-    wide = COOP_WHOLE_WIDE_DEFINES if whole else COOP_WIDE_DEFINES
+    wide = COOP_WHOLE_WIDE_DEFINES if whole or chunk else COOP_WIDE_DEFINES
     tile = {"wide": wide, "wide_split": COOP_WIDE_SPLIT_DEFINES}.get(fold, COOP_FOLD_DEFINES)
-    return (*tile, "WHOLE_K") if whole else tile
+    return (*tile, "WHOLE_K") if whole else (*tile, "CHUNK_K") if chunk else tile
 
 
 def coop_fold(dtype: str, N: int, x_lo: bool) -> bool | str:
@@ -147,3 +155,8 @@ def coop_whole_small(rows: int, tiles: int, sm_count: int) -> bool:
 def prompt_tile_wanted() -> bool:
     """The user's switch (GEMMA_BATCH_VK_PROMPT_TILE=0: no prompt tile)."""
     return switched_on(PROMPT_TILE_ENV)
+
+
+def chunk_tile_wanted() -> bool:
+    """The user's switch (GEMMA_BATCH_VK_CHUNK_TILE=0: no chunk tile)."""
+    return switched_on(CHUNK_TILE_ENV)

@@ -65,7 +65,7 @@ import numpy as np
 
 from ...model.config import Gemma3Config
 from .coop_plan import CoopPlan
-from .coop_tiles import coop_chunks
+from .coop_tiles import chunk_tile_wanted, coop_chunks
 from .graph_coop import CoopMatmul
 from .grids import DispatchGrids
 from .host_event import HostEvent
@@ -78,7 +78,7 @@ from .timestamps import Timestamps
 from .weights import DeviceWeights
 
 
-STAMPS_PER_LAYER = 24  # timestamps a layer's dispatches take with `profile` (at most 20: splits, the prompt tile's two forms, flash)
+STAMPS_PER_LAYER = 28  # timestamps a layer's dispatches take with `profile` (at most 24: splits, the prompt tile's two forms, the chunk tiles, flash)
 
 
 class StepGraph(CoopMatmul):
@@ -118,6 +118,7 @@ class StepGraph(CoopMatmul):
         self.kv_name = kv_dtype  # the suffix of the KV-page kernel variants
         self.block_size = block_size
         self.plan = CoopPlan(cfg, weights, coop_min_chunk)  # (holds coop_min_chunk)
+        self.chunk_tile = chunk_tile_wanted()  # the chunk tile for prefill tiles' K chunks (coop_tiles)
         self.grid_slots = grid_slots or DispatchGrids(cfg, attention_chunk, kernels.dev.info.sm_count)
         self.profile = profile
         self.segment = (0, 2 * cfg.num_layers + 1) if segment is None else segment

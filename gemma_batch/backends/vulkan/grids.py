@@ -14,7 +14,10 @@ on T, R or the positions. Kinds:
                                      workgroups an SM where the device says how many SMs it has
     "coopfold_tokens C F" / "coopfold_rows C F"  the prefill tiles of the chunked rows, times their
                                      C chunks of K up to F rows (coop_tiles.coop_fold_rows); for
-                                     rows none up to COOP_FOLD_ROWS (the decode tile's)
+                                     rows none up to COOP_FOLD_ROWS (the decode tile's); with a
+                                     last word "above", none up to F rows (the chunk tile's)
+    "coopchunk_tokens C F"           the chunk tile's: the prefill tiles of the chunked rows times
+                                     their C chunks of K, up to F rows; none above
     "coopwhole"                      the prompt tile's (matmul_coop.comp WHOLE_K) over the T - D
                                      prompt tokens' rows; "coopwhole_big" / "coopwhole_small"
                                      the same for a tile with a 32-row form: one of the two, as
@@ -33,7 +36,7 @@ from .attention import most_chunks
 from .coop_tiles import COOP_FOLD_ROWS, COOP_FOLD_TILE_ROWS, COOP_ROWS, COOP_WHOLE_SMALL_ROWS, coop_whole_small
 from .variants import MATMUL_ROWS
 
-GRID_SLOTS = 64  # distinct indirect grids (3 uint32 each)
+GRID_SLOTS = 80  # distinct indirect grids (3 uint32 each)
 # The LM head's decode matmul (2,049 tiles at 4b) as 4 workgroups an SM looping over the tiles,
 # not a workgroup a tile with a last partial wave: 4b on the H100 (132 SMs), median decode step
 # 5.29-5.30 against 5.36-5.37 ms at batch 1, 6.33-6.35 against 6.36-6.38 at 32 (the journal, `git show 4d73df3:docs/PERFORMANCE.md`).
@@ -51,8 +54,8 @@ class DispatchGrids:
         self._windows = {g.name: g.window for g in cfg.kv_groups()}
         self._specs: list[tuple[str, int]] = []  # (kind, n) of each slot
         # ... parsed once: (counts rows?, kind's first word, n, K chunks, rows up to which the prefill
-        # tile's chunks are workgroups, attention window or False, capped?)
-        self._parsed: list[tuple[bool, str, int, int, int, int | None | bool, bool]] = []
+        # tile's chunks are workgroups, attention window or False, capped?, "above"?)
+        self._parsed: list[tuple[bool, str, int, int, int, int | None | bool, bool, bool]] = []
 
     def offset(self, kind: str, n: int) -> int:
         """Byte offset of the slot for grid (`kind`, `n`) in the grids buffer."""
@@ -64,9 +67,10 @@ class DispatchGrids:
             words = kind.split()
             window = self._windows[words[1]] if words[0] == "attention" else False
             chunks = int(words[1]) if words[0].startswith("coop") and len(words) > 1 else 1
-            fold_rows = int(words[2]) if words[0].startswith("coopfold") else 0
+            fold_rows = int(words[2]) if words[0].startswith(("coopfold", "coopchunk")) else 0
             capped = words[-1] == "loop" and self.rows_cap is not None
-            self._parsed.append((words[0].endswith("rows"), words[0], n, chunks, fold_rows, window, capped))
+            above = words[-1] == "above"
+            self._parsed.append((words[0].endswith("rows"), words[0], n, chunks, fold_rows, window, capped, above))
         return 12 * self._specs.index(spec)
 
     def counts(self, num_tokens: int, num_rows: int, positions: np.ndarray, flash_tiles: int = 0,
@@ -77,7 +81,7 @@ class DispatchGrids:
         `prompt_start` on (None: none) run the prompt tile."""
         out = np.zeros((GRID_SLOTS, 3), np.uint32)
         chunked = num_tokens if prompt_start is None else prompt_start
-        for i, (rows, kind, n, chunks, fold_rows, window, capped) in enumerate(self._parsed):
+        for i, (rows, kind, n, chunks, fold_rows, window, capped, above) in enumerate(self._parsed):
             m = num_rows if rows else num_tokens
             if kind.startswith("matmul"):
                 count = -(-m // MATMUL_ROWS) * n
@@ -89,7 +93,11 @@ class DispatchGrids:
                 count = -(-prompt // rows_per) * n if on else 0
             elif kind.startswith("coopfold"):  # the prefill tile: for rows, no workgroups at decode sizes
                 m = m if rows else chunked
-                count = -(-m // COOP_FOLD_TILE_ROWS) * n * (chunks if m <= fold_rows else 1) if m > (COOP_FOLD_ROWS if rows else 0) else 0
+                floor = fold_rows if above else COOP_FOLD_ROWS if rows else 0
+                count = -(-m // COOP_FOLD_TILE_ROWS) * n * (chunks if m <= fold_rows else 1) if m > floor else 0
+            elif kind.startswith("coopchunk"):  # the chunk tile: the prefill tile's chunks that are workgroups
+                m = m if rows else chunked
+                count = -(-m // COOP_FOLD_TILE_ROWS) * n * chunks if m <= fold_rows else 0
             elif kind.startswith("coop"):  # the decode tile: none above the fold
                 m = m if rows else chunked
                 count = -(-m // COOP_ROWS) * n * chunks if m <= COOP_FOLD_ROWS else 0
