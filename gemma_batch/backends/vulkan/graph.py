@@ -127,7 +127,6 @@ class StepGraph(CoopMatmul):
         self.masks_ready = HostEvent(kernels.dev)  # reset for a step whose masks come while it runs
         heads_in_attention = any(self.plan.layer(layer).heads_in_attention for layer in range(cfg.num_layers)
                                  if self._runs(2 * layer + 1))
-        self.flash_recordings = flash  # steps with prompt tokens replay the "+flash" recordings only
         for mode in recording_modes(coop_min_chunk is not None, flash, heads_in_attention):
             self.mode = mode.removesuffix(FLASH)  # which one `_record` is recording
             self.flash = mode.endswith(FLASH)

@@ -49,9 +49,7 @@ class CoopMatmul:
             above = " above" if fold and chunk_tile else ""
             grid = (f"coopfold_{count} {chunks} {fold_rows}{above}", tiles) if fold else (f"coop_{count} {chunks}{loop}", tiles)
             self._dispatch(coop_variant(gemm, dtype, fold), {**weights, 1: b.split, 2: b.partial}, push, grid)
-        # The prompt tokens' rows: none in decode steps, nor in the recordings without flash beside
-        # "+flash" ones (recordings.recording_for), whose empty dispatches would still cost their launch.
-        if not rows and self.mode not in DECODE_MODES and (self.flash or not self.flash_recordings):
+        if not rows and self.mode not in DECODE_MODES:  # the prompt tokens' rows (decode steps have none)
             tiles = -(-cols // coop_cols(dtype, prefill_tile))
             forms = ((False, "coopwhole_big"), (True, "coopwhole_small")) if prefill_tile == "wide" else ((False, "coopwhole"),)
             for small, kind in forms:  # (a 32-row form for short prompt blocks: coop_tiles.coop_whole_small)
