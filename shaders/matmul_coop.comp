@@ -45,11 +45,10 @@
 // prompt tile"). Where each kind's sums go: partial_rows.glsl.
 //
 // CHUNK_K (the chunk tile): the prefill tile where each K chunk is a workgroup of its own
-// (chunked rows up to pc.fold_rows, or any number of them for a matrix of one chunk, whose one
-// sum is then written where the prefill tile would write it; the host runs the plain prefill tile
-// otherwise): it holds only its chunk's sum, no running total, so it fits the registers of the
-// prompt tile (two workgroups an SM on the H100 where the chunk-order tile fits one). The same
-// sums in the same order as the prefill tile's, so the same bits.
+// (chunked rows up to pc.fold_rows; the host runs the plain prefill tile above): it holds only
+// its chunk's sum, no running total, so it fits the registers of the prompt tile (two workgroups
+// an SM on the H100 where the chunk-order tile fits one). The same sums in the same order as the
+// prefill tile's per-chunk workgroups, so the same bits.
 //
 // Variants: W_T16 | W_I8 | W_I4; GATED (N = 2 I: output columns [0, I) from W at binding 0, [I, 2 I)
 // from the up weights at binding 4); ROWS (M = meta.num_rows: the LM head's gathered rows); the
@@ -156,7 +155,7 @@ void main() {
     bool fold = true;  // one workgroup over all of K, no chunks
 #elif defined(CHUNK_K)
     uint row0 = 0u, M = chunked_rows();
-    bool fold = false;  // each chunk a workgroup (the host's choice: see the header)
+    bool fold = false;  // only run where M <= pc.fold_rows: each chunk a workgroup
 #else
     uint row0 = 0u, M = chunked_rows();
     bool fold = M > pc.fold_rows;
@@ -165,10 +164,10 @@ void main() {
     uint id = linear_group();
     if (id >= m_groups * n_groups * (fold ? 1u : chunks)) return;
     // Row tiles fastest (neighbouring workgroups share W rows: they stay in cache), in groups of at
-    // most `most` row tiles, a group over every column tile before the next (see the header; where
-    // the K chunks of a matrix of several are workgroups, at decode sizes: one group).
+    // most `most` row tiles, a group over every column tile before the next (see the header; decode
+    // steps: one group).
     uint tile = id % (m_groups * n_groups), c_first = fold ? 0u : id / (m_groups * n_groups);
-    uint most = fold || chunks == 1u ? max(1u, FOLD_GROUP_BYTES / (BM * pc.K * (X_LO ? 4u : 2u))) : m_groups;
+    uint most = fold ? max(1u, FOLD_GROUP_BYTES / (BM * pc.K * (X_LO ? 4u : 2u))) : m_groups;
     uint first = (tile / (most * n_groups)) * most, rest = tile - first * n_groups, size = min(most, m_groups - first);
     uint m0 = row0 + (first + rest % size) * BM;
     uint n0 = (rest / size) * BN;

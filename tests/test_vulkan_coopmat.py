@@ -118,39 +118,6 @@ def test_prefill_above_the_fold_matches_decode_sized_steps(monkeypatch, inputs, 
 
 
 @needs_coopmat
-def test_matrices_of_one_chunk_run_the_chunk_tile_at_any_size(monkeypatch):
-    """With chunks of at least 256 k the demo model's qkv, gate/up and LM head have one K chunk, so
-    the chunk tile (CHUNK_K) replaces their prefill tile at every step size (its one sum is the
-    whole sum). Every token's logits (the LM head over 80 rows in the long step) are the same bits
-    from one 80-token step and from 7-token steps, with the chunk tile on and off, the prompt tile
-    off so that the prompt's rows take these tiles too."""
-    from gemma_batch.backends.vulkan import coop_tiles
-    from gemma_batch.engine.generate import generate_greedy
-
-    monkeypatch.setenv(coop_tiles.PROMPT_TILE_ENV, "0")
-    prompt, runs = list(range(3, 83)), []
-    for on, budget in (("1", 128), ("1", 7), ("0", 128)):
-        monkeypatch.setenv(coop_tiles.CHUNK_TILE_ENV, on)
-        backend = backend_for(DEMO_MODEL, coop_min_chunk=256)
-        rows, ran = {}, set()
-
-        def record(_, batch, result, rows=rows, ran=ran, backend=backend):
-            for t in range(batch.num_tokens):
-                rows[int(batch.positions[t])] = result.logits[t].copy()
-            ran.update(backend.profile_seconds())
-
-        generate_greedy(backend, [prompt], 4, step_token_budget=budget, on_step=record)
-        backend.close()
-        one_chunk = {"coop_rows_t16_fold_chunk", "coop_gated_t16_fold_wide_split_chunk"}  # (fp32 KV: split inputs)
-        assert (one_chunk <= ran) == (on == "1" and budget == 128), (on, budget)
-        runs.append(rows)
-    for other in runs[1:]:
-        assert other.keys() == runs[0].keys()
-        for pos in runs[0]:
-            assert np.array_equal(runs[0][pos], other[pos]), pos
-
-
-@needs_coopmat
 @pytest.mark.parametrize("inputs", ["split", "fp16"])
 def test_the_prompt_tile_gives_the_same_bits_in_any_step_and_form(monkeypatch, inputs):
     """Prompt tokens' products are one sum over K on the prompt tile (coop_tiles): a prompt run in

@@ -39,19 +39,16 @@ class CoopMatmul:
         fold_rows = COOP_FOLD_ROWS if rows else coop_fold_rows(
             -(-cols // coop_cols(dtype, prefill_tile)), chunks, self.kernels.dev.info.sm_count)
         push = {"N": cols, "K": K, "kchunk": K // chunks, "group": self.w.group, "fold_rows": fold_rows}
-        # The chunk tile (coop_tiles) takes the chunks that are workgroups; with one chunk, the sums
-        # of every size of step (the chunk's sum is the whole sum), so it replaces the prefill tile.
-        chunk_tile, one_chunk = self.chunk_tile and (chunks == 1 or not rows), chunks == 1
+        chunk_tile = self.chunk_tile and not rows  # chunks that are workgroups take the chunk tile (coop_tiles)
         for fold in folds:
             tiles = -(-cols // coop_cols(dtype, fold))
             loop = " loop" if rows and not fold and dtype in COOP_DIRECT_DTYPES else ""  # (grids.py)
-            if fold and chunk_tile and not one_chunk:
+            if fold and chunk_tile:
                 self._dispatch(coop_variant(gemm, dtype, fold, chunk=True), {**weights, 1: b.split, 2: b.partial}, push,
                                (f"coopchunk_{count} {chunks} {fold_rows}", tiles))
-            above = " above" if fold and chunk_tile and not one_chunk else ""
+            above = " above" if fold and chunk_tile else ""
             grid = (f"coopfold_{count} {chunks} {fold_rows}{above}", tiles) if fold else (f"coop_{count} {chunks}{loop}", tiles)
-            variant = coop_variant(gemm, dtype, fold, chunk=bool(fold) and chunk_tile and one_chunk)
-            self._dispatch(variant, {**weights, 1: b.split, 2: b.partial}, push, grid)
+            self._dispatch(coop_variant(gemm, dtype, fold), {**weights, 1: b.split, 2: b.partial}, push, grid)
         if not rows and self.mode not in DECODE_MODES:  # the prompt tokens' rows (decode steps have none)
             tiles = -(-cols // coop_cols(dtype, prefill_tile))
             forms = ((False, "coopwhole_big"), (True, "coopwhole_small")) if prefill_tile == "wide" else ((False, "coopwhole"),)

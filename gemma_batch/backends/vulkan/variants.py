@@ -114,8 +114,9 @@ def _variants() -> dict[str, Variant]:
                 for whole in (False, True) if "ROWS" not in gemm else (False,):
                     out.append(Variant(coop_variant(gemm, dtype, fold, whole), "matmul_coop",
                                        (WEIGHT_DEFINES[dtype], *gemm, *coop_tile_defines(fold, whole)), "glslang"))
-                out.append(Variant(coop_variant(gemm, dtype, fold, chunk=True), "matmul_coop",  # the chunk tile
-                                   (WEIGHT_DEFINES[dtype], *gemm, *coop_tile_defines(fold, chunk=True)), "glslang"))
+                if "ROWS" not in gemm:  # the chunk tile (the LM head's prefill tile never runs per chunk)
+                    out.append(Variant(coop_variant(gemm, dtype, fold, chunk=True), "matmul_coop",
+                                       (WEIGHT_DEFINES[dtype], *gemm, *coop_tile_defines(fold, chunk=True)), "glslang"))
                 if fold == "wide":  # the prompt tile's 32-row form (coop_tiles.coop_whole_small)
                     out.append(Variant(coop_variant(gemm, dtype, fold, True, True), "matmul_coop",
                                        (WEIGHT_DEFINES[dtype], *gemm, *coop_tile_defines(fold, True, True)), "glslang"))
