@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from gemma_batch.data.readers import Dataset, open_dataset
-from gemma_batch.data.rows import DatasetError, InputRow
+from gemma_batch.data.rows import ColumnNotFound, DatasetError, InputRow
 from gemma_batch.data.seen_ids import SeenIds, id_hash
 
 # --- helpers -------------------------------------------------------------------------------
@@ -212,7 +212,42 @@ def test_bad_lines_are_error_rows(tmp_path: Path) -> None:
     ],
 )
 def test_prompt_and_message_errors(tmp_path: Path, record: dict, fragment: str) -> None:
-    assert_error(one_row(tmp_path, record), f"row 0 (line 1): {fragment}")
+    rows = read_all(write_jsonl(tmp_path, [record, {"prompt": "fine"}]))  # (a prompt key in some row)
+    assert_error(rows[0], f"row 0 (line 1): {fragment}")
+    assert rows[1].prompt == "fine"
+
+
+def test_keys_the_flags_name_must_be_in_some_jsonl_row(tmp_path: Path) -> None:
+    """A JSON Lines file with rows but no row holding a key the flags name (the prompt key with no
+    'messages' either, an --id-column given, a kept column) is refused like a Parquet file without
+    the column (ColumnNotFound: a usage error), naming the flag and the first row's keys. A key in
+    some rows only is not: the rest are error rows or nulls. The check is the scan's byte search,
+    settled by parsing the rows where it finds nothing: a key written with \\u escapes is found; a
+    name only in a value passes (nulls, as before the check)."""
+    path = write_jsonl(tmp_path, [{"id": "a", "text": "x", "tag": "t"}, {"id": "b", "text": "y"}])
+    for kwargs, fragment in (({}, "no row has a prompt key 'prompt' (--prompt-column, default 'prompt') or 'messages'"),
+                             ({"prompt_column": "text", "id_column": "key"}, "--id-column 'key': no row has such a key"),
+                             ({"prompt_column": "text", "keep_columns": ["tag", "nosuch", "other"]},
+                              "--keep-columns 'nosuch', 'other': no row has such a key")):
+        with pytest.raises(ColumnNotFound) as e:
+            open_dataset(path, **kwargs)
+        assert fragment in str(e.value) and "the first row has keys: 'id', 'text', 'tag'" in str(e.value), kwargs
+    rows = read_all(path, prompt_column="text", keep_columns=["tag"])
+    assert [row.keep for row in rows] == [{"tag": "t"}, {"tag": None}]
+    # "café" written as caf\u00e9: found; "nosuch" only as a value: passes, null
+    tricky = tmp_path / "tricky.jsonl"
+    tricky.write_text('{"prompt": "nosuch", "caf\\u00e9": "v"}\n{"messages": [{"role": "user", "content": "hi"}]}\n')
+    assert [row.keep for row in read_all(tricky, keep_columns=["café", "nosuch"])] == [
+        {"café": "v", "nosuch": None}, {"café": None, "nosuch": None}]
+    with pytest.raises(ColumnNotFound):
+        open_dataset(tricky, keep_columns=["café", "other"])
+    escaped = tmp_path / "escaped.jsonl"  # "other" with an escaped letter: the byte search misses it, the parse finds it
+    escaped.write_text('{"prompt": "p", "\\u006fther": 1}\n')
+    assert read_all(escaped, keep_columns=["other"])[0].keep == {"other": "1"}
+    # no row is a JSON object: every row is an error row, as before
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_text("not json\n[1]\n")
+    assert all(row.error for row in read_all(garbage, keep_columns=["x"]))
 
 
 def test_custom_prompt_column_is_named_in_errors(tmp_path: Path) -> None:

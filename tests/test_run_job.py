@@ -165,11 +165,13 @@ def test_usage_errors_exit_2(tmp_path, sample_jsonl):
                             (("--keep-columns", "row"), "--keep-columns row: name(s) clash")):
         bad = gemma_batch("run", sample_jsonl, *flags)
         assert bad.returncode == 2 and fragment in bad.stderr, bad.stderr
-    table = tmp_path / "t.parquet"
+    table, lines = tmp_path / "t.parquet", tmp_path / "t.jsonl"
     pq.write_table(pa.table({"prompt": ["a"], "id": ["x"]}), table)
+    lines.write_text('{"prompt": "a", "id": "x"}\n')
     for flag, value in (("--keep-columns", "nosuch"), ("--id-column", "nosuch"), ("--prompt-column", "nosuch")):
-        missing = gemma_batch("run", table, flag, value)
-        assert missing.returncode == 2 and flag in missing.stderr and "'prompt', 'id'" in missing.stderr, missing.stderr
+        for source in (table, lines):  # (JSON Lines: a key of no row)
+            missing = gemma_batch("run", source, flag, value)
+            assert missing.returncode == 2 and flag in missing.stderr and "'prompt', 'id'" in missing.stderr, missing.stderr
 
 
 def test_a_corrupt_model_fails_fast_naming_the_file(tmp_path, sample_jsonl):

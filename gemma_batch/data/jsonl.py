@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from hashlib import blake2b
 from pathlib import Path
@@ -84,30 +84,63 @@ class JsonlScan:
     num_rows: int
     fingerprint: str  # hex blake2b-128 of the file's bytes
     openai: bool  # the first row is an OpenAI Batch request
-    has_id: bool  # the first row that is a JSON object has an "id" key
+    first_keys: tuple[str, ...] | None  # the keys of the first row that is a JSON object (None: no such row)
+    mentioned: frozenset[str]  # of the names the scan looked for, those some line holds in quotes
+
+    @property
+    def has_id(self) -> bool:  # the first row that is a JSON object has an "id" key
+        return "id" in (self.first_keys or ())
 
 
-def scan_jsonl(path: Path) -> JsonlScan:
-    """Count rows, hash the file and detect the flavour; DatasetError if the file has no rows or
-    its last line is cut off (no trailing newline and not valid JSON)."""
+def scan_jsonl(path: Path, names: Sequence[str] = ()) -> JsonlScan:
+    """Count rows, hash the file, detect the flavour, and find which of `names` some line holds
+    as a quoted string (a byte search: a key, or a value; `absent_keys` settles the rest);
+    DatasetError if the file has no rows or its last line is cut off (no trailing newline and
+    not valid JSON)."""
     digest = blake2b(digest_size=16)
-    num_rows, openai, has_id = 0, False, None
+    num_rows, openai, first_keys = 0, False, None
+    unseen = {name: _quoted(name) for name in names}
     last_lineno, last_line = 0, b""
     with open_lines(path) as f:
         for last_lineno, last_line in data_lines(f, digest):
             num_rows += 1
-            if has_id is None:
+            for name in [name for name, forms in unseen.items() if any(form in last_line for form in forms)]:
+                del unseen[name]
+            if first_keys is None:
                 try:
                     record = parse_line(last_line)
                 except RowError:
                     continue
-                has_id = "id" in record
+                first_keys = tuple(record)
                 openai = num_rows == 1 and OPENAI_KEYS <= record.keys()
     if num_rows == 0:
         raise DatasetError(f"{path} has no rows (only blank lines)")
     if not last_line.endswith(b"\n") and not _is_json(last_line):
         raise DatasetError(f"{path} ends in the middle of a row (line {last_lineno}): truncated?")
-    return JsonlScan(num_rows, digest.hexdigest(), openai, bool(has_id))
+    return JsonlScan(num_rows, digest.hexdigest(), openai, first_keys, frozenset(names) - unseen.keys())
+
+
+def _quoted(name: str) -> tuple[bytes, ...]:
+    """`name` as a JSON string in a line's bytes: as written with or without \\u escapes."""
+    return tuple({json.dumps(name).encode(), json.dumps(name, ensure_ascii=False).encode("utf-8", "surrogatepass")})
+
+
+def absent_keys(path: Path, scan: JsonlScan, names: Sequence[str]) -> set[str]:
+    """Of `names` (among those `scan` looked for), the ones that are a key of no row: those the
+    scan's byte search did not find, confirmed by parsing every row (so never a key the search
+    missed, one written with escapes of plain letters, say)."""
+    unsure = set(names) - scan.mentioned
+    if not unsure:
+        return set()
+    with open_lines(path) as f:
+        for _, line in data_lines(f):
+            try:
+                unsure -= parse_line(line).keys()
+            except RowError:
+                continue
+            if not unsure:
+                break
+    return unsure
 
 
 def jsonl_rows(path: Path, spec: RowSpec, openai: bool) -> Iterator[InputRow]:

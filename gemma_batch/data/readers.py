@@ -21,10 +21,10 @@ from typing import Literal
 
 import pyarrow as pa
 
-from .jsonl import jsonl_rows, scan_jsonl
+from .jsonl import JsonlScan, absent_keys, jsonl_rows, scan_jsonl
 from .parquet import open_parquet, parquet_rows
 from .row_checks import RowSpec, keep_text
-from .rows import DatasetError, InputRow
+from .rows import ColumnNotFound, DatasetError, InputRow
 
 Format = Literal["jsonl", "parquet", "openai"]
 PARQUET_MAGIC = b"PAR1"
@@ -91,16 +91,18 @@ def open_dataset(
             `messages` column/key holding a chat conversation. Not used for OpenAI files.
         id_column: the column holding row ids. None: "id" if the file has it (Parquet: in the
             schema; JSONL: in the first row that is a JSON object), else the row numbers. A name
-            given must be a column of a Parquet file; a JSONL row lacking it is an error row.
+            given must be a column of a Parquet file, a key of some JSONL row (a row lacking it
+            is an error row).
             OpenAI files always use `custom_id`.
         keep_columns: columns copied to the output as they are (Parquet: must exist; JSON
-            formats: a missing key is null).
+            formats: a key of some row, null in rows without it).
         chat: None: plain prompts are text rows and `messages` rows are chat rows; True: plain
             prompts are also wrapped as one user turn (OpenAI /v1/completions requests are not);
             False: `messages` rows (and OpenAI chat requests) are error rows.
     Raises:
-        DatasetError: the file is missing, a directory, unreadable, empty (no rows), truncated, or
-            (Parquet) lacks the prompt, id or kept columns; the message names the file.
+        DatasetError: the file is missing, a directory, unreadable, empty (no rows) or truncated;
+            ColumnNotFound (a DatasetError) where it lacks the prompt, id or kept columns (JSON
+            Lines: no row has the key); the message names the file.
     """
     path = Path(path)
     keep = tuple(dict.fromkeys(keep_columns))
@@ -120,7 +122,9 @@ def open_dataset(
                 path, "parquet", layout.num_rows, _fingerprint(path), layout.keep_types,
                 lambda: parquet_rows(path, layout), _stamp(info),
             )  # fmt: skip
-        scan = scan_jsonl(path)
+        asked = (*keep, prompt_column, "messages", *([] if id_column is None else [id_column]))
+        scan = scan_jsonl(path, asked)
+        _check_keys(path, scan, prompt_column, id_column, keep)
     except OSError as e:
         raise _os_error(path, e) from None
     if id_column is None and scan.has_id:
@@ -130,6 +134,27 @@ def open_dataset(
         path, "openai" if scan.openai else "jsonl", scan.num_rows, scan.fingerprint,
         {name: pa.string() for name in keep}, lambda: jsonl_rows(path, spec, scan.openai), _stamp(info),
     )  # fmt: skip
+
+
+def _check_keys(path: Path, scan: JsonlScan, prompt_column: str, id_column: str | None, keep: Sequence[str]) -> None:
+    """ColumnNotFound where a JSON Lines file has rows but a key the job's flags name is in none of
+    them: the prompt key (with no `messages` either), an --id-column given, a kept column (OpenAI
+    files: kept columns only). A key in some rows only is fine (the others: an error row for a
+    prompt or id, null for a kept column)."""
+    if scan.first_keys is None:  # no row is a JSON object: every row is an error row, as it says
+        return
+    plain = not scan.openai
+    absent = absent_keys(path, scan, (*keep, *((prompt_column, "messages") if plain else ()),
+                                      *((id_column,) if plain and id_column is not None else ())))
+    has = f"; the first row has keys: {', '.join(map(repr, scan.first_keys)) or '(none)'}"
+    if plain and {prompt_column, "messages"} <= absent:
+        raise ColumnNotFound(f"{path}: no row has a prompt key {prompt_column!r} (--prompt-column, default 'prompt') "
+                             f"or 'messages'{has}")
+    if plain and id_column in absent:
+        raise ColumnNotFound(f"{path}: --id-column {id_column!r}: no row has such a key{has}")
+    missing = [name for name in keep if name in absent]
+    if missing:
+        raise ColumnNotFound(f"{path}: --keep-columns {', '.join(map(repr, missing))}: no row has such a key{has}")
 
 
 def _stamp(info: os.stat_result) -> tuple[int, int]:

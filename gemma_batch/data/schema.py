@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import pyarrow as pa
 
@@ -41,9 +41,14 @@ BASE_FIELDS = (
 )
 
 
-def output_schema(keep_types: Mapping[str, pa.DataType]) -> pa.Schema:
-    """The output schema: the fixed columns, then the kept input columns with their types."""
-    clash = sorted(set(keep_types) & {f.name for f in BASE_FIELDS})
+def check_keep_names(names: Iterable[str]) -> None:
+    """ValueError where a kept column is named like an output column."""
+    clash = sorted(set(names) & {f.name for f in BASE_FIELDS})
     if clash:
         raise ValueError(f"--keep-columns {', '.join(clash)}: name(s) clash with output columns")
+
+
+def output_schema(keep_types: Mapping[str, pa.DataType]) -> pa.Schema:
+    """The output schema: the fixed columns, then the kept input columns with their types."""
+    check_keep_names(keep_types)
     return pa.schema([*BASE_FIELDS, *(pa.field(name, t) for name, t in keep_types.items())])

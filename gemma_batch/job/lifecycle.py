@@ -17,7 +17,7 @@ from ..data import writers
 from ..data.readers import Dataset, open_dataset
 from ..data.rows import InputRow
 from ..data.row_files import csv_problem
-from ..data.schema import output_schema
+from ..data.schema import check_keep_names, output_schema
 from . import incremental
 from .final_file import count_error_rows
 from .incremental import EarlierRows, request_hash
@@ -30,11 +30,12 @@ from .store import ResultStore
 def open_input(spec: JobSpec) -> tuple[Dataset, pa.Schema]:
     """The job's dataset and output schema; UsageError for kept columns or a CSV output the
     schema does not allow, JobFailed when the output's folder is not writable."""
-    dataset = open_dataset(spec.input, spec.prompt_column, spec.id_column, spec.keep_columns, spec.chat)
     try:
-        schema = output_schema(dataset.keep_types)
+        check_keep_names(spec.keep_columns)  # (before the file is read for them)
     except ValueError as e:  # a kept column named like an output column
         raise UsageError(str(e)) from None
+    dataset = open_dataset(spec.input, spec.prompt_column, spec.id_column, spec.keep_columns, spec.chat)
+    schema = output_schema(dataset.keep_types)
     if spec.output_format == "csv" and (problem := csv_problem(schema)):
         raise UsageError(f"--output {spec.output_path}: {problem}")
     check_writable(spec.output_path.parent)
