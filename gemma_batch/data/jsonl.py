@@ -85,27 +85,30 @@ class JsonlScan:
     fingerprint: str  # hex blake2b-128 of the file's bytes
     openai: bool  # the first row is an OpenAI Batch request
     first_keys: tuple[str, ...] | None  # the keys of the first row that is a JSON object (None: no such row)
-    mentioned: frozenset[str]  # of the names the scan looked for, those some line holds in quotes
+    mentioned: frozenset[str]  # of the names the scan looked for, those it found in quotes in a line
 
     @property
     def has_id(self) -> bool:  # the first row that is a JSON object has an "id" key
         return "id" in (self.first_keys or ())
 
 
-def scan_jsonl(path: Path, names: Sequence[str] = ()) -> JsonlScan:
-    """Count rows, hash the file, detect the flavour, and find which of `names` some line holds
-    as a quoted string (a byte search: a key, or a value; `absent_keys` settles the rest);
-    DatasetError if the file has no rows or its last line is cut off (no trailing newline and
-    not valid JSON)."""
+def scan_jsonl(path: Path, wanted: Sequence[tuple[str, ...]] = ()) -> JsonlScan:
+    """Count rows, hash the file, detect the flavour, and look for the names of each group in
+    `wanted` (alternatives: the search for a group ends at the first line holding one of them) as
+    quoted strings (a byte search: a key, or a value; `absent_keys` settles the rest); DatasetError
+    if the file has no rows or its last line is cut off (no trailing newline and not valid JSON)."""
     digest = blake2b(digest_size=16)
     num_rows, openai, first_keys = 0, False, None
-    unseen = {name: _quoted(name) for name in names}
+    pending = [[(name, form) for name in group for form in _quoted(name)] for group in wanted]
+    found: set[str] = set()
     last_lineno, last_line = 0, b""
     with open_lines(path) as f:
         for last_lineno, last_line in data_lines(f, digest):
             num_rows += 1
-            for name in [name for name, forms in unseen.items() if any(form in last_line for form in forms)]:
-                del unseen[name]
+            if pending:  # (a typical file: settled on its first line)
+                hits = [{name for name, form in group if form in last_line} for group in pending]
+                found.update(*hits)
+                pending = [group for group, hit in zip(pending, hits) if not hit]
             if first_keys is None:
                 try:
                     record = parse_line(last_line)
@@ -117,7 +120,7 @@ def scan_jsonl(path: Path, names: Sequence[str] = ()) -> JsonlScan:
         raise DatasetError(f"{path} has no rows (only blank lines)")
     if not last_line.endswith(b"\n") and not _is_json(last_line):
         raise DatasetError(f"{path} ends in the middle of a row (line {last_lineno}): truncated?")
-    return JsonlScan(num_rows, digest.hexdigest(), openai, first_keys, frozenset(names) - unseen.keys())
+    return JsonlScan(num_rows, digest.hexdigest(), openai, first_keys, frozenset(found))
 
 
 def _quoted(name: str) -> tuple[bytes, ...]:
@@ -126,9 +129,9 @@ def _quoted(name: str) -> tuple[bytes, ...]:
 
 
 def absent_keys(path: Path, scan: JsonlScan, names: Sequence[str]) -> set[str]:
-    """Of `names` (among those `scan` looked for), the ones that are a key of no row: those the
-    scan's byte search did not find, confirmed by parsing every row (so never a key the search
-    missed, one written with escapes of plain letters, say)."""
+    """Of `names`, the ones that are a key of no row: those the scan's byte search did not find,
+    confirmed by parsing every row (so never a key the search missed, one written with escapes
+    of plain letters, say)."""
     unsure = set(names) - scan.mentioned
     if not unsure:
         return set()

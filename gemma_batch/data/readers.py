@@ -122,8 +122,9 @@ def open_dataset(
                 path, "parquet", layout.num_rows, _fingerprint(path), layout.keep_types,
                 lambda: parquet_rows(path, layout), _stamp(info),
             )  # fmt: skip
-        asked = (*keep, prompt_column, "messages", *([] if id_column is None else [id_column]))
-        scan = scan_jsonl(path, asked)
+        wanted = [(prompt_column, "messages"), *((name,) for name in keep),
+                  *([] if id_column is None else [(id_column,)])]
+        scan = scan_jsonl(path, wanted)
         _check_keys(path, scan, prompt_column, id_column, keep)
     except OSError as e:
         raise _os_error(path, e) from None
@@ -144,10 +145,11 @@ def _check_keys(path: Path, scan: JsonlScan, prompt_column: str, id_column: str 
     if scan.first_keys is None:  # no row is a JSON object: every row is an error row, as it says
         return
     plain = not scan.openai
-    absent = absent_keys(path, scan, (*keep, *((prompt_column, "messages") if plain else ()),
+    prompt_unsure = plain and not {prompt_column, "messages"} & scan.mentioned  # (the scan found neither)
+    absent = absent_keys(path, scan, (*keep, *((prompt_column, "messages") if prompt_unsure else ()),
                                       *((id_column,) if plain and id_column is not None else ())))
     has = f"; the first row has keys: {', '.join(map(repr, scan.first_keys)) or '(none)'}"
-    if plain and {prompt_column, "messages"} <= absent:
+    if prompt_unsure and {prompt_column, "messages"} <= absent:
         raise ColumnNotFound(f"{path}: no row has a prompt key {prompt_column!r} (--prompt-column, default 'prompt') "
                              f"or 'messages'{has}")
     if plain and id_column in absent:
