@@ -85,7 +85,7 @@ class JsonlScan:
     fingerprint: str  # hex blake2b-128 of the file's bytes
     openai: bool  # the first row is an OpenAI Batch request
     first_keys: tuple[str, ...] | None  # the keys of the first row that is a JSON object (None: no such row)
-    mentioned: frozenset[str]  # of the names the scan looked for, those it found in quotes in a line
+    unsettled: tuple[tuple[str, ...], ...]  # the groups of names the scan looked for and found in no line
 
     @property
     def has_id(self) -> bool:  # the first row that is a JSON object has an "id" key
@@ -95,20 +95,17 @@ class JsonlScan:
 def scan_jsonl(path: Path, wanted: Sequence[tuple[str, ...]] = ()) -> JsonlScan:
     """Count rows, hash the file, detect the flavour, and look for the names of each group in
     `wanted` (alternatives: the search for a group ends at the first line holding one of them) as
-    quoted strings (a byte search: a key, or a value; `absent_keys` settles the rest); DatasetError
+    quoted strings (a byte search: a key, or a value; `absent_groups` settles the rest); DatasetError
     if the file has no rows or its last line is cut off (no trailing newline and not valid JSON)."""
     digest = blake2b(digest_size=16)
     num_rows, openai, first_keys = 0, False, None
-    pending = [[(name, form) for name in group for form in _quoted(name)] for group in wanted]
-    found: set[str] = set()
+    pending = {group: [form for name in group for form in _quoted(name)] for group in wanted}
     last_lineno, last_line = 0, b""
     with open_lines(path) as f:
         for last_lineno, last_line in data_lines(f, digest):
             num_rows += 1
             if pending:  # (a typical file: settled on its first line)
-                hits = [{name for name, form in group if form in last_line} for group in pending]
-                found.update(*hits)
-                pending = [group for group, hit in zip(pending, hits) if not hit]
+                pending = {group: forms for group, forms in pending.items() if not any(f in last_line for f in forms)}
             if first_keys is None:
                 try:
                     record = parse_line(last_line)
@@ -120,7 +117,7 @@ def scan_jsonl(path: Path, wanted: Sequence[tuple[str, ...]] = ()) -> JsonlScan:
         raise DatasetError(f"{path} has no rows (only blank lines)")
     if not last_line.endswith(b"\n") and not _is_json(last_line):
         raise DatasetError(f"{path} ends in the middle of a row (line {last_lineno}): truncated?")
-    return JsonlScan(num_rows, digest.hexdigest(), openai, first_keys, frozenset(found))
+    return JsonlScan(num_rows, digest.hexdigest(), openai, first_keys, tuple(pending))
 
 
 def _quoted(name: str) -> tuple[bytes, ...]:
@@ -128,19 +125,20 @@ def _quoted(name: str) -> tuple[bytes, ...]:
     return tuple({json.dumps(name).encode(), json.dumps(name, ensure_ascii=False).encode("utf-8", "surrogatepass")})
 
 
-def absent_keys(path: Path, scan: JsonlScan, names: Sequence[str]) -> set[str]:
-    """Of `names`, the ones that are a key of no row: those the scan's byte search did not find,
-    confirmed by parsing every row (so never a key the search missed, one written with escapes
-    of plain letters, say)."""
-    unsure = set(names) - scan.mentioned
+def absent_groups(path: Path, groups: Sequence[tuple[str, ...]]) -> set[tuple[str, ...]]:
+    """Of `groups` (ones the scan's byte search did not settle), those no name of which is a key
+    of any row, found by parsing the rows (so never a key the search missed, one written with
+    escapes of plain letters, say)."""
+    unsure = set(groups)
     if not unsure:
-        return set()
+        return unsure
     with open_lines(path) as f:
         for _, line in data_lines(f):
             try:
-                unsure -= parse_line(line).keys()
+                keys = parse_line(line).keys()
             except RowError:
                 continue
+            unsure = {group for group in unsure if keys.isdisjoint(group)}
             if not unsure:
                 break
     return unsure

@@ -21,7 +21,7 @@ from typing import Literal
 
 import pyarrow as pa
 
-from .jsonl import JsonlScan, absent_keys, jsonl_rows, scan_jsonl
+from .jsonl import JsonlScan, absent_groups, jsonl_rows, scan_jsonl
 from .parquet import open_parquet, parquet_rows
 from .row_checks import RowSpec, keep_text
 from .rows import ColumnNotFound, DatasetError, InputRow
@@ -122,8 +122,7 @@ def open_dataset(
                 path, "parquet", layout.num_rows, _fingerprint(path), layout.keep_types,
                 lambda: parquet_rows(path, layout), _stamp(info),
             )  # fmt: skip
-        wanted = [(prompt_column, "messages"), *((name,) for name in keep),
-                  *([] if id_column is None else [(id_column,)])]
+        wanted = [(prompt_column, "messages"), *((name,) for name in keep), *([(id_column,)] if id_column else [])]
         scan = scan_jsonl(path, wanted)
         _check_keys(path, scan, prompt_column, id_column, keep)
     except OSError as e:
@@ -144,17 +143,15 @@ def _check_keys(path: Path, scan: JsonlScan, prompt_column: str, id_column: str 
     prompt or id, null for a kept column)."""
     if scan.first_keys is None:  # no row is a JSON object: every row is an error row, as it says
         return
-    plain = not scan.openai
-    prompt_unsure = plain and not {prompt_column, "messages"} & scan.mentioned  # (the scan found neither)
-    absent = absent_keys(path, scan, (*keep, *((prompt_column, "messages") if prompt_unsure else ()),
-                                      *((id_column,) if plain and id_column is not None else ())))
+    prompt, ident = (prompt_column, "messages"), (id_column,)
+    absent = absent_groups(path, [group for group in scan.unsettled if not scan.openai or group not in (prompt, ident)])
     has = f"; the first row has keys: {', '.join(map(repr, scan.first_keys)) or '(none)'}"
-    if prompt_unsure and {prompt_column, "messages"} <= absent:
+    if prompt in absent:
         raise ColumnNotFound(f"{path}: no row has a prompt key {prompt_column!r} (--prompt-column, default 'prompt') "
                              f"or 'messages'{has}")
-    if plain and id_column in absent:
+    if ident in absent:
         raise ColumnNotFound(f"{path}: --id-column {id_column!r}: no row has such a key{has}")
-    missing = [name for name in keep if name in absent]
+    missing = [name for name in keep if (name,) in absent]
     if missing:
         raise ColumnNotFound(f"{path}: --keep-columns {', '.join(map(repr, missing))}: no row has such a key{has}")
 

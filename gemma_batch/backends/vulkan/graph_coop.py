@@ -43,10 +43,11 @@ class CoopMatmul:
         for fold in folds:
             tiles = -(-cols // coop_cols(dtype, fold))
             loop = " loop" if rows and not fold and dtype in COOP_DIRECT_DTYPES else ""  # (grids.py)
-            if fold and chunk_tile:
+            above = ""
+            if fold and chunk_tile:  # its chunks that are workgroups; the prefill tile takes the rows above
                 self._dispatch(coop_variant(gemm, dtype, fold, chunk=True), {**weights, 1: b.split, 2: b.partial}, push,
                                (f"coopchunk_{count} {chunks} {fold_rows}", tiles))
-            above = " above" if fold and chunk_tile else ""
+                above = " above"
             grid = (f"coopfold_{count} {chunks} {fold_rows}{above}", tiles) if fold else (f"coop_{count} {chunks}{loop}", tiles)
             self._dispatch(coop_variant(gemm, dtype, fold), {**weights, 1: b.split, 2: b.partial}, push, grid)
         if not rows and self.mode not in DECODE_MODES:  # the prompt tokens' rows (decode steps have none)
