@@ -4,7 +4,8 @@
 // [V, H], then a scale per row, as matmul.comp reads them; W_T16: fp16 in 16 x 16 tiles, as
 // matmul_coop_direct.comp reads them, where the table is also the LM head). One workgroup per token.
 // A token id -1 - r (< 0) is the id the step before sampled into its row r (binding 3: the other
-// input set's ids, step_buffers.py), for a step submitted while that one ran.
+// input set's ids, step_buffers.py), for a step submitted while that one ran; where that id is
+// negative (NON_FINITE: the engine stops at that step and drops this one) row 0 is read instead.
 #include "common.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 6) const bool FRAGMENT_LOADS = false;  // W_T16 tiles in fragment order (coop_fragment.glsl)
@@ -46,6 +47,6 @@ void main() {
     uint t = linear_group();
     if (t >= meta.num_tokens) return;
     int token = token_ids[t];
-    uint row = uint(token < 0 ? prev_ids[-1 - token] : token);
+    uint row = uint(max(token < 0 ? prev_ids[-1 - token] : token, 0));
     for (uint h = gl_LocalInvocationID.x; h < pc.H; h += 256) x[t * pc.H + h] = table(row, h) * pc.scale;
 }

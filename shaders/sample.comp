@@ -6,6 +6,8 @@
 // with `mask` > 0 reads word w of its mask, masks[(mask - 1) * ceil(row_stride / 32) + w], bit j
 // allowing id 32 w + j; the others count as logits of -inf, as in the reference):
 //   temperature <= 0 (or NaN): the arg-max of the logits, the lowest id on ties.
+//   A row whose logits (those the mask allows, below L) hold a NaN or +inf gets NON_FINITE (-2,
+//   backends/base.py): the weights are corrupt or the arithmetic overflowed, and the engine stops.
 //   otherwise y = x / temperature (fp32, correctly rounded), the weight of an id is
 //   exp(y - max y) (the difference in fp32, as in the reference), and the candidates go in the
 //   order (y descending, id ascending), or in id order when no filter is on. top-k keeps the first
@@ -64,6 +66,7 @@
 #define BINS 256        // 8-bit digits
 #define CAP 2048        // elements a row can copy into shared memory
 #define NONE 0xffffffffu
+#define NON_FINITE -2   // the id of a row whose logits are not all finite
 #define ARGMAX_LOADS 8  // vec4 loads in flight per invocation in pass 0's arg-max
 
 // What the first level's scan turns the set's total into.
@@ -109,6 +112,7 @@ shared uint s_hi[BINS];
 shared uint list_id[CAP];  // the copied elements (before that, the arg-max scratch)
 shared float list_y[CAP];
 shared uint sh_n;
+shared uint sh_bad;        // nonzero: an invocation met a NaN or +inf in pass 0
 shared uint sh_sel[6];
 shared uint c_cnt[BINS];   // a saved distance histogram
 shared uint c_lo[BINS];
@@ -709,8 +713,11 @@ bool key_select(bool weighted, uint kind, uvec2 rem) {
 }
 
 // An invocation's running arg-max (bv at id bi, NONE before any) after value x at id i, the ids
-// coming in ascending order: NaN ignored, the first maximum kept.
+// coming in ascending order: NaN ignored, the first maximum kept; g_bad set by a NaN or +inf.
+bool g_bad;
+
 void keep_max(float x, uint i, inout float bv, inout uint bi) {
+    g_bad = g_bad || isnan(x) || (isinf(x) && x > 0.0);
     if (x > bv || (bi == NONE && !isnan(x))) {
         bv = x;
         bi = i;
@@ -729,6 +736,9 @@ void main() {
     g_t = prm.temperature;
     g_rcp = 1.0 / g_t;
     bool sampled = g_t > 0.0;
+    g_bad = false;
+    if (tid == 0u) sh_bad = 0u;
+    barrier();
 
     // Pass 0, the arg-max (lowest id on ties, NaN ignored) of x for greedy rows; of y = x / t for
     // top-k rows, whose first candidate it is, with top-k's first histogram (the keys' top 8
@@ -779,6 +789,7 @@ void main() {
     }
     list_y[tid] = bv;
     list_id[tid] = bi;
+    if (g_bad) atomicOr(sh_bad, 1u);
     barrier();
     for (uint half_ = WG / 2u; half_ > 0u; half_ >>= 1) {
         if (tid < half_) {
@@ -793,7 +804,12 @@ void main() {
     }
     uint top1 = list_id[0];
     float vmax = list_y[0];
+    bool bad = sh_bad != 0u;
     barrier();  // the scratch becomes the list
+    if (bad) {
+        if (tid == 0u) ids[r] = NON_FINITE;
+        return;
+    }
     if (top1 == NONE) top1 = 0u;  // nothing but NaN, or no ids: id 0
     if (!sampled || g_L <= 1u || prm.top_k == 1) {
         if (tid == 0u) ids[r] = int(top1);

@@ -49,9 +49,13 @@ def test_chat_prompts_use_the_template():
 
 
 def test_a_missing_model_directory_fails_with_its_name(tmp_path):
-    done = run_cli("generate", "x", "--model", str(tmp_path / "nope"))
-    assert done.returncode == 1
-    assert "config.json not found in" in done.stderr and "nope" in done.stderr
+    """A usage error (exit 2), said as such: not "config.json not found"."""
+    for command in (("generate", "x"), ("run", str(DEMO_MODEL.parent / "prompts.jsonl"))):
+        done = run_cli(*command, "--model", str(tmp_path / "nope"))
+        assert done.returncode == 2 and f"model directory {tmp_path / 'nope'} does not exist" in done.stderr, done.stderr
+    (tmp_path / "empty").mkdir()
+    empty = run_cli("generate", "x", "--model", str(tmp_path / "empty"))
+    assert empty.returncode == 2 and f"config.json not found in {tmp_path / 'empty'}" in empty.stderr
 
 
 def test_a_model_without_tokenizer_fails_with_the_file_named(tmp_path):
@@ -59,7 +63,7 @@ def test_a_model_without_tokenizer_fails_with_the_file_named(tmp_path):
     shutil.copytree(DEMO_MODEL, model)
     os.remove(model / "tokenizer.model")
     done = run_cli("generate", "x", "--model", str(model))
-    assert done.returncode == 1 and "tokenizer.model" in done.stderr and str(model) in done.stderr
+    assert done.returncode == 2 and "tokenizer.model" in done.stderr and str(model) in done.stderr
 
 
 def test_inspect_plans_the_27b_shape_in_int4_with_an_int8_kv_cache():
@@ -90,6 +94,34 @@ def test_inspect_plans_the_27b_shape_in_int4_with_an_int8_kv_cache():
     assert f"or {free // prefix} cached prompt starts of 2048 tokens" in roomy.stdout
     bad = run_cli("inspect", "27b", "--weights", "int3")
     assert bad.returncode == 2 and "int3" in bad.stderr
+
+
+def test_run_help_groups_the_options_and_shows_every_default():
+    """Panels by concern, every option's default (the ones the issue names checked by value), no
+    `<bool>` beside switches, a plain usage line, and text kept literal (`gemma-batch[ray]`)."""
+    done = subprocess.run([*GEMMA_BATCH, "run", "--help"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "COLUMNS": "400"})
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    for panel in ("Input and output", "Model and device", "Sampling", "Constrained answers", "Batching and memory",
+                  "Job control", "Ray"):
+        assert f"─ {panel} ─" in text
+    options = {line.split()[1]: line for line in text.splitlines() if line.startswith("│ --")}
+    for flag, default in (("--max-tokens", "256"), ("--max-batch", "32"), ("--block-size", "16"),
+                          ("--model", "the bundled demo model"), ("--kv-memory", "50%"), ("--weights", "bf16"),
+                          ("--temperature", "0.0"), ("--prompt-column", "prompt"), ("--backend", "auto")):
+        assert f"[default: {default}]" in options[flag], options[flag]
+    switches = {"--json", "--score-only", "--force", "--input-renamed", "--fail-on-row-error", "--ray", "--help"}
+    assert [flag for flag, line in options.items() if flag not in switches and "[default: " not in line] == []
+    assert "<bool>" not in text and " run [OPTIONS] INPUT " in text and "{" not in text.split("\n")[1]
+    assert "pip install 'gemma-batch[ray]'" in text
+    top = run_cli("--help")
+    assert top.returncode == 0 and "<bool>" not in top.stdout and "--version" in top.stdout
+
+
+def test_inspect_names_its_own_flag_in_errors():
+    bad = run_cli("inspect", "4b", "--memory", "lots")
+    assert bad.returncode == 2 and "--memory 'lots'" in bad.stderr and "--kv-memory" not in bad.stderr
 
 
 def test_version_and_a_non_finite_temperature():

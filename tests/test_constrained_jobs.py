@@ -32,7 +32,7 @@ def test_rows_follow_the_jobs_constraint_or_their_own(tmp_path):
     done = gemma_batch("run", src, "--backend", "cpu", "--regex", "(yes|no|maybe)", "--max-tokens", "48",
                        "--temperature", "0.7", "--seed", "3")
     assert done.returncode == 0, done.stderr
-    out = {r["id"]: r for r in read_rows(tmp_path / "rows.completions.parquet")}
+    out = {r["id"]: r for r in read_rows(tmp_path / "rows.jsonl.completions.parquet")}
     assert out["plain"]["completion"] in ("yes", "no", "maybe") and out["plain"]["finish_reason"] == "stop"
     assert regex.fullmatch("[0-9]{3}-[a-z]{2}", out["own-regex"]["completion"])
     for name in ("schema", "schema-text"):
@@ -50,7 +50,7 @@ def test_a_constrained_row_cut_by_max_tokens_keeps_its_partial_text(tmp_path):
     src = write_jsonl(tmp_path / "long.jsonl", [{"id": "a", "prompt": "In the beginning", "regex": "[a-z]{30}"}])
     done = gemma_batch("run", src, "--backend", "cpu", "--max-tokens", "3")
     assert done.returncode == 0, done.stderr
-    row = read_rows(tmp_path / "long.completions.parquet")[0]
+    row = read_rows(tmp_path / "long.jsonl.completions.parquet")[0]
     assert row["finish_reason"] == "length" and row["completion_tokens"] == 3
     assert row["completion"] and regex.fullmatch("[a-z]{30}", row["completion"], partial=True)
 
@@ -61,7 +61,7 @@ def test_parquet_rows_carry_constraints_as_text_columns(tmp_path):
     pq.write_table(table, tmp_path / "in.parquet")
     done = gemma_batch("run", tmp_path / "in.parquet", "--backend", "cpu", "--max-tokens", "40")
     assert done.returncode == 0, done.stderr
-    out = {r["id"]: r for r in read_rows(tmp_path / "in.completions.parquet")}
+    out = {r["id"]: r for r in read_rows(tmp_path / "in.parquet.completions.parquet")}
     assert regex.fullmatch("[0-9]{2}", out["a"]["completion"])
     jsonschema.validate(json.loads(out["b"]["completion"]), SCHEMA)
 
@@ -79,7 +79,7 @@ def test_bad_constraint_and_choices_flags_are_usage_errors(tmp_path, flags, mess
     src = write_jsonl(tmp_path / "rows.jsonl", [{"id": "a", "prompt": "In the beginning"}])
     done = gemma_batch("run", src, *flags, cwd=tmp_path)
     assert done.returncode == 2 and message in done.stderr, done.stderr
-    assert not (tmp_path / "rows.completions.parquet").exists()
+    assert not (tmp_path / "rows.jsonl.completions.parquet").exists()
 
 
 def test_a_schema_file_constrains_every_row_and_is_part_of_the_job(tmp_path):
@@ -88,7 +88,7 @@ def test_a_schema_file_constrains_every_row_and_is_part_of_the_job(tmp_path):
     src = write_jsonl(tmp_path / "rows.jsonl", [{"id": f"r{i}", "prompt": f"Tribe number {i}:"} for i in range(4)])
     done = gemma_batch("run", src, "--backend", "cpu", "--json-schema", schema, "--max-tokens", "40")
     assert done.returncode == 0, done.stderr
-    for row in read_rows(tmp_path / "rows.completions.parquet"):
+    for row in read_rows(tmp_path / "rows.jsonl.completions.parquet"):
         jsonschema.validate(json.loads(row["completion"]), SCHEMA)
     other = gemma_batch("run", src, "--backend", "cpu", "--json", "--max-tokens", "40")
     assert other.returncode == 2 and "params.constraint" in other.stderr  # another constraint: another job
@@ -107,7 +107,7 @@ def test_openai_response_format_constrains_the_row(tmp_path):
     ])
     done = gemma_batch("run", src, "--backend", "cpu", "--output-format", "openai")
     assert done.returncode == 0, done.stderr
-    results = {r["custom_id"]: r for r in map(json.loads, (tmp_path / "batch.results.jsonl").read_text().splitlines())}
+    results = {r["custom_id"]: r for r in map(json.loads, (tmp_path / "batch.jsonl.results.jsonl").read_text().splitlines())}
     choice = {k: r["response"]["body"]["choices"][0] for k, r in results.items() if r["error"] is None}
     text = {k: c["text"] for k, c in choice.items()}
     assert text["object"].startswith("{")  # (the demo model may write a key until --max-tokens)
@@ -129,7 +129,7 @@ def test_choices_answer_every_row_with_label_probabilities(tmp_path):
     src = write_jsonl(tmp_path / "rows.jsonl", rows)
     done = gemma_batch("run", src, "--backend", "cpu", "--choices", " Moses, Aaron,Pharaoh")
     assert done.returncode == 0, done.stderr
-    out = {r["id"]: r for r in read_rows(tmp_path / "rows.completions.parquet")}
+    out = {r["id"]: r for r in read_rows(tmp_path / "rows.jsonl.completions.parquet")}
     for name, labels in (("flag", ["Moses", "Aaron", "Pharaoh"]), ("own", [" Moses", " the children of Israel"])):
         scored = out[name]["choice_logprobs"]
         assert [c["choice"] for c in scored] == labels  # (the flag's labels are stripped at the commas)

@@ -43,7 +43,9 @@ def test_a_changed_input_keeps_unchanged_rows_and_ends_as_a_fresh_run(tmp_path):
     assert "incremental: kept 9 rows, ran 4 new or changed, dropped 3 earlier rows" in again.stderr, again.stderr
     after = pq.read_table(out).to_pylist()
     assert [r["id"] for r in after] == [r["id"] for r in second] and [r["row"] for r in after] == list(range(13))
-    assert pq.read_table(out.with_suffix(".stats.parquet")).column("rows_kept").to_pylist() == [9]
+    stats = pq.read_table(out.with_suffix(".stats.parquet")).to_pylist()[0]
+    assert (stats["rows_computed"], stats["rows_kept"], stats["rows_dropped"], stats["rows_failed_this_run"]) == (4, 9, 3, 0)
+    assert "this run: 4 computed, 9 kept from an earlier input, 3 earlier rows dropped)" in again.stdout
     kept = [r for r in after if r["id"] not in ("r5", "r7", "r12", "r13")]
     assert all(r["completion"] == before[r["id"]]["completion"] for r in kept)
 
@@ -60,7 +62,7 @@ def test_other_settings_are_still_refused_and_force_runs_every_row(tmp_path):
     changed = gemma_batch("run", src, *FLAGS, "--output", out, "--seed", "6")
     assert changed.returncode == 2 and "differing: input, params.seed" in changed.stderr
     forced = run(src, out, "--force")
-    assert "incremental" not in forced.stderr and "5 done this run" in forced.stdout
+    assert "incremental" not in forced.stderr and "this run: 5 computed)" in forced.stdout
 
 
 def kill_after(src, out, lines: int) -> None:

@@ -68,7 +68,7 @@ def test_logprobs_reach_the_parquet_column_and_openai_lines(tmp_path):
                                                {"id": "b", "prompt": "And the LORD said", "logprobs": 1}])
     done = gemma_batch("run", src, "--backend", "cpu", "--max-tokens", "4", "--logprobs", "2")
     assert done.returncode == 0, done.stderr
-    rows = {r["id"]: r for r in read_rows(tmp_path / "rows.completions.parquet")}
+    rows = {r["id"]: r for r in read_rows(tmp_path / "rows.jsonl.completions.parquet")}
     assert [len(t["top_logprobs"]) for t in rows["a"]["logprobs"]] == [2] * rows["a"]["completion_tokens"]
     assert [len(t["top_logprobs"]) for t in rows["b"]["logprobs"]] == [1] * rows["b"]["completion_tokens"]
     assert "".join(t["token"] for t in rows["a"]["logprobs"]) == rows["a"]["completion"]
@@ -84,7 +84,7 @@ def test_logprobs_reach_the_parquet_column_and_openai_lines(tmp_path):
     ])
     done = gemma_batch("run", batch, "--backend", "cpu", "--output-format", "openai")
     assert done.returncode == 0, done.stderr
-    results = {r["custom_id"]: r for r in map(json.loads, (tmp_path / "batch.results.jsonl").read_text().splitlines())}
+    results = {r["custom_id"]: r for r in map(json.loads, (tmp_path / "batch.jsonl.results.jsonl").read_text().splitlines())}
     chat = results["chat"]["response"]["body"]["choices"][0]["logprobs"]["content"]
     assert len(chat) == 3 and all(len(t["top_logprobs"]) == 2 and t["bytes"] == list(t["token"].encode()) for t in chat)
     text = results["text"]["response"]["body"]["choices"][0]["logprobs"]

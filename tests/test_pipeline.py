@@ -291,7 +291,7 @@ def test_the_npu_stops_the_job_before_loading_saying_why(tmp_path):
     done = gemma_batch("run", src, "--place", "0-2:npu,3-5:cpu")
     assert done.returncode == 2
     assert "--place names the NPU, but" in done.stderr and "model:" not in done.stderr
-    assert not (tmp_path / "rows.completions.parquet").exists()
+    assert not (tmp_path / "rows.jsonl.completions.parquet").exists()
 
 
 def test_a_toml_job_takes_its_plan(tmp_path):

@@ -231,8 +231,8 @@ def test_a_shared_instruction_of_a_thousand_tokens_is_computed_once(tmp_path):
     data = write_jsonl(tmp_path / "rows.jsonl", labelling_rows(40, (17,), 30))
     done = gemma_batch("run", data, "--max-tokens", "4", "--backend", "cpu", timeout=300)
     assert done.returncode == 0, done.stderr
-    rows = read_rows(tmp_path / "rows.completions.parquet")
+    rows = read_rows(tmp_path / "rows.jsonl.completions.parquet")
     assert 1000 <= rows[0]["prompt_tokens"] <= 1300
-    stats = pq.read_table(tmp_path / "rows.completions.stats.parquet").to_pylist()[0]
+    stats = pq.read_table(tmp_path / "rows.jsonl.completions.stats.parquet").to_pylist()[0]
     assert stats["prompt_tokens_computed"] <= 0.15 * stats["prompt_tokens"]
     assert "prefix cache" in done.stderr and "from the prefix cache" in done.stdout

@@ -4,6 +4,7 @@ that reads right."""
 from __future__ import annotations
 
 import io
+import re
 
 from gemma_batch.job.progress import Progress, eta_text
 
@@ -71,3 +72,13 @@ def test_on_a_terminal_progress_is_a_tqdm_bar_with_rows_and_tokens_per_second():
     progress.close()
     text = stream.getvalue()
     assert "4/4 rows" in text and "rows/s" in text and "tok/s" in text and "ETA" in text and "\r" in text
+
+
+def test_the_bar_has_no_empty_item_before_its_rates():
+    """The bar read `[00:02, , 6.91 rows/s` (tqdm puts its own comma before the postfix)."""
+    stream = io.StringIO()
+    progress = Progress(total=4, stream=stream, tty=True)
+    progress.update(1, tokens=10)
+    progress.close()
+    text = stream.getvalue()
+    assert ", ," not in text and re.search(r"rows \[\d\d:\d\d, [\d.]+ rows/s", text), text

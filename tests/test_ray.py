@@ -84,7 +84,7 @@ def test_a_ray_job_writes_the_file_a_local_run_writes(tmp_path, cluster, samplin
     assert all(w["load_seconds"] > 0 and datetime.fromisoformat(w["ready_at"]) >= datetime.fromisoformat(total["started_at"])
                for w in workers)
     assert total["generated_tokens"] == sum(w["generated_tokens"] for w in workers) > 0
-    assert total["rows_done_this_run"] == 40 and total["backend"] == "cpu"
+    assert total["rows_computed"] == 40 and total["backend"] == "cpu" and total["weights"] == "bf16"
 
 
 def stage_processes() -> list[int]:
@@ -139,7 +139,7 @@ def test_a_killed_ray_job_run_again_ends_with_the_same_file(tmp_path, cluster):
     assert f"resuming: {done_before} of 96 rows already done" in again.stderr
     assert target.read_bytes() == (tmp_path / "local.parquet").read_bytes()
     stats = pq.read_table(target.with_suffix(".stats.parquet")).to_pylist()[0]
-    assert (stats["rows_resumed"], stats["rows_done_this_run"]) == (done_before, 96 - done_before)
+    assert (stats["rows_resumed"], stats["rows_computed"]) == (done_before, 96 - done_before)
 
 
 def test_the_stage_in_a_ray_pipeline_completes_rows_as_a_local_job_does(tmp_path, cluster):
@@ -190,7 +190,7 @@ def test_ray_flags_are_usage_errors_without_ray_or_with_bad_values(tmp_path):
     without = subprocess.run([sys.executable, "-c", "import sys; sys.modules['ray'] = None; from gemma_batch.cli import app; "
                               f"app(['run', {str(src)!r}, '--ray'])"], capture_output=True, text=True, timeout=120)
     assert without.returncode == 2 and "pip install 'gemma-batch[ray]'" in without.stderr
-    assert not tmp_path.joinpath("a.completions.parquet").exists()
+    assert not tmp_path.joinpath("a.jsonl.completions.parquet").exists()
 
 
 def test_two_calls_at_once_share_one_engine_and_give_each_its_own_rows():

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from gemma_batch.data.readers import Dataset, open_dataset
-from gemma_batch.data.rows import ColumnNotFound, DatasetError, InputRow
+from gemma_batch.data.rows import ColumnNotFound, DatasetError, InputRow, UnknownFormat
 from gemma_batch.data.seen_ids import SeenIds, id_hash
 
 # --- helpers -------------------------------------------------------------------------------
@@ -63,7 +63,7 @@ def assert_error(row: InputRow, *fragments: str) -> None:
 # --- format detection, counting, fingerprint -----------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["in.jsonl", "in.json", "in.ndjson", "in.txt"])
+@pytest.mark.parametrize("name", ["in.jsonl", "in.json", "in.ndjson", "in.JSONL"])
 def test_jsonl_suffixes_and_sniffing(tmp_path: Path, name: str) -> None:
     path = write_jsonl(tmp_path, [{"prompt": "a"}, "", "   ", {"prompt": "b"}, ""], name=name)
     ds = open_dataset(path)
@@ -81,6 +81,21 @@ def test_parquet_by_suffix_and_by_magic(tmp_path: Path) -> None:
         assert ds.format == "parquet" and ds.num_rows == 3
         assert ds.fingerprint == hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
         assert [(r.index, r.id, r.prompt) for r in ds.rows()] == [(0, "0", "a"), (1, "1", "b"), (2, "2", "c")]
+
+
+@pytest.mark.parametrize("name,text,wanted", [
+    ("in.txt", "The sea\nOnce upon a time\n", "its name (.txt); gemma-batch reads .jsonl, .json, .ndjson, .csv or .tsv"),
+    ("prompts", '{"prompt": "a"}\n', "(no extension)"),
+    ("in.json", ' [{"prompt": "a"}, {"prompt": "b"}]', "holds a JSON array"),
+])
+def test_a_file_of_no_known_format_is_refused_by_name(tmp_path: Path, name: str, text: str, wanted: str) -> None:
+    """A name that says no format (or a .json holding one array) is refused, not read as JSON
+    Lines whose every row fails."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(UnknownFormat) as e:
+        open_dataset(path)
+    assert wanted in str(e.value) and str(path) in str(e.value)
 
 
 def test_rows_restart_from_the_beginning_and_a_changed_file_is_refused(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -44,13 +45,13 @@ def sample_jsonl(tmp_path) -> Path:
 def test_the_readme_command_runs_the_sample_dataset_with_no_other_flag(sample_jsonl):
     done = gemma_batch("run", sample_jsonl)
     assert done.returncode == 0, done.stderr
-    out = sample_jsonl.with_name("prompts.completions.parquet")
+    out = sample_jsonl.with_name("prompts.jsonl.completions.parquet")
     rows = read_rows(out)
     source = [json.loads(line) for line in sample_jsonl.read_text().splitlines()]
     assert [r["id"] for r in rows] == [s["id"] for s in source] and [r["row"] for r in rows] == list(range(len(rows)))
     assert all(r["error"] is None and r["finish_reason"] in ("stop", "length") for r in rows)
     assert all(r["completion_tokens"] <= 256 and r["max_tokens"] == 256 and r["temperature"] == 0.0 for r in rows)
-    stats = read_rows(sample_jsonl.with_name("prompts.completions.stats.parquet"))[0]
+    stats = read_rows(sample_jsonl.with_name("prompts.jsonl.completions.stats.parquet"))[0]
     assert stats["rows_total"] == len(rows) and stats["generated_tokens"] == sum(r["completion_tokens"] for r in rows)
     # rates over the time each kind of step took, times that add up, when and with what it ran
     assert 0 < stats["prefill_seconds"] and 0 < stats["decode_seconds"]
@@ -63,7 +64,7 @@ def test_the_readme_command_runs_the_sample_dataset_with_no_other_flag(sample_js
     assert "backend: cpu (auto" in done.stderr  # auto says what it picked
     assert f"/{len(rows)} rows (100.0%)" in done.stderr  # plain progress lines off a terminal
     assert "decode" in done.stdout and "tok/s" in done.stdout
-    assert not sample_jsonl.with_name("prompts.completions.parquet.partial").exists()
+    assert not sample_jsonl.with_name("prompts.jsonl.completions.parquet.partial").exists()
 
     again = gemma_batch("run", sample_jsonl)  # a finished job is a no-op
     assert again.returncode == 0 and "already complete" in again.stderr
@@ -92,7 +93,7 @@ def test_parquet_input_keeps_columns_and_applies_row_overrides(tmp_path):
 
 def test_stop_strings_cut_the_completion_before_them(tmp_path):
     src = write_jsonl(tmp_path / "s.jsonl", [{"id": "a", "prompt": "The sea was calm that morning, and"}])
-    plain = read_rows(tmp_path / "s.completions.parquet") if gemma_batch("run", src, "--max-tokens", "40").returncode == 0 else None
+    plain = read_rows(tmp_path / "s.jsonl.completions.parquet") if gemma_batch("run", src, "--max-tokens", "40").returncode == 0 else None
     text = plain[0]["completion"]
     stop = text[len(text) // 2 : len(text) // 2 + 3]
     done = gemma_batch("run", src, "--max-tokens", "40", "--stop", stop, "--output", tmp_path / "stopped.parquet")
@@ -118,7 +119,7 @@ def test_bad_rows_become_error_rows_and_the_job_goes_on(tmp_path):
     ])
     done = gemma_batch("run", src, "--max-tokens", "8", "--max-model-len", "128")
     assert done.returncode == 0, done.stderr
-    rows = read_rows(tmp_path / "bad.completions.parquet")
+    rows = read_rows(tmp_path / "bad.jsonl.completions.parquet")
     assert [r["finish_reason"] == "error" for r in rows] == [False] + [True] * 9 + [False]
     errors = [r["error"] or "" for r in rows]
     for i, fragment in [(1, "null"), (2, "string"), (3, "whitespace"), (4, "JSON"), (5, "duplicate id 'ok'"),
@@ -145,7 +146,7 @@ def test_file_level_problems_stop_the_job_before_anything_is_written(tmp_path, c
     src = tmp_path / "in.jsonl"
     src.write_bytes(content)
     done = gemma_batch("run", src)
-    assert done.returncode == 1 and message in done.stderr and str(src) in done.stderr
+    assert done.returncode == 2 and message in done.stderr and str(src) in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
 
 
@@ -179,8 +180,8 @@ def test_a_corrupt_model_fails_fast_naming_the_file(tmp_path, sample_jsonl):
     weights = model / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
     done = gemma_batch("run", sample_jsonl, "--model", model)
-    assert done.returncode == 1 and "model.safetensors" in done.stderr
-    assert not sample_jsonl.with_name("prompts.completions.parquet").exists()
+    assert done.returncode == 2 and "model.safetensors" in done.stderr
+    assert not sample_jsonl.with_name("prompts.jsonl.completions.parquet").exists()
 
 
 def test_resuming_with_other_settings_is_refused_unless_forced(tmp_path, sample_jsonl):
@@ -189,11 +190,11 @@ def test_resuming_with_other_settings_is_refused_unless_forced(tmp_path, sample_
     assert changed.returncode == 2 and "max_tokens" in changed.stderr and "--force" in changed.stderr
     forced = gemma_batch("run", sample_jsonl, "--max-tokens", "5", "--force")
     assert forced.returncode == 0, forced.stderr
-    assert {r["max_tokens"] for r in read_rows(sample_jsonl.with_name("prompts.completions.parquet"))} == {5}
+    assert {r["max_tokens"] for r in read_rows(sample_jsonl.with_name("prompts.jsonl.completions.parquet"))} == {5}
 
 
 def test_a_locked_output_is_refused(sample_jsonl):
-    with OutputLock(sample_jsonl.with_name("prompts.completions.parquet")):
+    with OutputLock(sample_jsonl.with_name("prompts.jsonl.completions.parquet")):
         done = gemma_batch("run", sample_jsonl)
     assert done.returncode == 1 and "another gemma-batch run" in done.stderr
 
@@ -206,9 +207,63 @@ def test_a_toml_job_resolves_paths_beside_it_and_flags_override_it(tmp_path, sam
     assert done.returncode == 0, done.stderr
     rows = read_rows(tmp_path / "out.parquet")
     assert {r["max_tokens"] for r in rows} == {3} and rows[0]["topic"] == "story"
+    stats = read_rows(tmp_path / "out.stats.parquet")[0]  # paths said without jobs/..
+    assert (stats["input"], stats["output"]) == (str(tmp_path / "prompts.jsonl"), str(tmp_path / "out.parquet"))
     spec.write_text('input = "../prompts.jsonl"\nmax_tokenz = 6\n')
     bad = gemma_batch("run", spec)
     assert bad.returncode == 2 and "max_tokenz" in bad.stderr
+
+
+def test_a_csv_input_runs_as_its_jsonl_twin_and_a_txt_input_is_refused(tmp_path):
+    """The reported case: `run in.csv` read each line as JSON and failed every row, exit 0."""
+    rows = [{"id": "a", "prompt": "The sea, and all that in it is", "topic": "sea"},
+            {"id": "b", "prompt": 'He said, "Let there be light"', "topic": "light"}]
+    write_jsonl(tmp_path / "in.jsonl", rows)
+    (tmp_path / "in.csv").write_text('id,prompt,topic\na,"The sea, and all that in it is",sea\n'
+                                     'b,"He said, ""Let there be light""",light\n')
+    for name in ("in.jsonl", "in.csv"):
+        done = gemma_batch("run", tmp_path / name, "--max-tokens", "6", "--backend", "cpu", "--keep-columns", "topic")
+        assert done.returncode == 0 and "0 failed" in done.stdout, done.stderr
+    csv_rows, jsonl_rows = (read_rows(tmp_path / f"{name}.completions.parquet") for name in ("in.csv", "in.jsonl"))
+    drop = ("request_hash",)  # (the same; shown for clarity that nothing else differs)
+    assert [{k: v for k, v in r.items() if k not in drop} for r in csv_rows] == \
+           [{k: v for k, v in r.items() if k not in drop} for r in jsonl_rows]
+    (tmp_path / "in.txt").write_text("The sea\nOnce upon a time\n")
+    txt = gemma_batch("run", tmp_path / "in.txt")
+    assert txt.returncode == 2 and "cannot tell its format from its name (.txt)" in txt.stderr
+    assert "model:" not in txt.stderr and not (tmp_path / "in.txt.completions.parquet").exists()
+
+
+def test_a_float32_checkpoint_is_labelled_fp32(tmp_path, sample_jsonl):
+    """The weights a job ran with are named as they are: the demo model widened to float32 runs
+    as fp32 (the same completions: bf16 values widen exactly), in the log, the statistics and
+    `inspect`; `inspect` names the KV storage of the backend it is asked about."""
+    from safetensors.numpy import save_file
+
+    model = Path(shutil.copytree(DEMO_MODEL, tmp_path / "fp32"))
+    raw = (model / "model.safetensors").read_bytes()
+    size = int.from_bytes(raw[:8], "little")
+    header, data = json.loads(raw[8: 8 + size]), raw[8 + size:]
+    widened = {}
+    for name, entry in header.items():
+        if name != "__metadata__":
+            begin, end = entry["data_offsets"]
+            assert entry["dtype"] in ("BF16", "F32")
+            values = np.frombuffer(data[begin:end], "<u2" if entry["dtype"] == "BF16" else "<f4")
+            values = (values.astype(np.uint32) << 16).view(np.float32) if entry["dtype"] == "BF16" else values
+            widened[name] = values.reshape(entry["shape"])
+    save_file(widened, model / "model.safetensors")
+    outputs = {}
+    for name, where in (("bf16", DEMO_MODEL), ("fp32", model)):
+        out = tmp_path / f"{name}.parquet"
+        done = gemma_batch("run", sample_jsonl, "--model", where, "--backend", "cpu", "--max-tokens", "8", "--output", out)
+        assert done.returncode == 0 and f"weights {name}\n" in done.stderr, done.stderr
+        assert read_rows(tmp_path / f"{name}.stats.parquet")[0]["weights"] == name
+        outputs[name] = [r["completion"] for r in read_rows(out)]
+    assert outputs["fp32"] == outputs["bf16"]
+    for backend, kv in (("cpu", "fp32"), ("vulkan", "fp16")):
+        shown = gemma_batch("inspect", model, "--backend", backend)
+        assert shown.returncode == 0 and "weights fp32: " in shown.stdout and f"KV {kv}: " in shown.stdout, shown.stderr
 
 
 def test_the_bundled_job_spec_is_valid():
@@ -223,7 +278,7 @@ def test_openai_batch_round_trip(tmp_path):
     done = gemma_batch("run", src, "--output-format", "openai")
     assert done.returncode == 0, done.stderr
     requests = [json.loads(line) for line in src.read_text().splitlines()]
-    results = [json.loads(line) for line in (tmp_path / "batch.results.jsonl").read_text().splitlines()]
+    results = [json.loads(line) for line in (tmp_path / "batch.jsonl.results.jsonl").read_text().splitlines()]
     assert [r["custom_id"] for r in results] == [q["custom_id"] for q in requests]
     parquet = gemma_batch("run", src, "--output", tmp_path / "same.parquet")
     assert parquet.returncode == 0, parquet.stderr
@@ -247,8 +302,8 @@ def test_sampled_rows_are_the_same_alone_batched_and_shuffled(tmp_path):
     b = write_jsonl(tmp_path / "b.jsonl", [prompts[i] for i in (7, 3, 19, 0, 11, 5, 2, 18, 1, 9, 4, 6, 8, 10, 12, 13, 14, 15, 16, 17)])
     assert gemma_batch("run", a, *flags, "--max-batch", "1").returncode == 0
     assert gemma_batch("run", b, *flags, "--max-batch", "32", "--max-step-tokens", "40").returncode == 0
-    alone = {r["id"]: r["completion"] for r in read_rows(tmp_path / "a.completions.parquet")}
-    shuffled = {r["id"]: r["completion"] for r in read_rows(tmp_path / "b.completions.parquet")}
+    alone = {r["id"]: r["completion"] for r in read_rows(tmp_path / "a.jsonl.completions.parquet")}
+    shuffled = {r["id"]: r["completion"] for r in read_rows(tmp_path / "b.jsonl.completions.parquet")}
     assert alone == shuffled
     assert len(set(alone.values())) > 1
 
@@ -323,7 +378,7 @@ def test_quantized_weights_are_converted_once_then_read_from_the_cache(tmp_path,
     assert "backend: cpu (chosen with --backend); weights int8" in first.stderr and "weights converted to int8" in first.stderr
     again = gemma_batch("run", sample_jsonl, *flags, "--output", tmp_path / "again.parquet")
     assert again.returncode == 0 and "int8 weights read from the cache" in again.stderr, again.stderr
-    rows = read_rows(tmp_path / "prompts.completions.parquet")
+    rows = read_rows(tmp_path / "prompts.jsonl.completions.parquet")
     assert rows == read_rows(tmp_path / "again.parquet")
 
     other = gemma_batch("run", sample_jsonl, "--weights", "int4", "--max-tokens", "8", "--backend", "cpu")
@@ -381,19 +436,17 @@ def test_a_signal_stops_at_a_step_boundary_and_the_rerun_completes_the_same_file
     assert target.read_bytes() == (tmp_path / "reference.parquet").read_bytes()
 
 
-def test_default_output_names_strip_only_the_last_suffix(tmp_path):
-    """Two parts of one dataset get two outputs (the name was cut at its first dot); a compression
-    suffix goes with the format's."""
+def test_default_output_names_keep_the_whole_input_name(tmp_path):
+    """No two inputs share a default output: two parts of one dataset, one stem in two formats, a
+    file and its compressed copy (test_output_ownership.py runs them)."""
     from gemma_batch.job.spec import make_spec
 
     def default_output(name: str, **extra) -> str:
         return make_spec({"input": tmp_path / name, **extra}, where="test").output_path.name
 
-    assert default_output("data.part1.jsonl") == "data.part1.completions.parquet"
-    assert default_output("data.part2.jsonl") == "data.part2.completions.parquet"
-    assert default_output("prompts.jsonl.gz") == "prompts.completions.parquet"
-    assert default_output("batch.v2.jsonl", output_format="openai") == "batch.v2.results.jsonl"
-    assert default_output("README") == "README.completions.parquet"
+    names = ["data.part1.jsonl", "data.part2.jsonl", "data.jsonl", "data.parquet", "data.csv", "data.jsonl.gz", "README"]
+    assert [default_output(name) for name in names] == [f"{name}.completions.parquet" for name in names]
+    assert default_output("batch.v2.jsonl", output_format="openai") == "batch.v2.jsonl.results.jsonl"
 
 
 def test_the_output_format_follows_the_output_name(tmp_path):
@@ -455,7 +508,7 @@ def test_a_full_disk_mid_job_says_where_and_that_a_rerun_resumes(tmp_path, monke
     done = gemma_batch("run", src, "--max-tokens", "4", "--backend", "cpu", "--output", out)
     assert done.returncode == 0 and "resuming: 5 of 20 rows already done" in done.stderr, done.stderr
     unwritable = gemma_batch("run", src, "--output", "/proc/out.parquet")
-    assert unwritable.returncode == 1 and "cannot write in the output folder /proc" in unwritable.stderr
+    assert unwritable.returncode == 2 and "cannot write in the output folder /proc" in unwritable.stderr
     assert "model:" not in unwritable.stderr  # before the model loads
 
 

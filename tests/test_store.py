@@ -400,10 +400,11 @@ def test_openai_generation_failed_code(tmp_path: Path) -> None:
 
 def test_write_stats(tmp_path: Path) -> None:
     stats = {"rows_total": 10, "wall_seconds": 0.1, "backend": "cpu", "ok": True}
-    for name in ("out.parquet", "out.jsonl"):
+    for name, stats_name in (("out.parquet", "out.stats.parquet"), ("out.jsonl", "out.jsonl.stats.parquet"),
+                             ("out.csv", "out.csv.stats.parquet"), ("parts", "parts.stats.parquet")):
         store = ResultStore(tmp_path / name, SCHEMA, FP)
         path = store.write_stats(stats)
-        assert path == tmp_path / "out.stats.parquet"
+        assert path == tmp_path / stats_name  # one for each output: out.jsonl's and out.csv's differ
         assert pq.read_table(path).to_pylist() == [stats]
     with pytest.raises(TypeError, match="stats\\['x'\\]"):
         store.write_stats({"x": [1]})

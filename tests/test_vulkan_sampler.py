@@ -27,13 +27,14 @@ itself, and `spec_candidates` is checked to agree with it on those rows.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 
 import numpy as np
 import pytest
 
-from gemma_batch.backends.base import SamplingBatch
+from gemma_batch.backends.base import NON_FINITE, SamplingBatch
 from gemma_batch.backends.sampler import allowed_only, candidates, draw, philox4x32, sample_tokens, uniform
 from gemma_batch.backends.vulkan.device import Device
 from gemma_batch.backends.vulkan.kernels import META_BINDING, Kernels
@@ -306,6 +307,34 @@ def test_temperature_zero_is_the_arg_max_with_the_lowest_id_on_ties(sampler):
     got, _ = sampler.run(x, p, V)
     assert got.tolist() == [0, V - 1, 17, 3, 0, 0, 30]
     assert got.tolist() == np.argmax(x, axis=1).tolist()
+
+
+def test_rows_with_nan_or_plus_infinity_get_the_non_finite_id(sampler):
+    """A NaN or +inf the row's mask lets through (below the vocabulary limit) gives NON_FINITE on
+    every path, as the reference does; -inf, a NaN past the limit or behind the mask, do not."""
+    rng = np.random.default_rng(13)
+    R, V, limit = 12, 5000, 4990
+    x = rng.standard_normal((R, V)).astype(np.float32)
+    x[0, 3] = x[1, 4999 - 20] = x[6, 100] = x[7, 2000] = np.nan
+    x[2, 0] = x[8, 1234] = np.inf
+    x[3, :100] = -np.inf
+    x[4, 4995] = np.nan  # past the limit
+    x[5, 7] = np.nan  # behind row 5's mask
+    allowed = np.ones((R, -(-V // 32) * 32), bool)
+    allowed[5, 7] = False
+    masks = np.packbits(allowed, axis=1, bitorder="little").view("<i4").astype(np.int32)
+    p = make_params(rng, R, temperature=0.0)
+    p["temperature"][6:] = 0.9
+    p["top_k"][[7, 9]] = 40
+    p["top_p"][[8, 10]] = 0.9
+    p["mask"] = np.arange(1, R + 1) * (np.arange(R) % 2 == 1)  # odd rows masked (all but row 5's id 7 allowed)
+    got, _ = sampler.run(x, p, limit, masks)
+    bad = [0, 1, 2, 6, 7, 8]
+    assert list(np.flatnonzero(got == NON_FINITE)) == bad
+    row_masks = np.where((p["mask"] > 0)[:, None], masks[np.maximum(p["mask"].astype(np.int64) - 1, 0)], -1)
+    cpu = sample_tokens(x, dataclasses.replace(sampling_batch(p, limit), allowed=row_masks), np.arange(R))
+    assert list(np.flatnonzero(cpu == NON_FINITE)) == bad
+    assert (got[[3, 4, 5]] == cpu[[3, 4, 5]]).all()
 
 
 def test_top_k_1_is_greedy(sampler):

@@ -42,6 +42,15 @@ def resolve_backend(name: str, device: str | None = None) -> tuple[str, str]:
     return name, "chosen with --backend"
 
 
+def default_kv_dtype(name: str) -> str:
+    """The KV cache's storage on backend `name` (cpu, vulkan) when a job names none."""
+    if name == "cpu":
+        from .cpu import CpuBackend as chosen
+    else:
+        from .vulkan import VulkanBackend as chosen
+    return chosen.default_kv_dtype
+
+
 def create_backend(name: str, cfg: Gemma3Config, device: str | None = None, kv_dtype: str | None = None,
                    weights: str = "bf16", segments: Sequence[Segment] | None = None,
                    memory_limit: int | None = None) -> Backend:

@@ -135,11 +135,14 @@ class StepBatch:
         return len(self.token_ids)
 
 
+NON_FINITE = -2  # StepResult.token_ids of a sequence whose logits held a NaN or +inf (corrupt weights, overflow)
+
+
 @dataclass
 class StepResult:
     """What comes back from a step: only the sampled ids, unless logits were asked for."""
 
-    token_ids: np.ndarray  # [S] int32: the next token of each sampled sequence, -1 elsewhere
+    token_ids: np.ndarray  # [S] int32: the next token of each sampled sequence, -1 elsewhere, NON_FINITE
     logits: np.ndarray | None = None  # [T, V] float32 when `StepBatch.return_logits`
     row_logits: np.ndarray | None = None  # [R, V] float32 of `StepBatch.logit_rows`, in their order
     scores: np.ndarray | None = None  # [P] float64 of `StepBatch.score_tokens`, in their order
@@ -151,6 +154,7 @@ class Backend(ABC):
     name: str
     weight_formats: tuple[str, ...] = ("bf16",)  # the `--weights` formats `load_weights` accepts
     kv_dtype: str  # how the KV cache stores K and V (`kv_formats`)
+    default_kv_dtype: str  # the KV dtype when a job names none
 
     def __init__(self, cfg: Gemma3Config, segments: Sequence[Segment] | None = None) -> None:
         """`segments`: the parts of the model this backend runs, as a stage of a pipeline over

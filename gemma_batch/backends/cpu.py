@@ -48,8 +48,9 @@ class CpuBackend(Backend):
 
     name = "cpu"
     weight_formats = FORMATS
+    default_kv_dtype = "fp32"
 
-    def __init__(self, cfg: Gemma3Config, kv_dtype: str = "fp32", threads: int | None = None,
+    def __init__(self, cfg: Gemma3Config, kv_dtype: str = default_kv_dtype, threads: int | None = None,
                  segments: Sequence[Segment] | None = None) -> None:
         """`threads`: how many of the products' blocks run at once (default: the CPUs this process
         may use, at most MAX_THREADS). BLAS itself runs one thread during a step: its own threads

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import SamplingBatch
+from .base import NON_FINITE, SamplingBatch
 
 _M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
 _W0, _W1 = np.uint32(0x9E3779B9), np.uint32(0xBB67AE85)
@@ -119,7 +119,9 @@ def allowed_only(logits: np.ndarray, words: np.ndarray) -> np.ndarray:
 
 
 def sample_tokens(logits: np.ndarray, sampling: SamplingBatch | None, rows: np.ndarray) -> np.ndarray:
-    """Token ids [len(rows)] drawn from logits [len(rows), V] for the sequences `rows` of the step."""
+    """Token ids [len(rows)] drawn from logits [len(rows), V] for the sequences `rows` of the step;
+    NON_FINITE for a row whose logits (those its mask lets through) hold a NaN or +inf: the
+    arg-max lands on one (numpy's arg-max takes a NaN as the largest), so one look per row finds it."""
     if sampling is not None and sampling.vocab_size:
         logits = logits[:, : sampling.vocab_size]
     if sampling is not None and sampling.allowed is not None:
@@ -129,11 +131,13 @@ def sample_tokens(logits: np.ndarray, sampling: SamplingBatch | None, rows: np.n
             for i in masked:
                 logits[i] = allowed_only(logits[i], sampling.allowed[rows[i]])
     greedy = np.argmax(logits, axis=-1).astype(np.int32)
+    finite = np.isfinite(logits[np.arange(len(greedy)), greedy]) | (logits.shape[1] == 0)
+    greedy[~finite] = NON_FINITE
     if sampling is None:
         return greedy
     u = uniform(sampling.keys[rows], sampling.counters[rows])
     for i, s in enumerate(rows):
-        if sampling.temperature[s] > 0:
+        if sampling.temperature[s] > 0 and finite[i]:
             ids, probs = candidates(
                 logits[i], float(sampling.temperature[s]), int(sampling.top_k[s]),
                 float(sampling.top_p[s]), float(sampling.min_p[s]),

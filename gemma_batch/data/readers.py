@@ -1,13 +1,15 @@
-"""Streaming dataset readers for `gemma-batch run`: JSON Lines, Parquet and OpenAI Batch files.
+"""Streaming dataset readers for `gemma-batch run`: JSON Lines, Parquet, CSV / TSV and OpenAI Batch files.
 
 `open_dataset` reads the file once to hash it, count its rows and find file-level problems
 (`DatasetError`); `Dataset.rows()` then streams the rows, as often as needed, in bounded memory.
 Row-level problems do not raise: the row comes out with `InputRow.error` set (see rows.py).
 
 Format: a file starting with the Parquet magic "PAR1", or named *.parquet, is Parquet (its own
-compression, any codec pyarrow reads); anything else is JSON Lines (*.gz and *.zst decompressed as
-they stream: jsonl.open_lines), and a JSONL file whose first row is an object with `custom_id`, `method`, `url`
-and `body` is an OpenAI Batch input file ("openai").
+compression, any codec pyarrow reads); *.csv and *.tsv are CSV (csv_input.py); *.jsonl, *.json and
+*.ndjson are JSON Lines, and a JSONL file whose first row is an object with `custom_id`, `method`,
+`url` and `body` is an OpenAI Batch input file ("openai"). Text formats may be compressed (*.gz,
+*.zst: decompressed as they stream). Any other name is refused (`UnknownFormat`), as is a .json
+file holding one JSON array: guessing would fail every row.
 """
 
 from __future__ import annotations
@@ -21,13 +23,16 @@ from typing import Literal
 
 import pyarrow as pa
 
-from .jsonl import JsonlScan, absent_groups, jsonl_rows, scan_jsonl
+from .csv_input import csv_rows, delimiter, open_csv
+from .jsonl import COMPRESSIONS, JsonlScan, absent_groups, jsonl_rows, open_lines, scan_jsonl
 from .parquet import open_parquet, parquet_rows
 from .row_checks import RowSpec, keep_text
-from .rows import ColumnNotFound, DatasetError, InputRow
+from .rows import ColumnNotFound, DatasetError, InputRow, UnknownFormat
 
-Format = Literal["jsonl", "parquet", "openai"]
+Format = Literal["jsonl", "parquet", "csv", "openai"]
 PARQUET_MAGIC = b"PAR1"
+JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
+INPUT_NAMES = ".jsonl, .json, .ndjson, .csv or .tsv (each also .gz or .zst), or .parquet"
 
 
 class Dataset:
@@ -35,11 +40,11 @@ class Dataset:
 
     Attributes:
         path: the file.
-        format: "jsonl", "parquet" or "openai" (OpenAI Batch requests in JSON Lines).
+        format: "jsonl", "parquet", "csv" (CSV or TSV) or "openai" (OpenAI Batch requests in JSON Lines).
         num_rows: the number of data rows (blank JSONL lines are not rows).
         fingerprint: hex blake2b-128 of the file's bytes, for resuming a job on the same input.
         keep_types: the Arrow type of each kept column, in the order given (Parquet: the file's
-            type; JSON formats: string, non-string values being JSON text).
+            type; JSON formats: string, non-string values being JSON text; CSV: string).
     """
 
     def __init__(
@@ -86,23 +91,25 @@ def open_dataset(
     """Open an input file for a batch job, reading it once.
 
     Args:
-        path: a .jsonl/.json/.ndjson (also .gz or .zst compressed), .parquet or OpenAI Batch (.jsonl) file.
+        path: a .jsonl/.json/.ndjson or .csv/.tsv (also .gz or .zst compressed), .parquet or OpenAI
+            Batch (.jsonl) file.
         prompt_column: the column (JSON key) holding plain-text prompts; a row may instead have a
             `messages` column/key holding a chat conversation. Not used for OpenAI files.
         id_column: the column holding row ids. None: "id" if the file has it (Parquet: in the
-            schema; JSONL: in the first row that is a JSON object), else the row numbers. A name
-            given must be a column of a Parquet file, a key of some JSONL row (a row lacking it
-            is an error row).
+            schema or CSV header; JSONL: in the first row that is a JSON object), else the row
+            numbers. A name given must be a column of a Parquet or CSV file, a key of some JSONL
+            row (a row lacking it is an error row).
             OpenAI files always use `custom_id`.
-        keep_columns: columns copied to the output as they are (Parquet: must exist; JSON
+        keep_columns: columns copied to the output as they are (Parquet, CSV: must exist; JSON
             formats: a key of some row, null in rows without it).
         chat: None: plain prompts are text rows and `messages` rows are chat rows; True: plain
             prompts are also wrapped as one user turn (OpenAI /v1/completions requests are not);
             False: `messages` rows (and OpenAI chat requests) are error rows.
     Raises:
         DatasetError: the file is missing, a directory, unreadable, empty (no rows) or truncated;
-            ColumnNotFound (a DatasetError) where it lacks the prompt, id or kept columns (JSON
-            Lines: no row has the key); the message names the file.
+            UnknownFormat (a DatasetError) for a name of no format above; ColumnNotFound (a
+            DatasetError) where it lacks the prompt, id or kept columns (JSON Lines: no row has
+            the key); the message names the file.
     """
     path = Path(path)
     keep = tuple(dict.fromkeys(keep_columns))
@@ -122,6 +129,13 @@ def open_dataset(
                 path, "parquet", layout.num_rows, _fingerprint(path), layout.keep_types,
                 lambda: parquet_rows(path, layout), _stamp(info),
             )  # fmt: skip
+        if delimiter(path) is not None:
+            table = open_csv(path, prompt_column, id_column, keep, chat)
+            return Dataset(
+                path, "csv", table.num_rows, _fingerprint(path), {name: pa.string() for name in keep},
+                lambda: csv_rows(path, table), _stamp(info),
+            )  # fmt: skip
+        _check_jsonl_name(path)
         wanted = [(prompt_column, "messages"), *((name,) for name in keep), *([(id_column,)] if id_column else [])]
         scan = scan_jsonl(path, wanted)
         _check_keys(path, scan, prompt_column, id_column, keep)
@@ -134,6 +148,23 @@ def open_dataset(
         path, "openai" if scan.openai else "jsonl", scan.num_rows, scan.fingerprint,
         {name: pa.string() for name in keep}, lambda: jsonl_rows(path, spec, scan.openai), _stamp(info),
     )  # fmt: skip
+
+
+def _check_jsonl_name(path: Path) -> None:
+    """UnknownFormat unless the name says JSON Lines, or a .json file holds one JSON array."""
+    name = path.name.lower()
+    for compressed in COMPRESSIONS:
+        name = name.removesuffix(compressed)
+    suffix = Path(name).suffix
+    if suffix not in JSONL_SUFFIXES:
+        raise UnknownFormat(f"{path}: cannot tell its format from its name ({suffix or 'no extension'}); "
+                            f"gemma-batch reads {INPUT_NAMES}")
+    with open_lines(path) as f:
+        start = f.read(64).lstrip(b"\xef\xbb\xbf \t\r\n")
+    if suffix == ".json" and start.startswith(b"["):
+        raise UnknownFormat(f"{path} holds a JSON array; gemma-batch reads JSON Lines: one JSON object a line "
+                            "(python -c \"import json,sys; [print(json.dumps(r)) for r in json.load(sys.stdin)]\" "
+                            "< in.json > in.jsonl)")
 
 
 def _check_keys(path: Path, scan: JsonlScan, prompt_column: str, id_column: str | None, keep: Sequence[str]) -> None:

@@ -25,6 +25,11 @@ class DatasetError(Exception):
     """A file-level problem with the input (unreadable, empty, truncated, missing column)."""
 
 
+class UnknownFormat(DatasetError):
+    """The input's name says no format gemma-batch reads (a .txt file), or a .json file holds a
+    JSON array instead of JSON Lines."""
+
+
 class ColumnNotFound(DatasetError):
     """A column the job's flags name (--prompt-column, --id-column, --keep-columns) is not in the
     file: a usage error (the command line, exit 2)."""

@@ -18,7 +18,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from ..backends.base import Backend, StepBatch, StepResult
+import numpy as np
+
+from ..backends.base import NON_FINITE, Backend, StepBatch, StepResult
 from ..model.detokenizer import IncrementalDetokenizer
 from ..model.tokenizer import Tokenizer
 from ..switches import switched_on
@@ -27,7 +29,7 @@ from .constraints import step_masks
 from .kv_cache import KVCacheManager
 from .kv_plan import KVPlan
 from .read_back import read_back
-from .request import Completion, Request
+from .request import Completion, NonFiniteLogits, Request
 from .scheduler import Scheduler
 from .sequence import Sequence
 from .stats import EngineStats
@@ -142,6 +144,7 @@ class Engine:
             self._in_flight.append(ahead)
         current = self._in_flight.popleft()
         result = self.backend.wait()
+        self._check_finite(current, result)
         if self.on_step is not None:
             self.on_step([seq.seq_id for seq, _ in current.scheduled], current.batch, result)
 
@@ -209,6 +212,15 @@ class Engine:
         scoring = {seq.seq_id for step in self._in_flight for seq, _ in step.scheduled if seq.seq_id in self._scores}
         scheduled = self.scheduler.schedule(pinned=scoring)
         return self._submit(scheduled, started, current) if scheduled else None
+
+    def _check_finite(self, step: SubmittedStep, result: StepResult) -> None:
+        """NonFiniteLogits, before anything of the step is taken, where a live sequence's logits
+        were not finite: its sampled id is NON_FINITE, or a choice score it asked for is NaN."""
+        bad = {seq.seq_id for s, seq, _ in step.sampled if result.token_ids[s] == NON_FINITE and not seq.finished}
+        if step.reads.scored and not np.isfinite(result.scores).all():
+            bad |= {seq.seq_id for first, n, seq, _ in step.reads.scored if not np.isfinite(result.scores[first: first + n]).all()}
+        if bad:
+            raise NonFiniteLogits(sorted(self._live[i].request.request_id for i in bad if i in self._live))
 
     def _scored(self, step: SubmittedStep, result: StepResult) -> list[Completion]:
         """Take a step's scores into the scorings of their sequences; a sequence whose choice is

@@ -10,6 +10,16 @@ from .constraints import Matcher
 from .sampling_params import SamplingParams
 
 
+class NonFiniteLogits(RuntimeError):
+    """A step computed NaN or infinite logits for some requests (`request_ids`): the model's
+    weights are corrupt, or its arithmetic overflowed. Nothing from that step was taken."""
+
+    def __init__(self, request_ids: list[int]) -> None:
+        super().__init__(f"non-finite logits (NaN or infinity) for request(s) {', '.join(map(str, request_ids[:8]))}"
+                         f"{', ...' if len(request_ids) > 8 else ''}")
+        self.request_ids = request_ids
+
+
 @dataclass
 class Request:
     """One prompt to complete. `request_id` is unique among the engine's requests."""

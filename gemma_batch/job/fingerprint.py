@@ -5,6 +5,10 @@ tens of GB of weights on every cron run would cost minutes, and a changed tensor
 header's offsets or the file size, or was written by hand), the input file's content, the backend,
 and every setting that changes a row's output. It leaves out what cannot change a row (batch
 size, KV memory, block size, step budget): the engine is batch-invariant.
+
+One entry changes no row: `input_file`, the input's path as seen from the output's folder. An
+output belongs to the file it was written from; a job over another file that would replace it
+is refused (`store.py`), unless it says the input was renamed (--input-renamed) or --force.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ def job_fingerprint(spec: JobSpec, input_fingerprint: str, model: str, backend: 
     fingerprint = {
         "version": 3,  # 2: the request_hash column; 3: cached_prompt_tokens
         "input": input_fingerprint,
+        "input_file": spec.input_file,
         "model": model,
         "backend": backend,
         "params": {

@@ -48,10 +48,12 @@ def request_hash(row: InputRow) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
-def reusable(stored: Any, current: dict) -> bool:
+def reusable(stored: Any, current: dict, renamed: bool = False) -> bool:
     """Whether finished rows of the job with fingerprint `stored` may be kept by the job `current`:
-    the two differ at most in their input."""
-    return isinstance(stored, dict) and set(fingerprint_differences(stored, current)) <= {"input"}
+    the two differ at most in their input's content, and (`renamed`: the input was renamed or
+    moved, or the earlier output is not replaced) in the input's name."""
+    allowed = {"input", "input_file"} if renamed else {"input"}
+    return isinstance(stored, dict) and set(fingerprint_differences(stored, current)) <= allowed
 
 
 def dated_siblings(template: str, output: Path) -> list[Path]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TextIO
 
 from ..backends.base import Backend
@@ -18,6 +19,7 @@ from ..engine.engine import Engine
 from ..engine.kv_plan import KVPlan, plan_kv
 from ..model.checkpoint import Checkpoint
 from ..model.config import Gemma3Config
+from ..model.quant import weights_label
 from ..model.quant_cache import cache_root, converted_nbytes_by_dtype, load_converted
 from ..model.tokenizer import Tokenizer
 from .devices import job_backend
@@ -63,6 +65,11 @@ class ModelPlan:
             print(f"  {line}", file=log)
         return engine
 
+    @property
+    def weights_label(self) -> str:
+        """What the run's matrices are (model.quant.weights_label): fp32 for a float32 checkpoint."""
+        return weights_label(self.spec.weight_format, self.checkpoint.layout)
+
     def requests(self) -> RowRequests:
         """What turns this job's rows into engine requests."""
         spec = self.spec
@@ -70,13 +77,21 @@ class ModelPlan:
                            spec.constraint, self.cfg.vocab_size, spec.choices, spec.score_only)
 
 
+def open_model(model_dir: Path) -> tuple[Gemma3Config, Tokenizer, Checkpoint]:
+    """The model's config, tokenizer and checkpoint headers (no weights read); UsageError, naming
+    the folder or file, where one is missing or is not a Gemma 3 checkpoint."""
+    try:
+        cfg = Gemma3Config.from_dir(model_dir)
+        return cfg, Tokenizer.from_dir(model_dir), Checkpoint.open(model_dir, cfg)  # every header checked
+    except (OSError, ValueError) as e:
+        raise UsageError(str(e)) from None
+
+
 def prepare_model(spec: JobSpec, log: TextIO) -> ModelPlan:
     """Open the model, choose the backend and plan the KV cache in the memory the weights will
-    leave, saying each on `log`. UsageError for a bad plan or flag; JobFailed when the device is
-    missing or the weights do not fit."""
-    cfg = Gemma3Config.from_dir(spec.model)
-    tokenizer = Tokenizer.from_dir(spec.model)
-    checkpoint = Checkpoint.open(spec.model, cfg)  # every header checked before any data is read
+    leave, saying each on `log`. UsageError for a bad model, plan or flag; JobFailed when the
+    device is missing or the weights do not fit."""
+    cfg, tokenizer, checkpoint = open_model(spec.model)
     fmt = spec.weight_format
     try:
         backend, why = job_backend(spec, cfg, checkpoint.layout)
@@ -84,7 +99,7 @@ def prepare_model(spec: JobSpec, log: TextIO) -> ModelPlan:
         raise UsageError(str(e)) from None
     except (VulkanUnavailable, DeviceMemoryError) as e:
         raise JobFailed(str(e)) from None
-    print(f"backend: {backend.identity} ({why}); weights {fmt}", file=log)
+    print(f"backend: {backend.identity} ({why}); weights {weights_label(fmt, checkpoint.layout)}", file=log)
     if isinstance(backend, PipelineBackend):
         shares = "; ".join(f"{d}: weights {w / 2**20:.1f} MiB of {free / 2**20:.1f} MiB free"
                            for d, (w, free) in backend.stage_memory().items())

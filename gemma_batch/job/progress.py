@@ -42,7 +42,7 @@ class Progress:
         self._free = done  # rows done without the model: earlier runs' and kept ones
         is_tty = self.stream.isatty() if tty is None else tty
         self._bar = tqdm(total=total, initial=done, unit="row", file=self.stream, dynamic_ncols=True,
-                         bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} rows [{elapsed}, {postfix}]") if is_tty else None
+                         bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} rows [{elapsed}{postfix}]") if is_tty else None
 
     def update(self, rows: int, tokens: int = 0, free: bool = False, prompt: tuple[int, int] = (0, 0)) -> None:
         """`rows` more finished with `tokens` generated; `free`: they took no model time; `prompt`:

@@ -14,15 +14,18 @@ from __future__ import annotations
 import datetime
 import sys
 import time
+import warnings
 from collections import deque
 from collections.abc import Iterator
 from typing import TextIO
 
 from ..data.rows import InputRow
 from ..engine.engine import Engine, Request
+from ..engine.request import NonFiniteLogits
 from .fingerprint import job_fingerprint, model_fingerprint
 from .incremental import EarlierRows
-from .lifecycle import complete_stats, finish, open_input, open_store, report_kept, settle, write_failed
+from .lifecycle import (complete_stats, finish, non_finite_failure, open_input, open_store, report_kept, run_record,
+                        settle, write_failed)
 from .lock import OutputLock
 from .model_setup import JobFailed, prepare_model
 from .progress import Progress
@@ -38,7 +41,9 @@ def run_job(spec: JobSpec, log: TextIO | None = None, out: TextIO | None = None)
     """Run a job to its final file; return its statistics. Raises JobFailed / UsageError, and
     JobStopped when SIGTERM or SIGINT came while it ran (from the start: a job still loading
     stops before its first step; signals.py)."""
-    with StopOnSignal() as stop:
+    with StopOnSignal() as stop, warnings.catch_warnings():
+        # numpy's overflow warnings say less than the engine's own check (NonFiniteLogits)
+        warnings.filterwarnings("ignore", r"(overflow|invalid value) encountered", RuntimeWarning)
         return _run(spec, log or sys.stderr, out or sys.stdout, stop)
 
 
@@ -66,14 +71,16 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
             done, failed = _stream(dataset.rows(), store, engine, requests, progress, spec.max_batch, stop, earlier)
         except OSError as e:
             raise write_failed(e, store) from None
+        except NonFiniteLogits as e:
+            raise non_finite_failure(e, model.checkpoint, store, log) from None
         wall = time.perf_counter() - started
         progress.close()
         report_kept(earlier, done, log)
         if stop.signum is not None:
             raise JobStopped(stop.signum, done)
-        run = {"rows_done_this_run": done, "rows_resumed": done_before, "rows_kept": earlier.kept,
-               "rows_failed_this_run": failed, "started": started_at, "wall": wall}
-        figures = {**engine.stats.summary(wall), "backend": backend.identity, "kv_dtype": backend.kv_dtype}
+        run = run_record(done, failed, done_before, earlier, started_at, wall)
+        figures = {**engine.stats.summary(wall), "backend": backend.identity, "kv_dtype": backend.kv_dtype,
+                   "weights": model.weights_label}
         return finish(spec, store, dataset, run, figures, out)
 
 

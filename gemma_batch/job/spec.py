@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
+import os
 import re
 import tomllib
 from collections.abc import Mapping
@@ -22,7 +23,6 @@ from ..backends.kv_formats import KV_DTYPES
 from ..model.quant import FORMATS, INT4_GROUPS, WeightFormat
 from ..engine.constraints import Constraint, check_grammar
 from ..engine.sampling_params import SamplingParams
-from ..data.jsonl import COMPRESSIONS
 from ..model.checkpoint import DEMO_MODEL
 
 DATE = "{date}"  # the placeholder an output name may carry (`--output "labels-{date}.parquet"`)
@@ -73,6 +73,7 @@ class JobSpec:
     max_step_tokens: int | None = None  # None: the backend's (Backend.default_step_tokens)
     prefix_cache: bool = True  # reuse the K/V of prompt starts rows share (engine/kv_cache.py)
     force: bool = False
+    input_renamed: bool = False  # the output was written from another input file that this one replaces
     fail_on_row_error: bool = False
     ray: bool = False  # run on a Ray cluster's workers (ray_data/job.py)
     ray_address: str | None = None  # the cluster ("auto": the one `ray start` made here); None: RAY_ADDRESS's, else a new one here
@@ -80,14 +81,19 @@ class JobSpec:
 
     @property
     def output_path(self) -> Path:
-        """The output file: --output (its {date} replaced by today's, YYYY-MM-DD), or named after the input."""
+        """The output file: --output (its {date} replaced by today's, YYYY-MM-DD), or named after
+        the whole input name, so that no two inputs share one (data.jsonl ->
+        data.jsonl.completions.parquet, data.parquet -> data.parquet.completions.parquet)."""
         if self.output is not None or self.output_dir is not None:
             return Path(str(self.output or self.output_dir).replace(DATE, datetime.date.today().isoformat()))
         suffix = ".results.jsonl" if self.output_format == "openai" else f".completions.{self.output_format or 'parquet'}"
-        name = self.input.name
-        for compressed in COMPRESSIONS:  # (stripped with the input's own suffix)
-            name = name.removesuffix(compressed)
-        return self.input.with_name(Path(name).stem + suffix)  # data.part1.jsonl -> data.part1.completions.parquet
+        return self.input.with_name(self.input.name + suffix)
+
+    @property
+    def input_file(self) -> str:
+        """The input as seen from the output's folder (symbolic links not followed): what an
+        output records as the file it was written from, unchanged when both move together."""
+        return os.path.relpath(os.path.abspath(self.input), os.path.abspath(self.output_path.parent))
 
     @property
     def weight_format(self) -> WeightFormat:
@@ -174,9 +180,9 @@ def load_toml(path: Path) -> dict[str, Any]:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise UsageError(f"job spec {path} is not valid TOML: {e}") from None
     settings = {key.replace("-", "_"): value for key, value in data.items()}
-    for key in PATH_FIELDS:
+    for key in PATH_FIELDS:  # (jobs/../data/in.jsonl is written data/in.jsonl)
         if isinstance(settings.get(key), str):
-            settings[key] = path.parent / Path(settings[key]).expanduser()
+            settings[key] = Path(os.path.normpath(path.parent / Path(settings[key]).expanduser()))
     if "input" not in settings:
         raise UsageError(f"job spec {path} has no 'input' (the prompt dataset)")
     return settings

@@ -49,8 +49,12 @@ _PART = re.compile(r"part-(\d{12})-(\d{12})\.parquet")
 
 
 def stats_path(output: Path) -> Path:
-    """Where the job writing `output` puts its one-row statistics: "<output stem>.stats.parquet"."""
-    return output.with_suffix(".stats.parquet")
+    """Where the job writing `output` puts its statistics, a file of its own for every output:
+    out.parquet -> out.stats.parquet (a folder of parts: out -> out.stats.parquet), out.jsonl ->
+    out.jsonl.stats.parquet, out.csv -> out.csv.stats.parquet."""
+    if output.suffix.lower() in (".parquet", ""):
+        return output.with_suffix(".stats.parquet")
+    return output.with_name(output.name + ".stats.parquet")
 
 class JobMismatch(Exception):
     """The output (or its partial folder) belongs to a job with a different fingerprint."""
@@ -87,6 +91,7 @@ class ResultStore:
         *,
         output_format: Literal["parquet", "openai", "jsonl", "csv", "parquet-dir"] = "parquet",
         force: bool = False,
+        input_renamed: bool = False,
         openai_model: str = "gemma",
         compact_every: int = 4096,
     ) -> None:
@@ -103,6 +108,7 @@ class ResultStore:
         self._fingerprint = json.loads(json.dumps(fingerprint))  # as read back from disk
         self._format = output_format
         self._force = force
+        self._input_renamed = input_renamed
         self._openai_model = openai_model
         self._compact_every = compact_every
         self._frontier = 0  # rows [0, frontier) are in parts
@@ -125,9 +131,9 @@ class ResultStore:
         """Inspect the disk and set `state`: "resume" (partial folder of this job: its rows are
         loaded), "complete" (final output of this job, no partial folder: nothing to do), or
         "fresh" (a new partial folder). A partial folder or output of another job raises
-        JobMismatch, unless that job differs in its input alone (Parquet output): then its rows
-        go to `earlier` (incremental.py), the folder is cleared, the output stays until finalize
-        replaces it. With force, a partial folder of another job is wiped now, and any existing
+        JobMismatch, unless that job differs in its input's content alone (Parquet output; with
+        `input_renamed`, in the input's name too): then its rows go to `earlier`
+        (incremental.py), the folder is cleared, the output stays until finalize replaces it. With force, a partial folder of another job is wiped now, and any existing
         output (even this job's, to run it again) is replaced at finalize; this job's own
         partial folder is still resumed (it holds the rows a rerun would produce)."""
         for path in (self.output, self.partial_dir, final_file.sidecar(self.output), self.stats_path):
@@ -166,7 +172,7 @@ class ResultStore:
         """Whether finished rows of the job (`fingerprint`, `output_format`) may be kept by this
         one (incremental.py: Parquet outputs of jobs that differ in their input alone)."""
         return (not self._force and output_format == self._format in ("parquet", "parquet-dir") and fingerprint != self._fingerprint
-                and incremental.reusable(fingerprint, self._fingerprint))
+                and incremental.reusable(fingerprint, self._fingerprint, renamed=self._input_renamed))
 
     def _mismatch(self, where: Path, fingerprint: Any, output_format: Any) -> None:
         """Raise JobMismatch (unless force) for `where`, holding another job's files."""
@@ -178,8 +184,22 @@ class ResultStore:
         keys = fingerprint_differences(fingerprint, self._fingerprint)
         if output_format != self._format:
             keys.append("output_format")
+        if "input_file" in keys:
+            raise JobMismatch(self._other_input(where, fingerprint.get("input_file"), [k for k in keys if k != "input_file"]))
         raise JobMismatch(f"{where} holds a different job (differing: {', '.join(keys)}); "
                           "rerun with --force to discard it and start over")
+
+    def _other_input(self, where: Path, stored: Any, others: list[str]) -> str:
+        """Why `where`, written from another input file, is not replaced, and what to do."""
+        def shown(name: Any) -> str:
+            return os.path.normpath(self.output.parent / name) if isinstance(name, str) else "?"
+
+        was = (f"from {shown(stored)}" if isinstance(stored, str)
+               else "by an earlier gemma-batch, which did not record its input file")
+        also = f" (and differing: {', '.join(others)})" if [k for k in others if k != "input"] else ""
+        return (f"{where} was written {was}, not from this job's input {shown(self._fingerprint['input_file'])}{also}: "
+                "give --output to write elsewhere, --input-renamed if this input is that file renamed or moved (its "
+                "rows whose request is unchanged are kept), or --force to replace it")
 
     def _create(self, job: dict) -> None:
         building = writers.tmp_path(self.partial_dir)
@@ -281,6 +301,6 @@ class ResultStore:
 
     def write_stats(self, stats: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Path:
         """Write `stats` (one row, or a list of rows: writers.write_stats) as the Parquet file
-        "<output stem>.stats.parquet" beside the output, atomically; return its path."""
+        `stats_path(output)` beside the output, atomically; return its path."""
         writers.write_stats(self.stats_path, stats)
         return self.stats_path

@@ -119,6 +119,11 @@ class Checkpoint:
     def shape(self, name: str) -> tuple[int, ...]:
         return self._sources[name].entry.shape
 
+    def where(self, name: str) -> str:
+        """Where a canonical tensor is stored: its name in the file, and the file."""
+        source = self._sources[name]
+        return f"{source.entry.name} in {source.path}"
+
     @classmethod
     def open(cls, model_dir: str | Path, cfg: Gemma3Config) -> Checkpoint:
         """Find the checkpoint files in `model_dir`, read every header and check it against

@@ -125,6 +125,9 @@ class Gemma3Config:
     @classmethod
     def from_dir(cls, model_dir: str | Path) -> Gemma3Config:
         path = Path(model_dir) / "config.json"
+        if not Path(model_dir).is_dir():
+            what = "is not a directory" if Path(model_dir).exists() else "does not exist"
+            raise FileNotFoundError(f"model directory {model_dir} {what}")
         if not path.is_file():
             raise FileNotFoundError(f"config.json not found in {model_dir}")
         try:

@@ -1,6 +1,7 @@
 """Weight formats: how a run holds the matrix weights (`--weights bf16|fp16|int8|int4`).
 
-Checkpoints are bf16; a format other than bf16 is made from them at load (and cached on disk,
+Checkpoints are bf16 (some fp32 or fp16); bf16, the default, keeps a checkpoint's matrices as
+stored (`weights_label` names what they are), and another format is made from them at load (and cached on disk,
 `model.quant_cache`, which also decides that int4 keeps the embedding table in int8). Only the
 matrices are converted (the attention and MLP projections and the embedding table, which is also
 the tied LM head): they are all but a fraction of a percent of the bytes. Norm weights stay as
@@ -22,11 +23,13 @@ Rounding is to nearest, ties to even (numpy's `rint`), on the float32 value of W
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 FORMATS = ("bf16", "fp16", "int8", "int4")
+STORED_NAMES = {"BF16": "bf16", "F16": "fp16", "F32": "fp32"}  # a checkpoint's float dtypes, as formats are named
 INT4_GROUPS = (32, 64)
 FP16_MAX = 65504.0
 
@@ -69,6 +72,16 @@ class WeightFormat:
         """int4 needs K to be a whole number of groups."""
         if self.name == "int4" and shape[1] % self.group:
             raise ValueError(f"{tensor_name}: {shape[1]} columns are not a multiple of the int4 group {self.group}")
+
+
+def weights_label(fmt: WeightFormat, layout: Mapping[str, tuple[str, tuple[int, ...]]]) -> str:
+    """What a run's matrices are, for the log and the statistics: the format's name, except for
+    bf16, which keeps a checkpoint's weights as stored: then their stored type(s) (`layout`:
+    `Checkpoint.layout`), fp32 for a float32 checkpoint."""
+    if fmt.name != "bf16":
+        return str(fmt)
+    stored = dict.fromkeys(STORED_NAMES.get(dtype, dtype.lower()) for dtype, shape in layout.values() if len(shape) == 2)
+    return "+".join(stored) or "bf16"
 
 
 @dataclass(frozen=True)

@@ -24,15 +24,15 @@ from ..data.readers import Dataset
 from ..engine.stats import EngineStats
 from ..job.fingerprint import job_fingerprint, model_fingerprint
 from ..job.incremental import EarlierRows
-from ..job.lifecycle import complete_stats, finish, open_input, open_store, report_kept, settle, write_failed
+from ..job.lifecycle import (complete_stats, finish, open_input, open_store, report_kept, run_record, settle,
+                             write_failed)
 from ..job.lock import OutputLock
-from ..job.model_setup import JobFailed
+from ..job.model_setup import JobFailed, open_model
 from ..job.progress import Progress
 from ..job.signals import JobStopped, StopOnSignal
 from ..job.spec import JobSpec
 from ..job.store import ResultStore
-from ..model.checkpoint import Checkpoint
-from ..model.config import Gemma3Config
+from ..model.quant import weights_label
 from .cluster import Workers, connect, plan_workers, probe, root_cause, stats_board
 from .source import JobRows
 from .stage import GemmaStage, pool
@@ -47,13 +47,14 @@ def run_ray_job(spec: JobSpec, address: str | None = None, workers: int | None =
     Raises as `job.runner.run_job` does."""
     log, out = log or sys.stderr, out or sys.stdout
     dataset, schema = open_input(spec)
-    checkpoint = Checkpoint.open(spec.model, Gemma3Config.from_dir(spec.model))  # a bad model fails here, named
+    _, _, checkpoint = open_model(spec.model)  # a bad model fails here, named
     model = model_fingerprint(spec.model, checkpoint.files)
+    weights = weights_label(spec.weight_format, checkpoint.layout)
     started_here = not ray.is_initialized()
     connect(address, spec)
     try:
         with StopOnSignal() as stop:
-            return _run(spec, dataset, schema, model, workers, log, out, stop)
+            return _run(spec, dataset, schema, model, weights, workers, log, out, stop)
     except ray.exceptions.RayError as e:  # a task's or worker's own error, out of Ray's wrappers
         cause = root_cause(e)
         raise JobFailed(str(cause) if cause is not e else f"Ray: {e}") from None
@@ -62,8 +63,8 @@ def run_ray_job(spec: JobSpec, address: str | None = None, workers: int | None =
             ray.shutdown()
 
 
-def _run(spec: JobSpec, dataset: Dataset, schema, model: str, wanted: int | None, log: TextIO, out: TextIO,
-         stop: StopOnSignal) -> dict[str, Any]:
+def _run(spec: JobSpec, dataset: Dataset, schema, model: str, weights: str, wanted: int | None, log: TextIO,
+         out: TextIO, stop: StopOnSignal) -> dict[str, Any]:
     plan, worker_spec = plan_workers(spec, wanted)
     found = probe(worker_spec, plan)
     print(f"ray: {plan.describe()}, on {found['identity']}", file=log)
@@ -103,10 +104,10 @@ def _run(spec: JobSpec, dataset: Dataset, schema, model: str, wanted: int | None
         first_ready, reports = ray.get(board.all.remote())
         # a local job's clock starts once its model is loaded; a Ray job's once its first worker's is
         wall = ended - (first_ready or started)
-        run = {"rows_done_this_run": done, "rows_resumed": done_before, "rows_kept": earlier.kept,
-               "rows_failed_this_run": failed, "started": started_at, "wall": wall}
+        run = run_record(done, failed, done_before, earlier, started_at, wall)
         figures, per_worker = _figures(reports, wall, found, plan)
         figures["load_seconds"] = (first_ready or started) - started
+        figures["weights"] = weights
         return finish(spec, store, dataset, run, figures, out, per_worker)
 
 

@@ -53,8 +53,9 @@ class VulkanBackend(Backend):
     name = "vulkan"
     overlaps = True
     weight_formats = FORMATS
+    default_kv_dtype = "fp16"
 
-    def __init__(self, cfg: Gemma3Config, device: str | None = None, kv_dtype: str = "fp16",
+    def __init__(self, cfg: Gemma3Config, device: str | None = None, kv_dtype: str = default_kv_dtype,
                  profile: bool = False, attention_chunk: int = DEFAULT_CHUNK,
                  coop_min_chunk: int = COOP_MIN_CHUNK, segments: Sequence[Segment] | None = None,
                  memory_limit: int | None = None) -> None:
