@@ -22,10 +22,11 @@ REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_data"
 
 
-def gemma_batch(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "gemma_batch", *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=cwd
-    )
+def gemma_batch(*args: str, cwd: Path | None = None, timeout: float = 120, env: dict | None = None
+                ) -> subprocess.CompletedProcess:
+    """`gemma-batch ARGS`, its environment this one's with `env` on top."""
+    return subprocess.run([sys.executable, "-m", "gemma_batch", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, env=None if env is None else {**os.environ, **env})
 
 
 def write_jsonl(path: Path, rows: list) -> Path:

@@ -19,7 +19,7 @@ from ..job.spec import DEMO_MODEL
 from .help import Command, Group
 from .inspect import inspect
 from .run import run
-from .tools import bench, devices, generate
+from .tools import bench, convert, devices, generate
 
 app = typer.Typer(cls=Group, add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
                   rich_markup_mode="rich", help="Batch text generation with Gemma 3 models.")
@@ -37,7 +37,7 @@ def main(version: bool = typer.Option(False, "--version", callback=_version, is_
     """Batch text generation with Gemma 3 models."""
 
 
-for command in (run, generate, inspect, bench, devices):
+for command in (run, generate, inspect, convert, bench, devices):
     app.command(cls=Command)(command)
 
 __all__ = ["DEMO_MODEL", "app"]

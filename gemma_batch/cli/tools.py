@@ -1,4 +1,5 @@
-"""`gemma-batch generate`, `devices` and `bench`: quick completions, the devices, the engine's speed."""
+"""`gemma-batch generate`, `convert`, `devices` and `bench`: quick completions, a GGUF as a Hugging
+Face folder, the devices, the engine's speed."""
 
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ from ..bench.runner import BenchError, BenchOptions, run_bench
 from ..bench.shapes import SHAPES
 from ..engine.llm import LLM
 from ..job.spec import DEMO_MODEL
+from ..model.gguf_convert import convert as gguf_convert
 from ..model.quant import WeightFormat
 
 
 def generate(
     prompts: list[str] = typer.Argument(..., help="Prompts to complete, computed together as one batch."),
-    model: Path = typer.Option(DEMO_MODEL, help="A Hugging Face Gemma 3 directory (config.json, safetensors, tokenizer.model)."),
+    model: Path = typer.Option(DEMO_MODEL, help="A Hugging Face Gemma 3 folder, a .gguf file, gemma-3-270m or a Hugging Face name (as `run --model`)."),
     max_tokens: int = typer.Option(32, min=1, help="Most new tokens per prompt."),
     chat: bool = typer.Option(False, "--chat", metavar="", help="Wrap each prompt as a user turn in the Gemma 3 chat template."),
     backend: str = typer.Option("auto", help="Device backend: auto, cpu or vulkan; auto takes Vulkan when a GPU is present (as `run` does)."),
@@ -40,6 +42,26 @@ def generate(
     inputs = [[{"role": "user", "content": p}] for p in prompts] if chat else list(prompts)
     for prompt, completion in zip(prompts, llm.generate(inputs, max_tokens=max_tokens)):
         typer.echo(f"{prompt!r} -> {completion!r}")
+
+
+def convert(
+    gguf_file: Path = typer.Argument(..., metavar="FILE.gguf", show_default=False, help="A Gemma 3 GGUF file (llama.cpp's format)."),
+    folder: Path = typer.Argument(..., metavar="DIR", show_default=False, help="The Hugging Face folder to write; it must not exist."),
+) -> None:
+    """Write a Gemma 3 GGUF as a Hugging Face folder (config.json, model.safetensors, tokenizer.model)
+    that gemma-batch and transformers load; `run --model FILE.gguf` does this once by itself."""
+    if folder.exists():
+        typer.echo(f"error: {folder} exists; name a new folder", err=True)
+        raise typer.Exit(2)
+    if not gguf_file.is_file():
+        typer.echo(f"error: {gguf_file} does not exist", err=True)
+        raise typer.Exit(2)
+    try:
+        gguf_convert(gguf_file, folder)
+    except ValueError as e:  # (GGUFError)
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"wrote {folder}")
 
 
 def devices() -> None:

@@ -1,8 +1,10 @@
-"""The Python entry point: load a Gemma 3 directory onto a backend and complete prompts."""
+"""The Python entry point: load a Gemma 3 model onto a backend and complete prompts."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import TextIO
 
 from ..backends import create_backend, resolve_backend
 from ..model.chat import chat_token_ids
@@ -10,6 +12,7 @@ from ..model.checkpoint import Checkpoint
 from ..model.config import Gemma3Config
 from ..model.quant import WeightFormat
 from ..model.quant_cache import cache_root, load_converted
+from ..model.sources import model_folder
 from ..model.tokenizer import Tokenizer
 from .generate import generate_greedy
 
@@ -23,11 +26,13 @@ class LLM:
     >>> llm.generate(["The sea"], max_tokens=8)
     """
 
-    def __init__(self, model_dir: str | Path, backend: str = "cpu", device: str | None = None,
-                 weights: str = "bf16", kv_dtype: str | None = None) -> None:
-        """`weights`: a format of `model.quant` (converted at load, cached as `gemma-batch run`
+    def __init__(self, model: str | Path, backend: str = "cpu", device: str | None = None,
+                 weights: str = "bf16", kv_dtype: str | None = None, log: TextIO | None = None) -> None:
+        """`model`: a Hugging Face folder, a GGUF file, `gemma-3-270m` or a hub name
+        (`model.sources`: converted or fetched once, saying so on `log`, default stderr);
+        `weights`: a format of `model.quant` (converted at load, cached as `gemma-batch run`
         caches it); `kv_dtype`: the KV cache's storage (`backends.kv_formats`; None: the backend's)."""
-        self.model_dir = Path(model_dir)
+        self.model_dir = model_folder(model, log or sys.stderr)
         self.config = Gemma3Config.from_dir(self.model_dir)
         self.tokenizer = Tokenizer.from_dir(self.model_dir)
         checkpoint = Checkpoint.open(self.model_dir, self.config)  # validates before reading data

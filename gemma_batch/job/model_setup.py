@@ -21,6 +21,7 @@ from ..model.checkpoint import Checkpoint
 from ..model.config import Gemma3Config
 from ..model.quant import weights_label
 from ..model.quant_cache import cache_root, converted_nbytes_by_dtype, load_converted
+from ..model.sources import model_folder
 from ..model.tokenizer import Tokenizer
 from .devices import job_backend
 from .row_requests import RowRequests
@@ -36,6 +37,7 @@ class ModelPlan:
     """A job's model before its weights are read: config, tokenizer, checkpoint, backend, KV plan."""
 
     spec: JobSpec
+    folder: Path  # the model's Hugging Face folder (model/sources.py)
     cfg: Gemma3Config
     tokenizer: Tokenizer
     checkpoint: Checkpoint
@@ -77,12 +79,15 @@ class ModelPlan:
                            spec.constraint, self.cfg.vocab_size, spec.choices, spec.score_only)
 
 
-def open_model(model_dir: Path) -> tuple[Gemma3Config, Tokenizer, Checkpoint]:
-    """The model's config, tokenizer and checkpoint headers (no weights read); UsageError, naming
-    the folder or file, where one is missing or is not a Gemma 3 checkpoint."""
+def open_model(model: Path, log: TextIO) -> tuple[Path, Gemma3Config, Tokenizer, Checkpoint]:
+    """The Hugging Face folder `model` stands for (a folder, a GGUF file, an installed model's or
+    a hub name: model/sources.py, converting or fetching it where needed), and its config,
+    tokenizer and checkpoint headers (no weights read). UsageError, naming the folder or file,
+    where one is missing or is not a Gemma 3 checkpoint."""
     try:
-        cfg = Gemma3Config.from_dir(model_dir)
-        return cfg, Tokenizer.from_dir(model_dir), Checkpoint.open(model_dir, cfg)  # every header checked
+        folder = model_folder(model, log)
+        cfg = Gemma3Config.from_dir(folder)
+        return folder, cfg, Tokenizer.from_dir(folder), Checkpoint.open(folder, cfg)  # every header checked
     except (OSError, ValueError) as e:
         raise UsageError(str(e)) from None
 
@@ -91,7 +96,7 @@ def prepare_model(spec: JobSpec, log: TextIO) -> ModelPlan:
     """Open the model, choose the backend and plan the KV cache in the memory the weights will
     leave, saying each on `log`. UsageError for a bad model, plan or flag; JobFailed when the
     device is missing or the weights do not fit."""
-    cfg, tokenizer, checkpoint = open_model(spec.model)
+    folder, cfg, tokenizer, checkpoint = open_model(spec.model, log)
     fmt = spec.weight_format
     try:
         backend, why = job_backend(spec, cfg, checkpoint.layout)
@@ -128,4 +133,4 @@ def prepare_model(spec: JobSpec, log: TextIO) -> ModelPlan:
     if plan.notice:
         print(f"notice: {plan.notice}", file=log)
     print(plan.describe(groups), file=log)
-    return ModelPlan(spec, cfg, tokenizer, checkpoint, backend, plan, step_tokens)
+    return ModelPlan(spec, folder, cfg, tokenizer, checkpoint, backend, plan, step_tokens)

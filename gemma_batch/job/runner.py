@@ -52,7 +52,7 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
     model = prepare_model(spec, log)
     backend, plan = model.backend, model.plan
     fingerprint = job_fingerprint(
-        spec, dataset.fingerprint, model_fingerprint(spec.model, model.checkpoint.files), backend.identity, plan.max_model_len
+        spec, dataset.fingerprint, model_fingerprint(model.folder, model.checkpoint.files), backend.identity, plan.max_model_len
     )
     with OutputLock(spec.output_path):
         store, earlier = open_store(spec, schema, fingerprint, dataset, log)

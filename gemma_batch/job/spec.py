@@ -181,11 +181,18 @@ def load_toml(path: Path) -> dict[str, Any]:
         raise UsageError(f"job spec {path} is not valid TOML: {e}") from None
     settings = {key.replace("-", "_"): value for key, value in data.items()}
     for key in PATH_FIELDS:  # (jobs/../data/in.jsonl is written data/in.jsonl)
-        if isinstance(settings.get(key), str):
-            settings[key] = Path(os.path.normpath(path.parent / Path(settings[key]).expanduser()))
+        value = settings.get(key)
+        if isinstance(value, str) and (key != "model" or _names_a_path(value, path.parent)):
+            settings[key] = Path(os.path.normpath(path.parent / Path(value).expanduser()))
     if "input" not in settings:
         raise UsageError(f"job spec {path} has no 'input' (the prompt dataset)")
     return settings
+
+
+def _names_a_path(model: str, base: Path) -> bool:
+    """Whether a job file's `model` is a path (relative to the file) rather than a name such as
+    `gemma-3-270m` or `google/gemma-3-4b-it` (model/sources.py)."""
+    return model.startswith((".", "/", "~")) or model.lower().endswith(".gguf") or (base / model).exists()
 
 
 def make_spec(settings: Mapping[str, Any], where: str = "command line") -> JobSpec:

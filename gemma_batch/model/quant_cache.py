@@ -130,11 +130,11 @@ def _key(checkpoint: Checkpoint, fmt: WeightFormat, weights_dir: Path) -> str:
     h = hashlib.blake2b(digest_size=16)
     h.update(f"{CACHE_VERSION}\0{fmt}\0".encode())
     for path in sorted(checkpoint.files):
-        h.update(f"{path.name}\0{_content_digest(path, weights_dir / 'digests.json')}\0".encode())
+        h.update(f"{path.name}\0{content_digest(path, weights_dir / 'digests.json')}\0".encode())
     return h.hexdigest()
 
 
-def _content_digest(path: Path, memo: Path) -> str:
+def content_digest(path: Path, memo: Path) -> str:
     """blake2b of the file's bytes, remembered by (path, size, mtime)."""
     st = path.stat()
     stamp = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"

@@ -47,8 +47,8 @@ def run_ray_job(spec: JobSpec, address: str | None = None, workers: int | None =
     Raises as `job.runner.run_job` does."""
     log, out = log or sys.stderr, out or sys.stdout
     dataset, schema = open_input(spec)
-    _, _, checkpoint = open_model(spec.model)  # a bad model fails here, named
-    model = model_fingerprint(spec.model, checkpoint.files)
+    folder, _, _, checkpoint = open_model(spec.model, log)  # a bad model fails here, named
+    model = model_fingerprint(folder, checkpoint.files)
     weights = weights_label(spec.weight_format, checkpoint.layout)
     started_here = not ray.is_initialized()
     connect(address, spec)

