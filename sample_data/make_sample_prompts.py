@@ -1,12 +1,15 @@
-"""Writes the sample prompt datasets: prompts.jsonl, prompts.parquet and openai_batch.jsonl.
+"""Writes the sample prompt datasets: prompts.jsonl, prompts.parquet, openai_batch.jsonl and reviews.csv.
 
     python sample_data/make_sample_prompts.py
 
-The three hold the same kind of rows in the three input formats `gemma-batch run` reads.
+The first three hold the same kind of rows in three input formats `gemma-batch run` reads;
+reviews.csv holds 20 short reviews (written for this project) as a two-shot sentiment prompt each,
+with the label a person gave them (`label`), for `jobs/label-reviews.toml`.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -37,6 +40,32 @@ CHATS = [
 ]
 
 
+REVIEWS = [
+    ("positive", "Arrived a day early and works exactly as described."),
+    ("negative", "The handle snapped off the second time I used it."),
+    ("positive", "Best pizza in town, and the staff remembered our names."),
+    ("negative", "Three hours on hold and nobody ever answered."),
+    ("positive", "Comfortable shoes; I walked ten miles without a blister."),
+    ("negative", "The room smelled of smoke and the sheets were stained."),
+    ("positive", "A gripping story with characters I will miss."),
+    ("negative", "The battery barely lasts the morning."),
+    ("positive", "Setup took two minutes and the sound is wonderful."),
+    ("negative", "It stopped charging after a week and the seller ignores my emails."),
+    ("positive", "Fresh ingredients, generous portions, fair prices."),
+    ("negative", "The film was two hours too long and the ending made no sense."),
+    ("positive", "My daughter loves this puzzle and asks for it every night."),
+    ("negative", "Cheap plastic that cracked in the cold."),
+    ("positive", "The guide was funny and knew every corner of the old town."),
+    ("negative", "Overpriced, bland, and we waited forty minutes for cold soup."),
+    ("positive", "Not cheap, but worth every penny."),
+    ("negative", "Looks nice in the photos; in person it is flimsy and smaller than described."),
+    ("positive", "I was sceptical at first, yet it has become my favourite mug."),
+    ("negative", "The app crashes every time I try to pay."),
+]
+SHOTS = ("Review: The food was cold and the waiter ignored us.\nSentiment: negative\n\n"
+         "Review: I love this phone, the screen is gorgeous.\nSentiment: positive\n\n")
+
+
 def main() -> None:
     with (HERE / "prompts.jsonl").open("w", encoding="utf-8") as f:
         for row_id, prompt, topic in PROMPTS:
@@ -57,6 +86,11 @@ def main() -> None:
         for row_id, prompt, _ in PROMPTS[:4]:
             body = {"model": "gemma-3", "prompt": prompt, "max_tokens": 32, "temperature": 0.7, "seed": 1}
             f.write(json.dumps({"custom_id": row_id, "method": "POST", "url": "/v1/completions", "body": body}) + "\n")
+    with (HERE / "reviews.csv").open("w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "prompt", "label"])
+        for i, (label, review) in enumerate(REVIEWS, 1):
+            writer.writerow([f"r{i:02d}", f"{SHOTS}Review: {review}\nSentiment:", label])
 
 
 if __name__ == "__main__":

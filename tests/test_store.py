@@ -327,6 +327,10 @@ def test_sigkill_at_random_times(tmp_path: Path) -> None:
         child = subprocess.Popen([sys.executable, "-c", script, str(out), str(kill)],
                                  cwd=REPO, stdout=subprocess.PIPE, text=True)
         progress.append(int(child.stdout.readline()))
+        journal = out.with_name("out.parquet.partial") / "pending.jsonl"
+        deadline = time.monotonic() + 20  # (a loaded machine may start the child's commits late)
+        while time.monotonic() < deadline and not (journal.exists() and journal.stat().st_size):
+            time.sleep(0.002)
         time.sleep(rng.uniform(0.05, 0.4))
         child.send_signal(signal.SIGKILL)
         child.wait()

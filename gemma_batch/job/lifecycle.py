@@ -163,8 +163,8 @@ def write_failed(e: OSError, store: ResultStore) -> JobFailed:
 def non_finite_failure(e: NonFiniteLogits, checkpoint: Checkpoint, store: ResultStore, log: TextIO) -> JobFailed:
     """The job's failure when the model computed NaN or infinite logits: which rows, and what a
     scan of the checkpoint (model/verify.py) found. No row was written from those logits; the
-    rows finished before stay in the partial folder."""
-    store.close()
+    rows finished before stay in the partial folder (a folder this run made and left empty goes)."""
+    store.abandon()
     rows = ", ".join(map(str, e.request_ids[:8])) + (", ..." if len(e.request_ids) > 8 else "")
     print("the model computed non-finite logits; scanning the checkpoint for NaN, infinite and out-of-range values",
           file=log)

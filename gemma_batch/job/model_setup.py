@@ -47,7 +47,7 @@ class ModelPlan:
 
     def load(self, log: TextIO) -> Engine:
         """Read the weights onto the backend and allocate the KV cache. JobFailed when the device
-        runs out of memory."""
+        runs out of memory or refuses a weight (a damaged one: a NaN the GPU's fp16 tiles would hide)."""
         spec = self.spec
         started = time.perf_counter()
         try:
@@ -55,7 +55,7 @@ class ModelPlan:
             self.backend.load_weights(weights.tensors)
             engine = Engine(self.backend, self.plan, self.tokenizer, spec.max_batch, self.step_tokens,
                             prefix_cache=spec.prefix_cache)
-        except DeviceMemoryError as e:
+        except (DeviceMemoryError, ValueError) as e:  # (ValueError: weights a backend cannot take, damaged ones)
             raise JobFailed(str(e)) from None
         print(f"model: {spec.model} loaded in {time.perf_counter() - started:.1f} s", file=log)
         if (budget := engine.scheduler.step_token_budget) < self.step_tokens and spec.max_step_tokens:

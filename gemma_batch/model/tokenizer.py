@@ -54,7 +54,8 @@ _NAMED_SPECIAL_PIECES = ("<pad>", "<eos>", "<bos>", "<unk>", "<mask>")
 
 _PieceType = sp_pb2.ModelProto.SentencePiece.Type
 # Piece types that transformers turns into added tokens, matched whole in the raw text.
-_ADDED_TYPES = (_PieceType.CONTROL, _PieceType.UNKNOWN, _PieceType.USER_DEFINED)
+_ADDED_TYPES = frozenset((_PieceType.CONTROL, _PieceType.UNKNOWN, _PieceType.USER_DEFINED))
+_BYTE = _PieceType.BYTE
 _BPE = sp_pb2.TrainerSpec.ModelType.BPE
 
 # Lone surrogates U+DC80..U+DCFF are what "surrogateescape" makes of undecodable bytes.
@@ -110,18 +111,17 @@ class Tokenizer:
                     f"{source} is not a Gemma 3 tokenizer: piece {piece!r} expected at id {want}, "
                     f"found {found!r} ({len(pieces)} pieces in the file)"
                 )
-        self._pieces: list[str] = [p.piece for p in pieces]
-        self._piece_ids: dict[str, int] = {}
-        for i, p in enumerate(pieces):
-            self._piece_ids.setdefault(p.piece, i)
-        added = {p.piece: i for i, p in enumerate(pieces) if p.type in _ADDED_TYPES}
+        # (one pass over the protobuf: reading its fields costs more than anything done with them)
+        entries = [(p.piece, p.type) for p in pieces]
+        self._pieces: list[str] = [piece for piece, _ in entries]
+        self._piece_ids: dict[str, int] = {piece: i for i, piece in reversed(list(enumerate(self._pieces)))}  # first id wins
+        added = {piece: i for i, (piece, kind) in enumerate(entries) if kind in _ADDED_TYPES}
         self._added_ids = added
         self._added_re = re.compile(literal_alternation(added) or "(?!)")  # "(?!)" never matches
         self._skip_ids = frozenset(self._piece_ids[p] for p in _NAMED_SPECIAL_PIECES if p in self._piece_ids)
         # Per-id bytes for decoding (id -> UTF-8 bytes, "▁" already turned into a space).
         self._bytes: list[bytes] = [
-            bytes([int(p.piece[3:5], 16)]) if p.type == _PieceType.BYTE else p.piece.replace("▁", " ").encode()
-            for p in pieces
+            bytes([int(piece[3:5], 16)]) if kind == _BYTE else piece.replace("▁", " ").encode() for piece, kind in entries
         ]
         # transformers' converted tokenizer normalizes only " " -> "▁"; make SentencePiece do the same.
         spec = sp_pb2.ModelProto()

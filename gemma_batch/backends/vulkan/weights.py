@@ -57,7 +57,7 @@ def _storage(tensor: Matrix) -> str:
 
 def fp16_bits(tensor: Tensor) -> np.ndarray:
     """A bf16 or fp16 tensor's values as fp16 bits (uint16), rounded to nearest even and clamped
-    to fp16's range. A bf16 value in fp16's normal range converts exactly by rebasing its
+    to fp16's range; ValueError for a bf16 NaN or infinity (a damaged checkpoint). A bf16 value in fp16's normal range converts exactly by rebasing its
     exponent (integer arithmetic, about 4x faster than through float32); the rest (zeros, fp16
     subnormals, values beyond 65504, inf / nan) go through float32."""
     if tensor.dtype == "F16":
@@ -70,6 +70,9 @@ def fp16_bits(tensor: Tensor) -> np.ndarray:
     rest = np.flatnonzero((magnitude < 0x3880) | (magnitude >= 0x4780))  # exponents outside 113..142
     if rest.size:
         values = (bits.reshape(-1)[rest].astype(np.uint32) << 16).view(np.float32)
+        if not np.isfinite(values).all():  # (clamping would hide them from the logits' check: model/verify.py)
+            raise ValueError(f"holds {np.count_nonzero(~np.isfinite(values))} NaN or infinite value(s): the checkpoint "
+                             "is damaged (gemma-batch inspect MODEL --verify lists every such tensor)")
         out.reshape(-1)[rest] = to_fp16(values).view(np.uint16)
     return out
 
@@ -157,7 +160,7 @@ class DeviceWeights:
                 raise ValueError(f"{name} is {dtype} but the layer's other q/k/v weights are "
                                  f"{self.dtypes[(layer, 'qkv')]}; the fused projection needs one dtype")
             first_row = (0, cfg.q_width, cfg.q_width + cfg.kv_width)[_QKV.index(suffix)]
-            self._upload_rows(slots["qkv"], tensor, first_row, rows, tiled)
+            self._upload_rows(slots["qkv"], tensor, first_row, rows, tiled, name)
         elif suffix in _QK_NORM:
             if "qk_norm" not in slots:
                 slots["qk_norm"] = self.mem.alloc(2 * cfg.head_dim * 4, f"layer {layer} q/k norms")
@@ -177,7 +180,7 @@ class DeviceWeights:
         tiled = self._tiled(tensor, rows) and not (key == "embed" and not self.cfg.tie_word_embeddings)
         self.dtypes[(layer, key)] = "T16" if tiled else self._check_dtype(tensor, name)
         buf = self.mem.alloc(tensor.nbytes if quantized else tensor.data.nbytes, name)
-        self._upload_rows(buf, tensor, 0, rows, tiled)
+        self._upload_rows(buf, tensor, 0, rows, tiled, name)
         return buf
 
     def _tiled(self, tensor: Matrix, rows: int) -> bool:
@@ -196,13 +199,16 @@ class DeviceWeights:
             raise ValueError(f"{name}: dtype {dtype} is not supported by the Vulkan backend (BF16, F16, F32, int8, int4)")
         return dtype
 
-    def _upload_rows(self, buf: Buffer, tensor: Matrix, first_row: int, rows: int, tiled: bool = False) -> None:
-        """Put `tensor`'s rows at row `first_row` of the [rows, K] matrix held in `buf`: codes in
-        the codes' part, scales in the scales' part, or as fp16 tiles (see the module doc)."""
+    def _upload_rows(self, buf: Buffer, tensor: Matrix, first_row: int, rows: int, tiled: bool, name: str) -> None:
+        """Put `tensor` (`name`)'s rows at row `first_row` of the [rows, K] matrix held in `buf`:
+        codes in the codes' part, scales in the scales' part, or as fp16 tiles (see the module doc)."""
         code_row, scale_row = _row_bytes(tensor)
         if tiled:  # a strip of 16 rows occupies the bytes its rows would: upload blocks of strips
             def convert(start: int) -> np.ndarray:
-                return fp16_tiles(Tensor(tensor.dtype, tensor.data[start:start + _TILE_BLOCK_ROWS]), self.fragment_order)
+                try:
+                    return fp16_tiles(Tensor(tensor.dtype, tensor.data[start:start + _TILE_BLOCK_ROWS]), self.fragment_order)
+                except ValueError as e:
+                    raise ValueError(f"{name} {e}") from None
 
             pending: deque = deque()  # (first row, its future): converting while earlier blocks upload
             with ThreadPoolExecutor(_TILE_WORKERS) as pool:  # numpy converts outside the GIL
