@@ -6,8 +6,9 @@ of a real shape, reading, tokenizing and writing included, once per step budget 
     python benchmarks/job_bench.py --rows 2000 --prompt-len 1100 --shared-prefix 1000 --max-batch 32 \
         --flags "" --flags=--no-prefix-cache --out DIR      # the labelling job with a shared instruction
 
-DIR gets the checkpoint (`model-SHAPE/`, written once: `gemma_batch.bench.random_checkpoint`), the
-prompts (`prompts-ROWSxLEN[-sharedN].jsonl`: random text of the demo tokenizer's pieces, LEN tokens
+DIR gets the checkpoint (`model-SHAPE/`, written once: `gemma_batch.bench.random_checkpoint`; or
+`--model M`, a real model as `run --model` takes it), the prompts (`prompts-ROWSxLEN[-sharedN].jsonl`:
+random text of the demo tokenizer's pieces (the real model's own, with --model), LEN tokens
 each with the BOS, the first N of them the same in every row with --shared-prefix N), and per budget the job's output, its stats and its log. Each job is a fresh
 `gemma-batch run --force` process with default flags but those named here. Prints, per budget, the
 job's wall time (the stats' `wall_seconds`: from the first row read to the file written), prompt
@@ -35,6 +36,8 @@ from gemma_batch.bench.random_checkpoint import DEMO_TOKENIZER, write_random_che
 from gemma_batch.bench.report import align  # noqa: E402
 from gemma_batch.bench.shapes import shape_config  # noqa: E402
 from gemma_batch.job.store import stats_path  # noqa: E402
+from gemma_batch.model.config import Gemma3Config  # noqa: E402
+from gemma_batch.model.sources import model_folder  # noqa: E402
 from gemma_batch.model.tokenizer import Tokenizer  # noqa: E402
 
 def one_token_words(tokenizer: Tokenizer, vocab_size: int) -> list[str]:
@@ -57,10 +60,12 @@ def prompt_of(tokenizer: Tokenizer, words: list[str], rng: np.random.Generator, 
     return text
 
 
-def write_prompts(path: Path, shape: str, rows: int, length: int, seed: int, shared: int = 0) -> None:
-    """`rows` prompts of `length` tokens; the first `shared` of them (BOS included) the same in every row."""
-    tokenizer, rng = Tokenizer.from_file(DEMO_TOKENIZER), np.random.default_rng(seed)
-    words = one_token_words(tokenizer, shape_config(shape).vocab_size)
+def write_prompts(path: Path, tokenizer: Tokenizer, vocab_size: int, rows: int, length: int, seed: int,
+                  shared: int = 0) -> None:
+    """`rows` prompts of `length` tokens of `tokenizer`; the first `shared` of them (BOS included)
+    the same in every row."""
+    rng = np.random.default_rng(seed)
+    words = one_token_words(tokenizer, vocab_size)
     start = prompt_of(tokenizer, words, rng, shared) if shared else ""
     lines = [json.dumps({"id": f"row-{i}", "prompt": prompt_of(tokenizer, words, rng, length - shared + bool(shared), start)})
              for i in range(rows)]
@@ -89,6 +94,8 @@ def run_job(args: argparse.Namespace, model: Path, prompts: Path, budget: str, e
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", default="4b")
+    parser.add_argument("--model", help="a real model instead of --shape's random weights: anything `run --model` "
+                                        "takes (a GGUF file, a folder, gemma-3-270m, a Hugging Face name)")
     parser.add_argument("--rows", type=int, default=32)
     parser.add_argument("--prompt-len", type=int, default=1024)
     parser.add_argument("--max-tokens", type=int, default=8)
@@ -102,13 +109,19 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    model = write_random_checkpoint(args.shape, args.out / f"model-{args.shape}", args.seed)
+    if args.model:  # the model's own tokenizer: prompts of its real vocabulary
+        folder = model_folder(args.model, sys.stderr)
+        model, tokenizer = args.model, Tokenizer.from_dir(folder)
+        vocab, what = Gemma3Config.from_dir(folder).vocab_size, f"model {args.model}"
+    else:
+        model, tokenizer = write_random_checkpoint(args.shape, args.out / f"model-{args.shape}", args.seed), Tokenizer.from_file(DEMO_TOKENIZER)
+        vocab, what = shape_config(args.shape).vocab_size, f"shape {args.shape}, random bf16 weights"
     shared = f"-shared{args.shared_prefix}" if args.shared_prefix else ""
     prompts = args.out / f"prompts-{args.rows}x{args.prompt_len}{shared}.jsonl"
-    write_prompts(prompts, args.shape, args.rows, args.prompt_len, args.seed, args.shared_prefix)
+    write_prompts(prompts, tokenizer, vocab, args.rows, args.prompt_len, args.seed, args.shared_prefix)
     runs = [run_job(args, model, prompts, b, extra, n) for b in args.max_step_tokens.split(",")
             for n, extra in enumerate(args.flags or [""])]
-    (args.out / "job_bench.json").write_text(json.dumps({"shape": args.shape, "rows": args.rows,
+    (args.out / "job_bench.json").write_text(json.dumps({"shape": args.shape, "model": args.model, "rows": args.rows,
                                                          "prompt_len": args.prompt_len, "shared_prefix": args.shared_prefix,
                                                          "runs": runs}, indent=1))
     table = [["max step tokens", "flags", "job s", "rows/s", "process s", "rows/s (process)", "prompt tok/s (job)",
@@ -119,8 +132,8 @@ def main(argv: list[str]) -> None:
                       f"{r['prefill_tokens'] / r['wall_seconds']:,.1f}", f"{r['generated_tokens_per_s']:,.1f}",
                       f"{r['generated_tokens_per_s_process']:,.1f}", f"{100 * r.get('prefix_hit_rate', 0):.0f}%",
                       str(r.get("backend"))])
-    print(f"gemma-batch run: shape {args.shape}, {args.rows} prompts of {args.prompt_len} tokens"
-          f"{f' ({args.shared_prefix} shared)' if args.shared_prefix else ''}, {args.max_tokens} new each, random bf16 weights")
+    print(f"gemma-batch run: {what}, {args.rows} prompts of {args.prompt_len} tokens"
+          f"{f' ({args.shared_prefix} shared)' if args.shared_prefix else ''}, {args.max_tokens} new each")
     print("\n".join(align(table)))
 
 

@@ -83,12 +83,12 @@ def real(folder, gguf):
 
 
 def long_prompts() -> list[str]:
-    """Two prompts past the 512-token sliding window: 700 and 1,100 tokens or so of varied prose."""
+    """Two prompts past the 512-token sliding window: about 600 and 800 tokens of varied prose."""
     rng = random.Random(7)
     words = ("river stone light harbor winter garden letter mountain silver engine market quiet "
              "history number window paper yellow season doctor island").split()
     texts = []
-    for n in (600, 950):
+    for n in (520, 700):
         sentences = [" ".join(rng.choice(words) for _ in range(rng.randint(5, 12))).capitalize() + "." for _ in range(n // 8)]
         texts.append(" ".join(sentences) + " In short,")
     return texts

@@ -38,6 +38,16 @@ def test_bf16_converts_to_fp16_as_numpy_rounds_it():
     assert np.array_equal(fp16_bits(every)[keep], expected.view(np.uint16)[keep])
 
 
+def test_a_nan_or_infinity_is_refused_on_its_way_into_tiles():
+    """Clamped into fp16's range an infinity would look finite, and a NaN may come out of the
+    matrix units as anything: a damaged checkpoint must fail at the upload, not compute."""
+    for bad in (np.nan, np.inf, -np.inf):
+        w = np.ones((16, 32), np.float32)
+        w[3, 30] = bad
+        with pytest.raises(ValueError, match="1 NaN or infinite value"):
+            fp16_tiles(bf16(w))
+
+
 def test_a_tile_holds_a_16_by_16_block_row_major():
     rng = np.random.default_rng(0)
     w = to_float32(bf16(rng.standard_normal((48, 64))))

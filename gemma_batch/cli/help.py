@@ -12,7 +12,6 @@ from typing import Any
 
 import click
 import typer
-from rich.markup import escape
 from typer.core import TyperCommand, TyperGroup
 
 INPUT_OUTPUT = "Input and output"
@@ -22,6 +21,12 @@ CONSTRAINED = "Constrained answers"
 BATCHING = "Batching and memory"
 JOB_CONTROL = "Job control"
 RAY = "Ray"
+
+
+def escape(text: str) -> str:
+    """`text` with every "[" escaped, so that Rich shows it as written (rich.markup.escape, without
+    importing Rich at every start)."""
+    return text.replace("[", "\\[")
 
 
 def _bare_help_option(option: click.Option | None) -> click.Option | None:

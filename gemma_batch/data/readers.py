@@ -159,9 +159,11 @@ def _check_jsonl_name(path: Path) -> None:
     if suffix not in JSONL_SUFFIXES:
         raise UnknownFormat(f"{path}: cannot tell its format from its name ({suffix or 'no extension'}); "
                             f"gemma-batch reads {INPUT_NAMES}")
+    if suffix != ".json":
+        return
     with open_lines(path) as f:
         start = f.read(64).lstrip(b"\xef\xbb\xbf \t\r\n")
-    if suffix == ".json" and start.startswith(b"["):
+    if start.startswith(b"["):
         raise UnknownFormat(f"{path} holds a JSON array; gemma-batch reads JSON Lines: one JSON object a line "
                             "(python -c \"import json,sys; [print(json.dumps(r)) for r in json.load(sys.stdin)]\" "
                             "< in.json > in.jsonl)")

@@ -55,9 +55,10 @@ def _storage(tensor: Matrix) -> str:
     return _QUANTIZED[tensor.format.name] if isinstance(tensor, QuantizedTensor) else tensor.dtype
 
 
-def fp16_bits(tensor: Tensor) -> np.ndarray:
+def fp16_bits(tensor: Tensor, refuse_non_finite: bool = False) -> np.ndarray:
     """A bf16 or fp16 tensor's values as fp16 bits (uint16), rounded to nearest even and clamped
-    to fp16's range; ValueError for a bf16 NaN or infinity (a damaged checkpoint). A bf16 value in fp16's normal range converts exactly by rebasing its
+    to fp16's range; with `refuse_non_finite`, ValueError for a bf16 NaN or infinity (a damaged
+    checkpoint, whose NaNs the clamp could hide from the logits' check). A bf16 value in fp16's normal range converts exactly by rebasing its
     exponent (integer arithmetic, about 4x faster than through float32); the rest (zeros, fp16
     subnormals, values beyond 65504, inf / nan) go through float32."""
     if tensor.dtype == "F16":
@@ -70,7 +71,7 @@ def fp16_bits(tensor: Tensor) -> np.ndarray:
     rest = np.flatnonzero((magnitude < 0x3880) | (magnitude >= 0x4780))  # exponents outside 113..142
     if rest.size:
         values = (bits.reshape(-1)[rest].astype(np.uint32) << 16).view(np.float32)
-        if not np.isfinite(values).all():  # (clamping would hide them from the logits' check: model/verify.py)
+        if refuse_non_finite and not np.isfinite(values).all():
             raise ValueError(f"holds {np.count_nonzero(~np.isfinite(values))} NaN or infinite value(s): the checkpoint "
                              "is damaged (gemma-batch inspect MODEL --verify lists every such tensor)")
         out.reshape(-1)[rest] = to_fp16(values).view(np.uint16)
@@ -80,9 +81,10 @@ def fp16_bits(tensor: Tensor) -> np.ndarray:
 def fp16_tiles(tensor: Tensor, fragment_order: bool = False) -> np.ndarray:
     """A bf16 or fp16 matrix [R, K] (R and K multiples of 16) as fp16 16 x 16 tiles
     [R / 16, K / 16, 16, 16] (see the module doc), or with `fragment_order` each tile's 256 values
-    in the matrix units' fragment order (fragment_order.py): [R / 16, K / 16, 256]."""
+    in the matrix units' fragment order (fragment_order.py): [R / 16, K / 16, 256]. ValueError
+    for a bf16 NaN or infinity (fp16_bits)."""
     rows, cols = tensor.data.shape
-    half = fp16_bits(tensor).view(np.float16)
+    half = fp16_bits(tensor, refuse_non_finite=True).view(np.float16)
     tiles = half.reshape(rows // TILE, TILE, cols // TILE, TILE).transpose(0, 2, 1, 3)
     return to_fragment_order(tiles) if fragment_order else np.ascontiguousarray(tiles)
 
