@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 from gemma_batch.bench.random_checkpoint import DEMO_TOKENIZER, write_random_checkpoint  # noqa: E402
 from gemma_batch.bench.report import align  # noqa: E402
 from gemma_batch.bench.shapes import shape_config  # noqa: E402
-from gemma_batch.job.store import stats_path  # noqa: E402
+from gemma_batch.job.final_file import stats_path  # noqa: E402
 from gemma_batch.model.config import Gemma3Config  # noqa: E402
 from gemma_batch.model.sources import model_folder  # noqa: E402
 from gemma_batch.model.tokenizer import Tokenizer  # noqa: E402

@@ -190,7 +190,7 @@ def test_names_that_are_nothing_say_what_was_tried(tmp_path, monkeypatch):
 
 
 def test_a_job_file_keeps_model_names_and_resolves_model_paths(tmp_path):
-    from gemma_batch.job.spec import load_toml
+    from gemma_batch.job.job_file import load_toml
 
     job = tmp_path / "jobs" / "job.toml"
     job.parent.mkdir()

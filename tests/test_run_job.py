@@ -268,7 +268,8 @@ def test_a_float32_checkpoint_is_labelled_fp32(tmp_path, sample_jsonl):
 
 
 def test_the_bundled_job_spec_is_valid():
-    from gemma_batch.job.spec import load_toml, make_spec
+    from gemma_batch.job.job_file import load_toml
+    from gemma_batch.job.spec import make_spec
 
     spec = make_spec(load_toml(REPO / "jobs" / "label-sentiment.toml"))
     assert spec.input.exists() and spec.keep_columns == ("topic",)

@@ -131,7 +131,7 @@ def sample_tokens(logits: np.ndarray, sampling: SamplingBatch | None, rows: np.n
             for i in masked:
                 logits[i] = allowed_only(logits[i], sampling.allowed[rows[i]])
     greedy = np.argmax(logits, axis=-1).astype(np.int32)
-    finite = np.isfinite(logits[np.arange(len(greedy)), greedy]) | (logits.shape[1] == 0)
+    finite = np.isfinite(logits[np.arange(len(greedy)), greedy])
     greedy[~finite] = NON_FINITE
     if sampling is None:
         return greedy

@@ -65,11 +65,10 @@ def text(help: str, default: Any = None) -> str:
     return help + ("" if default is None else f" [default: {default}]")
 
 
-def option(help: str, panel: str, default: Any = None, *names: str, value: Any = None) -> Any:
+def option(help: str, panel: str, default: Any = None) -> Any:
     """An option whose value is None when not given (so that a TOML job's setting stands),
-    `default` being what it then is, said in the help; `value` the value it takes when not
-    given, where that is not None."""
-    return typer.Option(value, *names, help=text(help, default), show_default=False, rich_help_panel=panel)
+    `default` being what it then is, said in the help."""
+    return typer.Option(None, help=text(help, default), show_default=False, rich_help_panel=panel)
 
 
 def switch(help: str, panel: str, *names: str, default: Any = None) -> Any:

@@ -11,7 +11,8 @@ from ..data.rows import DatasetError
 from ..engine.kv_plan import KVBudgetError
 from ..job.lock import JobLocked
 from ..job.runner import JobFailed, JobStopped, run_job
-from ..job.spec import JobSpec, UsageError, check_paths, load_toml, make_spec
+from ..job.job_file import load_toml
+from ..job.spec import JobSpec, UsageError, check_paths, make_spec
 from ..job.store import JobMismatch, StoreCorrupt
 from .help import BATCHING, CONSTRAINED, INPUT_OUTPUT, JOB_CONTROL, MODEL_DEVICE, RAY, SAMPLING, option, switch, text
 

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 
 from .arrow_rows import Record, batch_rows, check_columns, wanted_columns
-from .jsonl import COMPRESSIONS
+from .jsonl import COMPRESSIONS, format_suffix
 from .row_checks import RowSpec, keep_text, unknown_id
 from .rows import ROW_PARAMS, DatasetError, InputRow
 from .seen_ids import SeenIds
@@ -37,10 +37,7 @@ _FIRST_RECORD = 2  # pyarrow numbers records from 1, the header included
 
 def delimiter(path: Path) -> str | None:
     """The field delimiter a file's name says (in.csv, in.tsv.gz), or None: not CSV."""
-    name = path.name.lower()
-    for compressed in COMPRESSIONS:
-        name = name.removesuffix(compressed)
-    return DELIMITERS.get(Path(name).suffix)
+    return DELIMITERS.get(format_suffix(path))
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,14 @@ BOM = b"\xef\xbb\xbf"
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd"}  # file suffix -> pyarrow codec of a compressed JSONL input
 
 
+def format_suffix(path: Path) -> str:
+    """The suffix that names a file's format, under any compression suffix (in.csv.gz -> .csv), lower case."""
+    name = path.name.lower()
+    for compressed in COMPRESSIONS:
+        name = name.removesuffix(compressed)
+    return Path(name).suffix
+
+
 def open_lines(path: Path) -> IO[bytes]:
     """The file's bytes for line reading, decompressed as they stream if its name says so."""
     codec = COMPRESSIONS.get(path.suffix.lower())

@@ -24,7 +24,7 @@ from typing import Literal
 import pyarrow as pa
 
 from .csv_input import csv_rows, delimiter, open_csv
-from .jsonl import COMPRESSIONS, JsonlScan, absent_groups, jsonl_rows, open_lines, scan_jsonl
+from .jsonl import JsonlScan, absent_groups, format_suffix, jsonl_rows, open_lines, scan_jsonl
 from .parquet import open_parquet, parquet_rows
 from .row_checks import RowSpec, keep_text
 from .rows import ColumnNotFound, DatasetError, InputRow, UnknownFormat
@@ -152,10 +152,7 @@ def open_dataset(
 
 def _check_jsonl_name(path: Path) -> None:
     """UnknownFormat unless the name says JSON Lines, or a .json file holds one JSON array."""
-    name = path.name.lower()
-    for compressed in COMPRESSIONS:
-        name = name.removesuffix(compressed)
-    suffix = Path(name).suffix
+    suffix = format_suffix(path)
     if suffix not in JSONL_SUFFIXES:
         raise UnknownFormat(f"{path}: cannot tell its format from its name ({suffix or 'no extension'}); "
                             f"gemma-batch reads {INPUT_NAMES}")

@@ -18,9 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-import numpy as np
-
-from ..backends.base import NON_FINITE, Backend, StepBatch, StepResult
+from ..backends.base import Backend, StepBatch, StepResult
 from ..model.detokenizer import IncrementalDetokenizer
 from ..model.tokenizer import Tokenizer
 from ..switches import switched_on
@@ -35,7 +33,7 @@ from .sequence import Sequence
 from .stats import EngineStats
 from .token_logprobs import token_logprobs
 from .step_builder import build_sampling, build_step
-from .step_records import LiveRequest, SubmittedStep
+from .step_records import LiveRequest, SubmittedStep, non_finite
 
 StepHook = Callable[[list[int], StepBatch, StepResult], None]
 AHEAD_ENV = "GEMMA_BATCH_SCHEDULE_AHEAD"  # steps submitted ahead: "0" schedules each after the last finished
@@ -215,12 +213,10 @@ class Engine:
 
     def _check_finite(self, step: SubmittedStep, result: StepResult) -> None:
         """NonFiniteLogits, before anything of the step is taken, where a live sequence's logits
-        were not finite: its sampled id is NON_FINITE, or a choice score it asked for is NaN."""
-        bad = {seq.seq_id for s, seq, _ in step.sampled if result.token_ids[s] == NON_FINITE and not seq.finished}
-        if step.reads.scored and not np.isfinite(result.scores).all():
-            bad |= {seq.seq_id for first, n, seq, _ in step.reads.scored if not np.isfinite(result.scores[first: first + n]).all()}
+        were not finite (`non_finite`)."""
+        bad = [self._live[i].request.request_id for i in sorted(non_finite(step, result)) if i in self._live]
         if bad:
-            raise NonFiniteLogits(sorted(self._live[i].request.request_id for i in bad if i in self._live))
+            raise NonFiniteLogits(bad)
 
     def _scored(self, step: SubmittedStep, result: StepResult) -> list[Completion]:
         """Take a step's scores into the scorings of their sequences; a sequence whose choice is
@@ -269,19 +265,8 @@ class Engine:
             live.request.matcher.accept(token)
             if live.request.matcher.done:  # nothing can follow: the completion ends here, whole
                 seq.end()
-        if live.detok is None:
-            return
-        before = len(live.text)
-        live.text += live.detok.add(token)
-        stops = live.request.params.stop
-        if stops and len(live.text) > before:
-            longest = max(len(s) for s in stops)
-            start = max(0, before - longest + 1)  # a stop string may straddle earlier text
-            hits = [i for s in stops if (i := live.text.find(s, start)) >= 0]
-            if hits:
-                live.text = live.text[: min(hits)]
-                live.stopped_by_string = True
-                seq.end()
+        if live.add_text(token):
+            seq.end()
 
     def _finish(self, seq: Sequence, choice: str | None = None, choice_logprobs: list[dict] | None = None) -> Completion:
         """The completion of a finished sequence (`choice`: the answer of a scored one)."""

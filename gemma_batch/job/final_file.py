@@ -3,7 +3,8 @@ is complete (store.py). Parquet keeps the fingerprint in its schema metadata (ke
 OpenAI, JSON Lines and CSV output (data/row_files.py) in the sidecar "<output>.job.json", written
 before the output is renamed into place (while the partial folder, which the store checks first,
 still exists). A folder of Parquet parts ("parquet-dir", `--output-dir`) holds the store's parts,
-named in row order, and its fingerprint in "_job.json" (a name Parquet readers pass over)."""
+named in row order, and its fingerprint in "_job.json" (a name Parquet readers pass over). The
+job's statistics lie beside the output too (`stats_path`)."""
 
 from __future__ import annotations
 
@@ -87,3 +88,12 @@ def count_error_rows(output: Path, output_format: str) -> int:
         with output.open("rb") as f:
             return sum(1 for line in f if json.loads(line).get("error") is not None)
     return len(errors) - errors.null_count
+
+
+def stats_path(output: Path) -> Path:
+    """Where the job writing `output` puts its statistics, a file of its own for every output:
+    out.parquet -> out.stats.parquet (a folder of parts: out -> out.stats.parquet), out.jsonl ->
+    out.jsonl.stats.parquet, out.csv -> out.csv.stats.parquet."""
+    if output.suffix.lower() in (".parquet", ""):
+        return output.with_suffix(".stats.parquet")
+    return output.with_name(output.name + ".stats.parquet")

@@ -120,7 +120,7 @@ def run_record(done: int, failed: int, resumed: int, earlier: EarlierRows, start
     error rows, `resumed` committed by earlier runs of this job; the rows it computed are the
     committed ones neither kept from an earlier input nor failed."""
     return {"rows_computed": done - earlier.kept - failed, "rows_failed_this_run": failed, "rows_kept": earlier.kept,
-            "rows_dropped": earlier.dropped if earlier.total else 0, "rows_resumed": resumed, "started": started,
+            "rows_dropped": earlier.dropped, "rows_resumed": resumed, "started": started,
             "wall": wall}
 
 

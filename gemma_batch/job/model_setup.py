@@ -17,11 +17,11 @@ from ..backends.pipeline import PipelineBackend
 from ..backends.vulkan.errors import DeviceMemoryError, VulkanUnavailable
 from ..engine.engine import Engine
 from ..engine.kv_plan import KVPlan, plan_kv
+from ..model import sources
 from ..model.checkpoint import Checkpoint
 from ..model.config import Gemma3Config
 from ..model.quant import weights_label
 from ..model.quant_cache import cache_root, converted_nbytes_by_dtype, load_converted
-from ..model.sources import model_folder
 from ..model.tokenizer import Tokenizer
 from .devices import job_backend
 from .row_requests import RowRequests
@@ -73,21 +73,19 @@ class ModelPlan:
         return weights_label(self.spec.weight_format, self.checkpoint.layout)
 
     def requests(self) -> RowRequests:
-        """What turns this job's rows into engine requests."""
+        """What turns this job's rows into engine requests (made before `load`: the grammar view
+        of a job's constraint builds on a thread meanwhile)."""
         spec = self.spec
         return RowRequests(self.tokenizer, frozenset(self.cfg.eos_token_ids), spec.sampling, self.plan.max_model_len,
                            spec.constraint, self.cfg.vocab_size, spec.choices, spec.score_only)
 
 
 def open_model(model: Path, log: TextIO) -> tuple[Path, Gemma3Config, Tokenizer, Checkpoint]:
-    """The Hugging Face folder `model` stands for (a folder, a GGUF file, an installed model's or
-    a hub name: model/sources.py, converting or fetching it where needed), and its config,
-    tokenizer and checkpoint headers (no weights read). UsageError, naming the folder or file,
-    where one is missing or is not a Gemma 3 checkpoint."""
+    """`model.sources.open_model` (a folder, a GGUF file, an installed model's or a hub name,
+    converted or fetched where needed; headers only), its failures a UsageError naming the
+    folder or file."""
     try:
-        folder = model_folder(model, log)
-        cfg = Gemma3Config.from_dir(folder)
-        return folder, cfg, Tokenizer.from_dir(folder), Checkpoint.open(folder, cfg)  # every header checked
+        return sources.open_model(model, log)
     except (OSError, ValueError) as e:
         raise UsageError(str(e)) from None
 

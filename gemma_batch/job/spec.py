@@ -1,8 +1,5 @@
-"""A job's full description: every `gemma-batch run` flag, from the command line or a TOML file.
-
-A TOML job spec (`jobs/*.toml`) holds the same settings as the flags, named like them (dashes or
-underscores), plus `input`; relative paths in it are relative to the TOML file, so a cron line
-works from any directory. Flags given on the command line override the file.
+"""A job's full description: every `gemma-batch run` flag, from the command line or a TOML job
+file (job_file.py), checked (`make_spec`). Flags given on the command line override the file.
 """
 
 from __future__ import annotations
@@ -12,7 +9,6 @@ import datetime
 import functools
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,30 +165,6 @@ def _check_type(key: str, value: Any, where: str) -> None:
     ok = kind is None or isinstance(value, _TYPES[kind]) and (kind == "bool" or not isinstance(value, bool))
     if not ok:
         raise UsageError(f"{where}: {key.replace('_', '-')} must be {kind}, got {value!r}")
-
-
-def load_toml(path: Path) -> dict[str, Any]:
-    """The settings of a TOML job spec, keys normalised to field names, paths made absolute."""
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise UsageError(f"cannot read job spec {path}: {e.strerror}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise UsageError(f"job spec {path} is not valid TOML: {e}") from None
-    settings = {key.replace("-", "_"): value for key, value in data.items()}
-    for key in PATH_FIELDS:  # (jobs/../data/in.jsonl is written data/in.jsonl)
-        value = settings.get(key)
-        if isinstance(value, str) and (key != "model" or _names_a_path(value, path.parent)):
-            settings[key] = Path(os.path.normpath(path.parent / Path(value).expanduser()))
-    if "input" not in settings:
-        raise UsageError(f"job spec {path} has no 'input' (the prompt dataset)")
-    return settings
-
-
-def _names_a_path(model: str, base: Path) -> bool:
-    """Whether a job file's `model` is a path (relative to the file) rather than a name such as
-    `gemma-3-270m` or `google/gemma-3-4b-it` (model/sources.py)."""
-    return model.startswith((".", "/", "~")) or model.lower().endswith(".gguf") or (base / model).exists()
 
 
 def make_spec(settings: Mapping[str, Any], where: str = "command line") -> JobSpec:

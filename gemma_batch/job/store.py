@@ -48,14 +48,6 @@ _JOURNAL = "pending.jsonl"
 _PART = re.compile(r"part-(\d{12})-(\d{12})\.parquet")
 
 
-def stats_path(output: Path) -> Path:
-    """Where the job writing `output` puts its statistics, a file of its own for every output:
-    out.parquet -> out.stats.parquet (a folder of parts: out -> out.stats.parquet), out.jsonl ->
-    out.jsonl.stats.parquet, out.csv -> out.csv.stats.parquet."""
-    if output.suffix.lower() in (".parquet", ""):
-        return output.with_suffix(".stats.parquet")
-    return output.with_name(output.name + ".stats.parquet")
-
 class JobMismatch(Exception):
     """The output (or its partial folder) belongs to a job with a different fingerprint."""
 
@@ -99,7 +91,7 @@ class ResultStore:
             raise ValueError(f"unknown output format {output_format!r}")
         self.output = Path(output)
         self.partial_dir = self.output.with_name(self.output.name + ".partial")
-        self.stats_path = stats_path(self.output)
+        self.stats_path = final_file.stats_path(self.output)
         self._schema = schema
         self._part_schema = schema
         if output_format == "openai":

@@ -85,7 +85,6 @@ def converted(path: Path, folders: Path, digest: str, log: TextIO) -> Path:
     started = time.perf_counter()
     print(f"converting {path} to a Hugging Face folder in {folder} (once; GEMMA_BATCH_CACHE_DIR moves the cache)",
           file=log)
-    folder.parent.mkdir(parents=True, exist_ok=True)
     convert(path, folder)
     print(f"  converted in {time.perf_counter() - started:.1f} s", file=log)
     return folder

