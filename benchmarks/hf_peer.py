@@ -1,12 +1,15 @@
 """The peer of `gemma-batch bench`: Hugging Face transformers on the same Gemma 3 shape.
 
 `Gemma3ForCausalLM` built from the very shape dict the bench uses (`gemma_batch.bench.shapes`),
-random bf16 weights (transformers' own initialisation), sdpa attention, on CUDA (on the CPU when
+random bf16 weights (transformers' own initialisation), or a real model's Hugging Face folder
+(`--model`, as `gemma-batch bench --model` loads it; side_by_side.py passes the folder a GGUF or a
+hub name converts to) in bf16, sdpa attention, on CUDA (on the CPU when
 there is none, for a smoke test). Per batch size: a warm-up of the same batch, then
 the timed greedy `generate` of exactly --gen-len tokens (min_new_tokens = max_new_tokens, no
 eos), then one prefill forward alone. Prints a line per case and writes JSON.
 
     python benchmarks/hf_peer.py --shape 1b --batch 1,8,32 --prompt-len 128 --gen-len 128 --json hf.json
+    python benchmarks/hf_peer.py --model ~/.cache/gemma-batch/gguf/<digest> --batch 64 --json hf.json
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 
 import torch
 import transformers
-from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+from transformers import AutoModelForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 from gemma_batch.bench.runner import warm_up  # noqa: E402
@@ -33,6 +36,7 @@ WARMUP_TOKENS = 4
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", default="1b", choices=list(SHAPES))
+    parser.add_argument("--model", type=Path, help="a Hugging Face model folder instead of random weights of --shape")
     parser.add_argument("--batch", default="1,8,32", help="comma-separated batch sizes")
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--gen-len", type=int, default=128)
@@ -49,6 +53,13 @@ def build_model(shape: str, seed: int, device: str) -> Gemma3ForCausalLM:
         model = Gemma3ForCausalLM(Gemma3TextConfig(**SHAPES[shape], attn_implementation="sdpa")).eval()
     synchronize(device)
     return model
+
+
+def load_model(folder: Path, device: str) -> Gemma3ForCausalLM:
+    """The model in `folder` (a Hugging Face layout), bf16, sdpa, on `device`."""
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16, attn_implementation="sdpa").to(device)
+    synchronize(device)
+    return model.eval()
 
 
 def synchronize(device: str) -> None:
@@ -104,23 +115,24 @@ def main(argv: list[str]) -> dict:
     args = parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     started = time.perf_counter()
-    model = build_model(args.shape, args.seed, device)
+    model = load_model(args.model, device) if args.model else build_model(args.shape, args.seed, device)
+    shape = str(args.model) if args.model else args.shape
     load_s = time.perf_counter() - started
     generator = torch.Generator().manual_seed(args.seed)
     name = torch.cuda.get_device_name() if device == "cuda" else "CPU"
-    print(f"transformers {transformers.__version__}, torch {torch.__version__} on {name}; shape {args.shape}, "
+    print(f"transformers {transformers.__version__}, torch {torch.__version__} on {name}; {'model' if args.model else 'shape'} {shape}, "
           f"{sum(p.numel() for p in model.parameters()):,} parameters, bf16, sdpa", file=sys.stderr)
     cases = []
     for batch in (int(b) for b in args.batch.split(",")):
         case = time_case(model, device, batch, args.prompt_len, args.gen_len, generator)
         cases.append(case)
-        print(f"transformers shape={args.shape} batch={batch} prompt={args.prompt_len} new={args.gen_len}: "
+        print(f"transformers shape={shape} batch={batch} prompt={args.prompt_len} new={args.gen_len}: "
               f"{case['e2e_tokens_per_s']:.1f} generated tok/s end to end ({case['wall_s']:.2f} s), "
               f"prefill alone {case['prefill_tokens_per_s']:.0f} tok/s")
     return write_report("hf_peer.py", argv, "generate", args.json, cases, {
         "device": f"{device}: {name}",
-        "shape": args.shape,
-        "config": SHAPES[args.shape],
+        "shape": shape,
+        "config": {k: getattr(model.config.get_text_config(), k) for k in SHAPES["1b"]} if args.model else SHAPES[args.shape],
         "dtype": "bf16",
         "seed": args.seed,
         "weight_init_s": load_s,

@@ -6,6 +6,11 @@ write JSON into --out (gemma-batch.json, transformers.json) and this script adds
 side_by_side.json with the ratios.
 
     python benchmarks/side_by_side.py --shape 1b --batch 1,8,32 --prompt-len 128 --gen-len 128 --backend vulkan
+    python benchmarks/side_by_side.py --model gemma-3-270m --weights fp16 --batch 1,64 --backend vulkan
+
+With --model (a folder, a .gguf file, gemma-3-270m or a Hugging Face name) both sides load that
+model's Hugging Face folder (a GGUF's conversion, made once): gemma-batch in --weights (bf16 keeps
+the weights as stored: float32 for a GGUF's), transformers in bf16.
 """
 
 from __future__ import annotations
@@ -24,11 +29,15 @@ sys.path.insert(0, str(REPO))  # run from a checkout without installing
 from gemma_batch.bench.metrics import prefill_flops  # noqa: E402
 from gemma_batch.bench.report import align  # noqa: E402
 from gemma_batch.bench.shapes import SHAPES, shape_config  # noqa: E402
+from gemma_batch.model.config import Gemma3Config  # noqa: E402
+from gemma_batch.model.sources import model_folder  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", default="1b", choices=list(SHAPES))
+    parser.add_argument("--model", help="a real model instead of random weights of --shape (as run --model takes it)")
+    parser.add_argument("--weights", default="bf16", help="gemma-batch's weight format (bench --weights)")
     parser.add_argument("--batch", default="1,8,32", help="comma-separated batch sizes")
     parser.add_argument("--prompt-len", default="128")
     parser.add_argument("--gen-len", default="128")
@@ -53,15 +62,18 @@ def main(argv: list[str]) -> None:
     args = parse_args(argv)
     out = args.out or Path(tempfile.mkdtemp(prefix="side_by_side_"))
     out.mkdir(parents=True, exist_ok=True)
-    cases = ["--shape", args.shape, "--batch", args.batch, "--prompt-len", args.prompt_len, "--gen-len", args.gen_len]
+    folder = model_folder(args.model, sys.stderr) if args.model else None
+    which = ["--model", str(folder)] if folder else ["--shape", args.shape]
+    cases = [*which, "--batch", args.batch, "--prompt-len", args.prompt_len, "--gen-len", args.gen_len]
     device = ["--device", args.device] if args.device else []
-    run([sys.executable, "-m", "gemma_batch", "bench", *cases, "--backend", args.backend, *device,
-         "--json", str(out / "gemma-batch.json")])
+    run([sys.executable, "-m", "gemma_batch", "bench", *cases, "--weights", args.weights, "--backend", args.backend,
+         *device, "--json", str(out / "gemma-batch.json")])
     run([sys.executable, str(REPO / "benchmarks" / "hf_peer.py"), *cases, "--json", str(out / "transformers.json")])
 
     ours, peer = (json.loads((out / name).read_text()) for name in ("gemma-batch.json", "transformers.json"))
     rows = []
-    flops_per_token = prefill_flops(shape_config(args.shape), int(args.prompt_len)) / int(args.prompt_len)  # the peer's
+    cfg = Gemma3Config.from_dir(folder) if folder else shape_config(args.shape)
+    flops_per_token = prefill_flops(cfg, int(args.prompt_len)) / int(args.prompt_len)  # the peer's
     for a, b in zip(ours["cases"], peer["cases"]):
         rows.append({
             "batch": a["batch"],
@@ -76,7 +88,9 @@ def main(argv: list[str]) -> None:
         })
     (out / "side_by_side.json").write_text(json.dumps({"gemma_batch": ours["run"], "transformers": peer["run"],
                                                        "cases": rows}, indent=2) + "\n")
-    print(f"\nshape {args.shape}, bf16 random weights, {args.prompt_len} prompt + {args.gen_len} generated tokens "
+    what = f"model {args.model} ({ours['run']['weights']} here, bf16 in transformers)" if folder else \
+        f"shape {args.shape}, {ours['run']['weights']} random weights"
+    print(f"\n{what}, {args.prompt_len} prompt + {args.gen_len} generated tokens "
           f"per sequence, greedy\ngemma-batch: {ours['run']['backend']}\ntransformers: {peer['run']['peer']} "
           f"on {peer['run']['device']}\n")
     table = [["batch", "gemma-batch e2e tok/s", "transformers e2e tok/s", "ratio",

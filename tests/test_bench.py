@@ -8,6 +8,7 @@ figure is derived as documented from the run's own counts, bytes and bandwidth.
 from __future__ import annotations
 
 import datetime
+import io
 import json
 import math
 from dataclasses import replace
@@ -33,7 +34,8 @@ from gemma_batch.model.weights import tensor_shapes
 from tests.test_run_job import gemma_batch
 
 RUN_FIELDS = {
-    "date", "command", "backend", "backend_choice", "shape", "config", "weights", "kv_dtype", "seed", "block_size",
+    "date", "command", "backend", "backend_choice", "shape", "weights_source", "config", "weights", "kv_dtype", "seed",
+    "block_size",
     "weight_bytes", "weight_bytes_by_dtype", "weight_load_s", "kv_bytes_per_token", "bandwidth_test_bytes",
     "bandwidth_bytes_per_s",
 }
@@ -71,6 +73,7 @@ def check_report(report: dict, stdout: str, backend: str, batches: list[int], kv
     run, cases = report["run"], report["cases"]
     assert set(run) == RUN_FIELDS and all(set(case) == CASE_FIELDS for case in cases)
     assert run["shape"] == "tiny" and run["weights"] == weights and run["config"] == SHAPES["tiny"]
+    assert run["weights_source"] == "random"
     assert run["kv_dtype"] == kv_dtype
     assert run["backend"].startswith(backend) and run["command"].startswith("gemma-batch bench --shape tiny")
     assert datetime.datetime.fromisoformat(run["date"]).tzinfo is not None
@@ -158,6 +161,25 @@ def test_quantized_weight_bytes_of_the_1b_by_hand(weights, group):
     per_matrix = int8 if weights == "int8" else int4
     expected = int8(vocab, h) + layers * sum(per_matrix(n, k) for n, k in layer) + 2 * norms
     assert weight_bytes(shape_config("1b"), WeightFormat.parse(weights, group)) == expected
+
+
+def test_bench_times_a_model_folder_with_its_own_weights(tmp_path, monkeypatch):
+    """--model: the folder's config and weights (the tiny shape's, written as a checkpoint), their
+    bytes counted as the same shape's random ones in each format; a folder that is no model fails."""
+    monkeypatch.setenv("GEMMA_BATCH_CACHE_DIR", str(tmp_path / "cache"))
+    folder = write_random_checkpoint("tiny", tmp_path / "tiny")
+    options = BenchOptions(batches=(2,), prompt_len=PROMPT, gen_len=GEN, backend="cpu", bandwidth_bytes=8 << 20,
+                           model=str(folder))
+    log = io.StringIO()
+    run = run_bench(options, log=log)["run"]
+    assert (run["shape"], run["weights_source"], run["weights"]) == (str(folder), "checkpoint", "bf16")
+    assert run["config"] == {key: SHAPES["tiny"][key] for key in run["config"]}
+    assert run["weight_bytes"] == 2 * TINY_PARAMS and "weights: checkpoint" in log.getvalue()
+    report = run_bench(replace(options, weights=WeightFormat("int8")), log=io.StringIO())
+    assert report["run"]["weights"] == "int8" and report["run"]["weight_bytes"] == TINY_INT8
+    assert report["cases"][0]["generated_tokens"] == 2 * GEN
+    with pytest.raises(ValueError, match="does not exist"):
+        run_bench(replace(options, model=str(tmp_path / "nothing")), log=io.StringIO())
 
 
 def test_a_backend_without_the_format_is_a_clear_error(monkeypatch):

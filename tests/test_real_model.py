@@ -135,15 +135,17 @@ def test_cpu_backend_equals_transformers_token_for_token(real):
 
     ours = generate_greedy(llm.backend, ids, NEW_TOKENS, stop, on_step=record)
     for i, prompt_ids in enumerate(ids):
-        with torch.no_grad():
+        with torch.no_grad():  # its logits of each new token (the prompt's last position first), as it drew them
             out = model.generate(torch.tensor([prompt_ids]), max_new_tokens=NEW_TOKENS, do_sample=False,
-                                 eos_token_id=sorted(stop), pad_token_id=0)
-            theirs = out[0, len(prompt_ids):].tolist()
-            logits = model(torch.tensor([prompt_ids + ours[i]])).logits[0].numpy()
-        assert ours[i] == theirs[: len(ours[i])], (prompts[i][:40], ours[i], theirs)
+                                 eos_token_id=sorted(stop), pad_token_id=0, output_logits=True,
+                                 return_dict_in_generate=True)
+        theirs = out.sequences[0, len(prompt_ids):].tolist()
+        assert ours[i] == theirs, (prompts[i][:40], ours[i], theirs)
         first = len(prompt_ids) - 1
-        mine = np.stack([fed[i][p] for p in range(first, first + len(fed[i]))])
-        diff = np.abs(mine - logits[first: first + len(mine)]).max()
+        mine = np.stack([fed[i][p] for p in range(first, first + len(fed[i]))])  # [new tokens, V]
+        logits = torch.cat(out.logits).float().numpy()
+        assert mine.shape == logits.shape
+        diff = np.abs(mine - logits).max()
         assert diff < LOGIT_TOL, (prompts[i][:40], diff)
 
 

@@ -64,9 +64,9 @@ def format_table(report: dict) -> str:
     windows = "" if SLIDING not in run["kv_bytes_per_token"] else f", window {cfg['sliding_window']}"
     first = cases[0]  # every case has the same lengths
     header = [
-        f"shape {run['shape']} ({cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, "
+        f"{'model' if run.get('weights_source') == 'checkpoint' else 'shape'} {run['shape']} ({cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, "
         f"{cfg['num_attention_heads']}/{cfg['num_key_value_heads']} heads of {cfg['head_dim']}, "
-        f"vocab {cfg['vocab_size']}{windows}), random {run['weights']} weights ({_by_kind(run)}) "
+        f"vocab {cfg['vocab_size']}{windows}), {run.get('weights_source', 'random')} {run['weights']} weights ({_by_kind(run)}) "
         f"loaded in {run['weight_load_s']:.1f} s; KV cache {run['kv_dtype']}",
         f"device: {run['backend']}; {run['backend_choice']}",
         f"measured read bandwidth: {run['bandwidth_bytes_per_s'] / 1e9:,.1f} GB/s "

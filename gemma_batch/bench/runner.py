@@ -1,7 +1,8 @@
-"""`gemma-batch bench`: the real engine on random weights of a real Gemma 3 shape, timed step by step.
+"""`gemma-batch bench`: the real engine on random weights of a real Gemma 3 shape (or on a real
+model's weights, `--model`), timed step by step.
 
 Per run: resolve and create the backend for the weight format (`--weights`) and KV dtype, load
-random weights in that format (timed), then per batch size one case: a KV cache for exactly that
+the weights in that format (timed), then per batch size one case: a KV cache for exactly that
 batch, a warm-up through the same engine (so pipelines are built and command buffers recorded
 before timing; repeated for at least WARMUP_SECONDS, since an idle GPU's clocks need a fraction of
 a second under load to rise), the timed run, and at the end one measurement of the device's read bandwidth
@@ -18,7 +19,7 @@ from __future__ import annotations
 import datetime
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -31,13 +32,16 @@ from ..engine.engine import Engine, Request
 from ..engine.kv_plan import KVPlan, blocks_per_sequence
 from ..engine.sampling_params import SamplingParams
 from ..engine.stats import EngineStats
+from ..model.checkpoint import Tensor
 from ..model.config import Gemma3Config
-from ..model.quant import WeightFormat
+from ..model.quant import QuantizedTensor, WeightFormat, weights_label
+from ..model.quant_cache import cache_root, converted_nbytes_by_dtype, load_converted
+from ..model.sources import open_model
 from .metrics import CaseRun, StepTiming, case_metrics, prefill_flops
 from .random_weights import layout as random_layout
-from .random_weights import random_tensors, weight_bytes_by_dtype
+from .random_weights import random_tensors
 from .report import binary_size
-from .shapes import SHAPES, shape_config
+from .shapes import SHAPES, hf_fields, shape_config
 
 BLOCK_SIZE = 16
 MAX_STEP_TOKENS = 8192  # bounds the activations of one prefill step
@@ -78,35 +82,64 @@ class BenchOptions:
     weights: WeightFormat = WeightFormat()
     kv_dtype: str | None = None  # None: the backend's default
     place: str | None = None  # a placement plan (backends/placement.py) instead of `backend` and `device`
+    model: str | None = None  # a real model (as `run --model` takes it) instead of random weights of `shape`
+
+
+@dataclass(frozen=True)
+class BenchWeights:
+    """What a run times: random weights of a shape, or a real model's."""
+
+    name: str  # the shape, or the --model value
+    source: str  # "random" or "checkpoint"
+    cfg: Gemma3Config
+    layout: Mapping[str, tuple[str, tuple[int, ...]]]  # as `Checkpoint.layout`
+    label: str  # the weights as they run (`weights_label`)
+    config: dict  # the report's: Hugging Face `Gemma3TextConfig` fields
+    tensors: Callable[[], Iterator[tuple[str, Tensor | QuantizedTensor]]]
+
+
+def bench_weights(options: BenchOptions, log: TextIO) -> BenchWeights:
+    """The run's weights: `options.model`'s (opened as `run` opens it: converted or fetched once,
+    said on `log`), else random ones of `options.shape`."""
+    fmt = options.weights
+    if options.model is None:
+        cfg = shape_config(options.shape)
+        return BenchWeights(options.shape, "random", cfg, random_layout(cfg), str(fmt), SHAPES[options.shape],
+                            lambda: random_tensors(cfg, options.seed, fmt))
+    _, cfg, _, checkpoint = open_model(options.model, log)
+    return BenchWeights(options.model, "checkpoint", cfg, checkpoint.layout, weights_label(fmt, checkpoint.layout),
+                        hf_fields(cfg), lambda: load_converted(checkpoint, fmt, cache_root()).tensors)
 
 
 def run_bench(options: BenchOptions, command: str = "", log: TextIO | None = None) -> dict:
     """Run every case; return the report: `{"run": metadata, "cases": [one dict per batch size]}`."""
     log = log or sys.stderr
-    cfg = shape_config(options.shape)
-    _check(options, cfg)
+    weights = bench_weights(options, log)
+    cfg = weights.cfg
+    _check(options, weights)
     fmt = options.weights
     try:
         if options.place is not None:
             placement, why = resolve_placement(parse_placement(options.place, cfg.num_layers)), "--place"
-            backend = create_placed(placement, cfg, random_layout(cfg), fmt, options.kv_dtype)
+            backend = create_placed(placement, cfg, weights.layout, fmt, options.kv_dtype)
         else:
             backend_name, why = resolve_backend(options.backend, options.device)
             backend = create_backend(backend_name, cfg, options.device, options.kv_dtype, fmt.name)
     except ValueError as e:  # the backend lacks the weight format or the KV dtype; a bad plan
         raise BenchError(str(e)) from None
-    print(f"backend: {backend.identity} ({why}); weights {fmt}", file=log)
+    print(f"backend: {backend.identity} ({why}); weights {weights.label}", file=log)
 
-    by_dtype = weight_bytes_by_dtype(cfg, fmt)
+    by_dtype = converted_nbytes_by_dtype(weights.layout, fmt)
     nbytes = sum(by_dtype.values())
     held, available = backend.weight_bytes(by_dtype), backend.available_memory()
     if held >= available:
-        raise BenchError(f"the {options.shape} weights in {fmt} take {held / 2**30:.2f} GiB on {backend.identity} "
-                         f"but only {available / 2**30:.2f} GiB is free there")
+        raise BenchError(f"the {weights.name} weights in {weights.label} take {held / 2**30:.2f} GiB on "
+                         f"{backend.identity} but only {available / 2**30:.2f} GiB is free there")
     started = time.perf_counter()
-    backend.load_weights(random_tensors(cfg, options.seed, fmt))
+    backend.load_weights(weights.tensors())
     load_s = time.perf_counter() - started
-    print(f"weights: random {options.shape}, {binary_size(nbytes)} {fmt}, loaded in {load_s:.1f} s", file=log)
+    print(f"weights: {weights.source} {weights.name}, {binary_size(nbytes)} {weights.label}, loaded in {load_s:.1f} s",
+          file=log)
 
     runs = []
     for batch in options.batches:
@@ -123,9 +156,10 @@ def run_bench(options: BenchOptions, command: str = "", log: TextIO | None = Non
             "command": command,
             "backend": backend.identity,
             "backend_choice": why,
-            "shape": options.shape,
-            "config": SHAPES[options.shape],
-            "weights": str(fmt),
+            "shape": weights.name,
+            "weights_source": weights.source,
+            "config": weights.config,
+            "weights": weights.label,
             "kv_dtype": backend.kv_dtype,
             "seed": options.seed,
             "block_size": BLOCK_SIZE,
@@ -223,13 +257,14 @@ def _request(rng: np.random.Generator, cfg: Gemma3Config, request_id: int, promp
     return Request(request_id, ids, SamplingParams(max_tokens=gen_len))
 
 
-def _check(options: BenchOptions, cfg: Gemma3Config) -> None:
+def _check(options: BenchOptions, weights: BenchWeights) -> None:
+    cfg = weights.cfg
     problems = [
         (bool(options.batches) and min(options.batches) >= 1, f"batch sizes must be >= 1, got {list(options.batches)}"),
         (options.prompt_len >= 1, f"--prompt-len must be >= 1, got {options.prompt_len}"),
         (options.gen_len >= 1, f"--gen-len must be >= 1, got {options.gen_len}"),
         (options.prompt_len + options.gen_len <= cfg.max_position_embeddings,
-         f"prompt + generated tokens {options.prompt_len + options.gen_len} exceed the {options.shape} context "
+         f"prompt + generated tokens {options.prompt_len + options.gen_len} exceed the {weights.name} context "
          f"of {cfg.max_position_embeddings}"),
         (options.bandwidth_bytes >= 1 << 20,
          f"--bandwidth-bytes must be at least 1 MiB, got {options.bandwidth_bytes}"),

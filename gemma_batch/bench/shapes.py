@@ -38,3 +38,11 @@ def shape_config(name: str) -> Gemma3Config:
     if name not in SHAPES:
         raise ValueError(f"unknown shape {name!r}; available: {', '.join(SHAPES)}")
     return Gemma3Config.from_dict({"model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"], **SHAPES[name]})
+
+
+def hf_fields(cfg: Gemma3Config) -> dict[str, Any]:
+    """A model's sizes as the `Gemma3TextConfig` fields of SHAPES name them (for reports)."""
+    return dict(hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_layers,
+                num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
+                vocab_size=cfg.vocab_size, sliding_window=cfg.sliding_window,
+                query_pre_attn_scalar=cfg.query_pre_attn_scalar, max_position_embeddings=cfg.max_position_embeddings)

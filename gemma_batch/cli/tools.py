@@ -85,6 +85,8 @@ def devices() -> None:
 
 def bench(
     shape: str = typer.Option("1b", help=f"Gemma 3 shape, random weights (no checkpoint): {', '.join(SHAPES)}."),
+    model: str = typer.Option(None, help="A real model to time instead of --shape: a folder, a .gguf file, "
+                              "gemma-3-270m or a Hugging Face name, as run --model takes it."),
     weights: str = typer.Option("bf16", help="Weight format: bf16, fp16, int8 or int4 (which keeps the embedding int8)."),
     int4_group: int = typer.Option(32, help="Weights per int4 scale: 32 or 64."),
     kv_dtype: str = typer.Option(None, help="KV cache storage: fp32, fp16, bf16 or int8. [default: fp32 on cpu, fp16 on vulkan]"),
@@ -98,7 +100,7 @@ def bench(
     json_path: Path = typer.Option(None, "--json", help="Also write the report as JSON to this file."),
     seed: int = typer.Option(0, help="Seed of the random weights and prompts."),
 ) -> None:
-    """Time the engine on a real Gemma 3 shape: prefill and decode tokens/s, time to first token,
+    """Time the engine on a real Gemma 3 shape (or a real model): prefill and decode tokens/s, time to first token,
     host time per step, peak device memory, and the fraction of the measured bandwidth decode reaches."""
     if shape not in SHAPES:
         raise typer.BadParameter(f"{shape!r} is not one of {', '.join(SHAPES)}", param_hint="--shape")
@@ -112,10 +114,11 @@ def bench(
         raise typer.BadParameter(str(e), param_hint="--weights/--int4-group") from None
     if kv_dtype is not None and kv_dtype not in KV_DTYPES:
         raise typer.BadParameter(f"{kv_dtype!r} is not one of {', '.join(KV_DTYPES)}", param_hint="--kv-dtype")
-    options = BenchOptions(shape, batches, prompt_len, gen_len, backend, device, bandwidth_bytes, seed, fmt, kv_dtype, place)
+    options = BenchOptions(shape, batches, prompt_len, gen_len, backend, device, bandwidth_bytes, seed, fmt, kv_dtype,
+                           place, model)
     try:
         report = run_bench(options, command=shlex.join(["gemma-batch", *sys.argv[1:]]))
-    except (BenchError, ValueError, VulkanUnavailable, DeviceMemoryError) as e:
+    except (BenchError, ValueError, OSError, VulkanUnavailable, DeviceMemoryError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None
     typer.echo(format_table(report))

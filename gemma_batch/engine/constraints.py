@@ -16,6 +16,8 @@ padded vocabulary: ids past the tokenizer's are always off.
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,9 +116,34 @@ class _TokenBytes:
         return self._tokenizer.encode(text, add_bos=False)
 
 
+class _OnThread:
+    """A value made on a daemon thread from the start, waited for where it is first needed."""
+
+    def __init__(self, make: Callable[[], Any], name: str) -> None:
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(make,), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, make: Callable[[], Any]) -> None:
+        try:
+            self._value = make()
+        except BaseException as e:  # noqa: BLE001 - raised again in get()
+            self._error = e
+
+    def get(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 class Grammars:
-    """llguidance's view of one tokenizer (built once: about 10 ms at 4k pieces, more at 262k),
-    and the matchers of constraints over it."""
+    """llguidance's view of one tokenizer, and the matchers of constraints over it.
+
+    The view takes about 10 ms to build at 4k pieces but 0.8 s at the real models' 262k (its token
+    trie and slices, in Rust, which lets go of the GIL): it is built on a thread from construction,
+    so a job that makes its Grammars before loading its weights has it by its first row."""
 
     def __init__(self, tokenizer: Tokenizer, vocab_size: int, stop_ids: frozenset[int]) -> None:
         """`vocab_size`: the model's (mask width); `stop_ids`: the tokens that may end a completion
@@ -126,7 +153,8 @@ class Grammars:
         self.words = -(-vocab_size // 32)
         self._tokenizer_vocab = tokenizer.vocab_size
         stops = sorted({Tokenizer.EOS_ID, *(i for i in stop_ids if i < tokenizer.vocab_size)})
-        self._lltokenizer = LLTokenizer(TokenizerWrapper(_TokenBytes(tokenizer)), eos_token=stops)
+        self._lltokenizer = _OnThread(lambda: LLTokenizer(TokenizerWrapper(_TokenBytes(tokenizer)), eos_token=stops),
+                                      "llguidance-tokenizer")
         self._grammars: dict[Constraint, str] = {}  # checked once: a job's constraint serves every row
 
     def matcher(self, constraint: Constraint) -> Matcher:
@@ -134,7 +162,7 @@ class Grammars:
         grammar = self._grammars.get(constraint)
         if grammar is None:
             grammar = self._grammars[constraint] = check_grammar(constraint)
-        matcher = LLMatcher(self._lltokenizer, grammar, log_level=0)
+        matcher = LLMatcher(self._lltokenizer.get(), grammar, log_level=0)
         if matcher.is_error():
             raise ValueError(f"{constraint.describe()} does not compile: {_one_line(matcher.get_error())}")
         return Matcher(matcher, self.words, self._tokenizer_vocab)

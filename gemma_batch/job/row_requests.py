@@ -42,6 +42,8 @@ class RowRequests:
         self.choices = choices
         self.score_only = score_only
         self._grammars: dict[frozenset[int], Grammars] = {}  # by stop ids, built when first needed
+        if constraint is not None:  # the job's: its grammar view builds on a thread from now (a plain prompt's stops)
+            self._grammars[self.stop_ids] = Grammars(tokenizer, self.vocab_size, self.stop_ids)
         self._choices: dict[tuple[str, ...], Choices] = {}  # encoded once: the job's serve every row
 
     def request(self, row: InputRow) -> Request | RowFailure:

@@ -58,12 +58,12 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
         store, earlier = open_store(spec, schema, fingerprint, dataset, log)
         if store.state == "complete":
             return complete_stats(spec, dataset)
+        requests = model.requests()
         try:
             engine = model.load(log)
         except JobFailed:
             store.abandon()
             raise
-        requests = model.requests()
         progress = Progress(dataset.num_rows, store.num_done, log, settle=spec.max_batch)
         started, done_before = time.perf_counter(), store.num_done
         started_at = datetime.datetime.now(datetime.timezone.utc)

@@ -75,8 +75,8 @@ class GemmaStage:
         if expect is not None and got != expect:
             raise WorkerMismatch(f"worker {socket.gethostname()} would run on {got[0]} with a context of {got[1]} tokens; "
                                  f"the job's plan is {expect[0]} with {expect[1]}: every worker must compute alike")
+        self.requests: RowRequests = self.model.requests()  # (first: its grammar view builds while the weights load)
         self.engine: Engine = self.model.load(sys.stderr)
-        self.requests: RowRequests = self.model.requests()
         self.board = board
         self.load_seconds = time.perf_counter() - started
         self.ready_at = time.time()
