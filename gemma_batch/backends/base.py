@@ -228,6 +228,10 @@ class Backend(ABC):
         """Most bytes of device memory this backend has held at once (weights, KV, scratch)."""
         return 0
 
+    def close(self) -> None:
+        """Give back the device resources (weights, KV, buffers); the backend is unusable after.
+        Nothing to do where memory is the process's own (the CPU)."""
+
     def measure_read_bandwidth(self, nbytes: int) -> float:
         """Bytes per second at which the device streams a buffer of `nbytes` (choose it several
         times the caches): the roofline against which a decode step is judged."""

@@ -108,6 +108,10 @@ class PipelineBackend(Backend):
         if failed:
             raise failed[0]
 
+    def close(self) -> None:
+        for stage in self.stages.values():
+            stage.close()
+
     def weight_bytes(self, tensor_bytes: Mapping[str, int]) -> int:
         """The stages' shares, from the layout given at construction (the whole model's bytes by
         dtype, the argument, do not say where each tensor goes)."""

@@ -18,6 +18,7 @@ import typer
 from ..job.spec import DEMO_MODEL
 from .help import Command, Group
 from .inspect import inspect
+from .perplexity import perplexity
 from .run import run
 from .tools import bench, convert, devices, generate
 
@@ -37,7 +38,7 @@ def main(version: bool = typer.Option(False, "--version", callback=_version, is_
     """Batch text generation with Gemma 3 models."""
 
 
-for command in (run, generate, inspect, convert, bench, devices):
+for command in (run, generate, inspect, perplexity, convert, bench, devices):
     app.command(cls=Command)(command)
 
 __all__ = ["DEMO_MODEL", "app"]

@@ -8,11 +8,9 @@ from typing import TextIO
 
 from ..backends import create_backend, resolve_backend
 from ..model.chat import chat_token_ids
-from ..model.checkpoint import Checkpoint
-from ..model.config import Gemma3Config
-from ..model.quant import WeightFormat
+from ..model.quant import WeightFormat, weights_label
 from ..model.quant_cache import cache_root, load_converted
-from ..model.sources import model_folder
+from ..model.sources import open_model
 from ..model.tokenizer import Tokenizer
 from .generate import generate_greedy
 
@@ -27,16 +25,16 @@ class LLM:
     """
 
     def __init__(self, model: str | Path, backend: str = "cpu", device: str | None = None,
-                 weights: str = "bf16", kv_dtype: str | None = None, log: TextIO | None = None) -> None:
+                 weights: str = "bf16", kv_dtype: str | None = None, log: TextIO | None = None,
+                 int4_group: int = 32) -> None:
         """`model`: a Hugging Face folder, a GGUF file, `gemma-3-270m` or a hub name
         (`model.sources`: converted or fetched once, saying so on `log`, default stderr);
         `weights`: a format of `model.quant` (converted at load, cached as `gemma-batch run`
-        caches it); `kv_dtype`: the KV cache's storage (`backends.kv_formats`; None: the backend's)."""
-        self.model_dir = model_folder(model, log or sys.stderr)
-        self.config = Gemma3Config.from_dir(self.model_dir)
-        self.tokenizer = Tokenizer.from_dir(self.model_dir)
-        checkpoint = Checkpoint.open(self.model_dir, self.config)  # validates before reading data
-        fmt = WeightFormat.parse(weights)
+        caches it; `int4_group` its group size); `kv_dtype`: the KV cache's storage
+        (`backends.kv_formats`; None: the backend's)."""
+        self.model_dir, self.config, self.tokenizer, checkpoint = open_model(model, log or sys.stderr)
+        fmt = WeightFormat.parse(weights, int4_group)
+        self.weights = weights_label(fmt, checkpoint.layout)  # as they run: fp32 for a float32 checkpoint's "bf16"
         self.backend = create_backend(resolve_backend(backend, device)[0], self.config, device, kv_dtype, fmt.name)
         self.backend.load_weights(load_converted(checkpoint, fmt, cache_root()).tensors)
 
