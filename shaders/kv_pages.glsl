@@ -6,14 +6,17 @@
 //   KV_F32   hd fp32                                                        4 hd bytes
 //   KV_F16   hd fp16, two to a 32-bit word (the first in the low half)      2 hd bytes
 //   KV_BF16  hd bf16, likewise                                              2 hd bytes
-//   KV_I8    hd int8, four to a word (the first in the low byte), then      hd + 4 bytes
-//            the row's fp32 scale s: the values are q * s
+//   KV_I8    hd int8, four to a word (the first in the low byte), then      hd + 4 hd / g bytes
+//            the fp32 scale s of each group of g = kv_i8_group(hd) values:
+//            value d is q[d] * s[d / g]
 // so a slot is kv_formats.kv_slot_bytes bytes and a buffer exactly slots times that. The int8
 // rows are 4-byte aligned only (read as words). matmul_epilogue.glsl (EPI_QK_ROPE) writes the
 // rows, attention.comp reads them.
 
-// 32-bit words per int8 row: the values, then the scale (at word hd / 4 of the row).
-uint kv_i8_row_words(uint hd) { return hd / 4u + 1u; }
+// Values per int8 scale (kv_formats.kv_int8_group): 32, or the whole head where hd is no multiple of 32.
+uint kv_i8_group(uint hd) { return hd % 32u == 0u ? 32u : hd; }
+// 32-bit words per int8 row: the values, then the scales (from word hd / 4 of the row).
+uint kv_i8_row_words(uint hd) { return hd / 4u + hd / kv_i8_group(hd); }
 
 // Two floats as bf16, rounded to nearest even on the bits (kv_formats.bf16_round), in one word.
 uint pack_bf16x2(vec2 v) {

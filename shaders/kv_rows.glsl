@@ -17,7 +17,8 @@ layout(std430, binding = 8) PAGE_ACCESS buffer Vb { uvec4 v4[]; };
 #elif defined(KV_I8)
 layout(std430, binding = 6) PAGE_ACCESS buffer Kb { uint k4[]; };   // [slots * nkv, hd / 4 + 1] words
 layout(std430, binding = 8) PAGE_ACCESS buffer Vb { uint v4[]; };
-#define LOAD8(buf, row, piece, lo, hi) { uint r_ = (row) * kv_i8_row_words(hd); float s_ = uintBitsToFloat(buf[r_ + 2u * hd8]); \
+#define LOAD8(buf, row, piece, lo, hi) { uint r_ = (row) * kv_i8_row_words(hd); \
+    float s_ = uintBitsToFloat(buf[r_ + 2u * hd8 + 8u * (piece) / kv_i8_group(hd)]); \
     lo = int8x4(buf[r_ + 2u * (piece)]) * s_; hi = int8x4(buf[r_ + 2u * (piece) + 1u]) * s_; }
 #else
 layout(std430, binding = 6) PAGE_ACCESS buffer Kb { vec4 k4[]; };   // [slots, nkv, hd / 4]

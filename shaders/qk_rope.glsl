@@ -1,8 +1,7 @@
 // One head of the fused [q | k | v] projection made ready for attention: q and k heads
 // RMS-normalised with (1 + q_norm / k_norm) and rotated (rotate-half RoPE, angle
 // fp32(position * inv_freq[i]), range-reduced sin/cos); k and v heads stored into the KV pages
-// (kv_pages.glsl), rounded as kv_formats.py says (KV_I8: the scale from the head's max |x|, a
-// workgroup_max). Both places that do this run these functions, so a head has the same bits
+// (kv_pages.glsl), rounded as kv_formats.py says (KV_I8: a scale per group of the head's values). Both places that do this run these functions, so a head has the same bits
 // either way: the qkv matmul's epilogue (matmul_epilogue.glsl EPI_QK_ROPE, after matmul.comp
 // and reduce.comp) and attention.comp's QK_IN prologue (decode steps on the cooperative path).
 //
@@ -15,6 +14,9 @@
 #define QK_VALS HD_MAX
 #endif
 shared float vals[QK_VALS];  // the head's hd values (attention.comp: several heads, HD_MAX apart)
+#ifdef KV_I8
+shared float kv_scales[HD_MAX / 32];  // a row's int8 scales (kv_i8_group: at most hd / 32 of them)
+#endif
 
 // The pieces of the arithmetic, written so that both places get the same bits from the same
 // values: `precise` (no fused multiply-adds the compiler may or may not form), and no division
@@ -69,14 +71,19 @@ void store_page_row(uint row, uint hd, bool is_v, uint at) {
 #endif
     }
 #elif defined(KV_I8)
-    float mx = 0.0;
-    for (uint d = tid; d < hd; d += WG) mx = max(mx, abs(vals[at + d]));
-    float s = int8_scale(workgroup_max(mx));
-    uint word = row * kv_i8_row_words(hd);
-    for (uint d = 4 * tid; d < hd; d += 4 * WG) {
-        STORE(word + d / 4, pack_int8x4(vec4(vals[at + d], vals[at + d + 1], vals[at + d + 2], vals[at + d + 3]), s));
+    // One invocation a group (WG >= hd / 2 >= the groups) finds its scale, then every one packs.
+    uint g = kv_i8_group(hd), word = row * kv_i8_row_words(hd);
+    if (tid < hd / g) {
+        float mx = 0.0;
+        for (uint d = tid * g; d < (tid + 1u) * g; d++) mx = max(mx, abs(vals[at + d]));
+        kv_scales[tid] = int8_scale(mx);
+        STORE(word + hd / 4 + tid, floatBitsToUint(kv_scales[tid]));
     }
-    if (tid == 0) STORE(word + hd / 4, floatBitsToUint(s));
+    barrier();
+    for (uint d = 4 * tid; d < hd; d += 4 * WG) {
+        STORE(word + d / 4, pack_int8x4(vec4(vals[at + d], vals[at + d + 1], vals[at + d + 2], vals[at + d + 3]), kv_scales[d / g]));
+    }
+    barrier();  // (kv_scales is read before the next row's scales are written)
 #else
     for (uint d = tid; d < hd; d += WG) STORE(row * hd + d, vals[at + d]);
 #endif

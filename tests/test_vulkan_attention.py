@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gemma_batch.backends.kv_formats import bf16_round
+from gemma_batch.backends.kv_formats import bf16_round, kv_int8_group
 from gemma_batch.backends.vulkan.attention import most_chunks
 from gemma_batch.backends.vulkan.coop_tiles import COOP_FOLD_ROWS
 from tests.vulkan_dispatch import Dispatches
@@ -31,8 +31,9 @@ def page_bytes(kv: str, rows: int, hd: int, rng) -> np.ndarray:
         return x.astype(np.float16).view(np.uint8)
     if kv == "bfloat16":
         return bf16_round(x).view(np.uint8)
-    codes = rng.integers(-127, 128, (rows, hd)).astype(np.int8).view(np.uint32)  # int8: codes, then the scale
-    return np.concatenate([codes, np.full((rows, 1), 0.03, np.float32).view(np.uint32)], axis=1).view(np.uint8)
+    codes = rng.integers(-127, 128, (rows, hd)).astype(np.int8).view(np.uint32)  # int8: codes, then a scale a group
+    scales = (0.03 * 2.0 ** rng.integers(-2, 3, (rows, hd // kv_int8_group(hd)))).astype(np.float32)
+    return np.concatenate([codes, scales.view(np.uint32)], axis=1).view(np.uint8)
 
 
 def run(fused: bool, kv: str, nh: int, nkv: int, hd: int, window: int, chunks: int, seed: int,

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from gemma_batch.backends.base import StepBatch
+from gemma_batch.backends.kv_formats import kv_int8_group
 from gemma_batch.backends.vulkan import VulkanBackend
 from gemma_batch.backends.vulkan.flash import ENV as FLASH_ENV, FLASH_ROWS, tiles
 from gemma_batch.model.checkpoint import DEMO_MODEL, Checkpoint
@@ -43,9 +44,11 @@ def pages(kv: str, rows: int, hd: int, rng) -> tuple[np.ndarray, np.ndarray]:
         values = raw.view(np.float16).astype(np.float32)
     elif kv == "bfloat16":
         values = (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-    else:  # int8: codes, then the row's scale; the kernel rounds code * scale to fp16
-        words = raw.view(np.uint32).reshape(rows, hd // 4 + 1)
-        values = words[:, :-1].copy().view(np.int8).astype(np.float32) * words[:, -1:].copy().view(np.float32)
+    else:  # int8: codes, then a scale per group of values; the kernel rounds code * scale to fp16
+        group = kv_int8_group(hd)
+        words = raw.view(np.uint32).reshape(rows, hd // 4 + hd // group)
+        scales = words[:, hd // 4:].copy().view(np.float32)  # [rows, groups]
+        values = words[:, :hd // 4].copy().view(np.int8).astype(np.float32) * np.repeat(scales, group, axis=1)
     return raw, values.reshape(rows, hd).astype(np.float16).astype(np.float64)
 
 

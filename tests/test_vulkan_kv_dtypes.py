@@ -28,6 +28,7 @@ from gemma_batch.backends.vulkan.attention import DEFAULT_CHUNK
 from gemma_batch.backends.vulkan.backend import KV_VARIANTS
 from gemma_batch.backends.vulkan.coopmat import INPUTS_ENV
 from gemma_batch.engine.generate import generate_greedy
+from gemma_batch.job.spec import DEMO_MODEL
 from gemma_batch.model.config import Gemma3Config
 from tests.test_cpu_vs_transformers import checkpoints, cpu_backend, run_batched  # noqa: F401
 from tests.test_vulkan_backend import LONG_PROMPTS, vulkan_backend
@@ -74,24 +75,25 @@ def downloaded_pages(backend, layer: int) -> tuple[KVStore, KVStore]:
         raw = backend.mem.download(pages[layer])
         slots = raw.size // kv_slot_bytes(kv, nkv, hd)
         store = KVStore(kv, slots, nkv, hd)
-        if kv == "int8":  # rows of hd int8 codes, then the row's fp32 scale
-            rows = raw.reshape(slots, nkv, hd + 4)
+        if kv == "int8":  # rows of hd int8 codes, then the fp32 scale of each group of the row's values
+            rows = raw.reshape(slots, nkv, kv_slot_bytes(kv, 1, hd))
             store.data[:] = rows[..., :hd].view(np.int8)
-            store.scales[:] = rows[..., hd:].copy().view(np.float32)[..., 0]
+            store.scales[:] = rows[..., hd:].copy().view(np.float32)
         else:
             store.data[:] = raw.view(store.data.dtype).reshape(store.data.shape)
         stores.append(store)
     return stores[0], stores[1]
 
 
-@pytest.mark.parametrize("kv_dtype", ["bf16", "int8"])
-def test_the_pages_hold_k_and_v_rounded_as_kv_formats_defines(checkpoints, kv_dtype):
+@pytest.mark.parametrize("kv_dtype, model", [("bf16", "tiny"), ("int8", "tiny"), ("int8", "demo")])
+def test_the_pages_hold_k_and_v_rounded_as_kv_formats_defines(checkpoints, kv_dtype, model):
     """One prefill step of 450 tokens (the long prompts). Layer 0's K and V depend on the embeddings and the
     QKV projection alone, so they are the same whatever the KV dtype: its bf16 / int8 pages hold,
     bit for bit (values and scales), what KVStore.write makes of the K and V that its fp32 pages
     hold; and those are the CPU backend's up to summation order and RoPE's sin/cos (2.5e-5 at
-    position 300 on llvmpipe, whose unfused fma coarsens common.glsl's range reduction)."""
-    model_dir = checkpoints["bf16"][0]
+    position 300 on llvmpipe, whose unfused fma coarsens common.glsl's range reduction). The tiny
+    model's heads of 24 take one int8 scale each, the demo model's of 64 one per 32 values."""
+    model_dir = checkpoints["bf16"][0] if model == "tiny" else DEMO_MODEL
     group = next(g for g in Gemma3Config.from_dir(model_dir).kv_groups() if 0 in g.layers)
     written = []  # per step, the slots of the group's K and V
 

@@ -38,7 +38,7 @@ from .base import Backend, StepBatch, StepResult
 from .cpu_attention import AttentionPlan, attend, attention_plan
 from .cpu_math import (F32, MAX_THREADS, ROW_TILE, Matrix, apply_rope, embed_rows, gelu_tanh, matmul_rows, rms_norm,
                        rope_cos_sin)
-from .kv_formats import KVStore, kv_slot_bytes, kv_token_bytes
+from .kv_formats import KVStore, kv_label, kv_slot_bytes, kv_token_bytes
 from .placement import Segment, held_tensors
 from .sampler import sample_tokens, scores
 
@@ -74,7 +74,7 @@ class CpuBackend(Backend):
 
     @property
     def identity(self) -> str:
-        return "cpu" if self.kv_dtype == "fp32" else f"cpu, KV {self.kv_dtype}"
+        return "cpu" if self.kv_dtype == "fp32" else f"cpu, KV {kv_label(self.kv_dtype, self.cfg.head_dim)}"
 
     def load_weights(self, tensors: Iterable[tuple[str, Tensor | QuantizedTensor]]) -> None:
         cfg = self.cfg

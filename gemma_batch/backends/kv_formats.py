@@ -2,8 +2,11 @@
 
 * fp32: as computed. fp16: rounded to nearest (clamped into fp16's range). bf16: rounded to
   nearest even (the upper half of the fp32 bits).
-* int8: per token and KV head, s = max |x| / 127 over the head's hd values (1 when they are all
-  zero), q = rint(x / s) in [-127, 127], stored with s as fp32; read back as q * s.
+* int8: per token, KV head and group of `kv_int8_group(hd)` values (32, or the whole head where
+  hd is no multiple of 32), s = max |x| / 127 over the group (1 when it is all zeros),
+  q = rint(x / s) in [-127, 127], stored with its scales as fp32; read back as q * s. One scale
+  per whole head cost the real Gemma 3 270M +1.0% perplexity (hd 256; a few large values set the
+  scale for every other); per 32, +0.14% (docs/EXPERIMENTS.md, "int8 KV grain").
 
 The cache holds K after its norm and RoPE, V as projected, so these roundings are all that the
 cache adds to a step's arithmetic.
@@ -19,13 +22,26 @@ from ..model.config import Gemma3Config
 
 KV_DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}  # bytes per value
 FP16_MAX = np.float32(65504.0)
+INT8_GROUP = 32  # values per int8 scale (kv_int8_group)
+
+
+def kv_int8_group(head_dim: int) -> int:
+    """Values per int8 scale: 32, or the whole head where `head_dim` is no multiple of 32."""
+    return INT8_GROUP if head_dim % INT8_GROUP == 0 else head_dim
+
+
+def kv_label(kv_dtype: str, head_dim: int) -> str:
+    """The KV format as a backend's identity names it: int8 with its group (`int8-g32`), so a job
+    begun with another int8 layout (one scale per head, before 2026-11-28) does not resume with this."""
+    return f"int8-g{kv_int8_group(head_dim)}" if kv_dtype == "int8" else kv_dtype
 
 
 def kv_slot_bytes(kv_dtype: str, heads: int, head_dim: int) -> int:
     """Bytes one token slot of one layer's K (or V) takes: values, plus int8's scales."""
     if kv_dtype not in KV_DTYPES:
         raise ValueError(f"KV dtype {kv_dtype!r}: expected one of {', '.join(KV_DTYPES)}")
-    return heads * head_dim * KV_DTYPES[kv_dtype] + (4 * heads if kv_dtype == "int8" else 0)
+    scales = 4 * heads * (head_dim // kv_int8_group(head_dim)) if kv_dtype == "int8" else 0
+    return heads * head_dim * KV_DTYPES[kv_dtype] + scales
 
 
 def kv_token_bytes(cfg: Gemma3Config, group: str, kv_dtype: str, held: Container[int] | None = None) -> int:
@@ -48,7 +64,8 @@ class KVStore:
         storage = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16, "int8": np.int8}[kv_dtype]
         self.kv_dtype = kv_dtype
         self.data = np.zeros((slots, heads, head_dim), storage)
-        self.scales = np.ones((slots, heads), np.float32) if kv_dtype == "int8" else None
+        self.group = kv_int8_group(head_dim)
+        self.scales = np.ones((slots, heads, head_dim // self.group), np.float32) if kv_dtype == "int8" else None
 
     @property
     def nbytes(self) -> int:
@@ -63,9 +80,11 @@ class KVStore:
         elif self.kv_dtype == "bf16":
             self.data[slots] = bf16_round(x)
         else:
-            amax = np.abs(x).max(axis=-1)
+            t, heads, hd = x.shape
+            groups = x.reshape(t, heads, hd // self.group, self.group)
+            amax = np.abs(groups).max(axis=-1)
             scales = np.where(amax > 0, amax / np.float32(127.0), np.float32(1.0)).astype(np.float32)
-            self.data[slots] = np.clip(np.rint(x / scales[..., None]), -127, 127).astype(np.int8)
+            self.data[slots] = np.clip(np.rint(groups / scales[..., None]), -127, 127).astype(np.int8).reshape(x.shape)
             self.scales[slots] = scales
 
     def read(self, slots: np.ndarray) -> np.ndarray:
@@ -74,5 +93,6 @@ class KVStore:
             return (self.data[slots].astype(np.uint32) << np.uint32(16)).view(np.float32)
         values = self.data[slots].astype(np.float32, copy=False)  # fancy indexing copied already
         if self.scales is not None:
-            values *= self.scales[slots][..., None]
+            m, heads, hd = values.shape
+            values.reshape(m, heads, hd // self.group, self.group)[:] *= self.scales[slots][..., None]
         return values

@@ -27,7 +27,7 @@ from ...model.config import Gemma3Config
 from ...model.quant import FORMATS
 from ..base import Backend, StepBatch, StepResult
 from ..cpu_math import rope_inv_freq
-from ..kv_formats import kv_token_bytes
+from ..kv_formats import kv_label, kv_token_bytes
 from ..placement import Segment
 from .attention import DEFAULT_CHUNK
 from .bandwidth import measure_read_bandwidth
@@ -107,7 +107,8 @@ class VulkanBackend(Backend):
             chunk += ", flash attention" if self.flash else ""
             chunk += ", prompt tile" if self.prompt_tile else ""
             chunk += "" if self.coop_min_chunk == COOP_MIN_CHUNK else f" (K chunks of {self.coop_min_chunk}+)"
-        return f"vulkan on {self.device.info.name} ({self.device.info.driver}), KV {self.kv_dtype}{chunk}"
+        kv = kv_label(self.kv_dtype, self.cfg.head_dim)
+        return f"vulkan on {self.device.info.name} ({self.device.info.driver}), KV {kv}{chunk}"
 
     def load_weights(self, tensors: Iterable[tuple[str, Tensor]]) -> None:
         self.weights.load(tensors)
