@@ -58,7 +58,7 @@ def run(
                           "fp16, int8 (a scale per output channel) or int4 (a scale per group); converted at load and "
                           "cached (GEMMA_BATCH_CACHE_DIR).", MODEL_DEVICE, _default("weights")),
     int4_group: int = option("Weights per int4 scale: 32 or 64.", MODEL_DEVICE, _default("int4_group")),
-    kv_dtype: str = option("KV cache storage: fp32, fp16, bf16 or int8 (a scale per token and head).", MODEL_DEVICE,
+    kv_dtype: str = option("KV cache storage: fp32, fp16, bf16 or int8 (a scale per 32 values of a token and head).", MODEL_DEVICE,
                            "fp32 on cpu, fp16 on vulkan"),
     max_tokens: int = option("Most new tokens per row.", SAMPLING, _default("max_tokens")),
     temperature: float = option("Sampling temperature; 0 is greedy.", SAMPLING, _default("temperature")),
