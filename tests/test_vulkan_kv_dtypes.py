@@ -87,13 +87,15 @@ def downloaded_pages(backend, layer: int) -> tuple[KVStore, KVStore]:
 
 @pytest.mark.parametrize("kv_dtype, model", [("bf16", "tiny"), ("int8", "tiny"), ("int8", "demo")])
 def test_the_pages_hold_k_and_v_rounded_as_kv_formats_defines(checkpoints, kv_dtype, model):
-    """One prefill step of 450 tokens (the long prompts). Layer 0's K and V depend on the embeddings and the
+    """One prefill step of the long prompts. Layer 0's K and V depend on the embeddings and the
     QKV projection alone, so they are the same whatever the KV dtype: its bf16 / int8 pages hold,
     bit for bit (values and scales), what KVStore.write makes of the K and V that its fp32 pages
     hold; and those are the CPU backend's up to summation order and RoPE's sin/cos (2.5e-5 at
     position 300 on llvmpipe, whose unfused fma coarsens common.glsl's range reduction). The tiny
-    model's heads of 24 take one int8 scale each, the demo model's of 64 one per 32 values."""
+    model's heads of 24 take one int8 scale each, the demo model's of 64 one per 32 values (its
+    148 tokens of the two shorter prompts: llvmpipe is slow)."""
     model_dir = checkpoints["bf16"][0] if model == "tiny" else DEMO_MODEL
+    prompts = LONG_PROMPTS if model == "tiny" else LONG_PROMPTS[1:]
     group = next(g for g in Gemma3Config.from_dir(model_dir).kv_groups() if 0 in g.layers)
     written = []  # per step, the slots of the group's K and V
 
@@ -103,12 +105,12 @@ def test_the_pages_hold_k_and_v_rounded_as_kv_formats_defines(checkpoints, kv_dt
     pages = {}
     for kv in ("fp32", kv_dtype):
         backend = vulkan_backend(model_dir, kv)
-        generate_greedy(backend, LONG_PROMPTS, 1, on_step=record)
+        generate_greedy(backend, prompts, 1, on_step=record)
         pages[kv] = downloaded_pages(backend, 0)
     backend = cpu_backend(model_dir, "fp32")
-    generate_greedy(backend, LONG_PROMPTS, 1, on_step=record)
+    generate_greedy(backend, prompts, 1, on_step=record)
     slots = written[0]  # one step per run, the same slots in each
-    assert len(written) == 3 and len(slots) == sum(map(len, LONG_PROMPTS)) and all(np.array_equal(s, slots) for s in written)
+    assert len(written) == 3 and len(slots) == sum(map(len, prompts)) and all(np.array_equal(s, slots) for s in written)
 
     cpu = (backend.k_cache[0], backend.v_cache[0])
     for exact, ours, ref in zip(pages["fp32"], pages[kv_dtype], cpu):
