@@ -214,7 +214,7 @@ class Engine:
     def _check_finite(self, step: SubmittedStep, result: StepResult) -> None:
         """NonFiniteLogits, before anything of the step is taken, where a live sequence's logits
         were not finite (`non_finite`)."""
-        bad = [self._live[i].request.request_id for i in sorted(non_finite(step, result)) if i in self._live]
+        bad = sorted(self._live[i].request.request_id for i in non_finite(step, result) if i in self._live)
         if bad:
             raise NonFiniteLogits(bad)
 

@@ -27,6 +27,7 @@ import numpy as np
 from ..backends.base import Backend, StepBatch, StepResult
 from ..backends.sampler import log_softmax
 from .generate import generate_greedy
+from .score import fed_logits
 
 TINY = 1e-30  # floor of a probability before its logarithm
 
@@ -89,12 +90,9 @@ def score_windows(backend: Backend, windows: list[Window], top_k: int, reference
     seen = np.zeros(n, bool)
 
     def record(seq_ids: list[int], batch: StepBatch, result: StepResult) -> None:
-        for s, w in enumerate(seq_ids):
-            window = windows[w]
-            lo = batch.seq_starts[s]
-            positions = batch.positions[lo: batch.seq_starts[s + 1]]  # logits at window position p predict token p + 1
-            for i in np.flatnonzero((positions >= window.first_scored) & (positions < len(window.ids) - 1)):
-                keep(w, int(positions[i]), result.logits[lo + i])
+        for w, position, logits in fed_logits(seq_ids, batch, result):  # logits at position p predict token p + 1
+            if windows[w].first_scored <= position < len(windows[w].ids) - 1:
+                keep(w, position, logits)
 
     def keep(w: int, position: int, logits: np.ndarray) -> None:
         window = windows[w]

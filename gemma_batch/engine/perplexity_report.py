@@ -14,6 +14,7 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +55,11 @@ class Reference:
                              f"{REPORT_VERSION})")
         return cls(str(path), report)
 
+    @cached_property
+    def top_ids(self) -> np.ndarray:
+        """[N, K] int64: the reference's most likely tokens at each scored token."""
+        return np.asarray(self.report["top_ids"], np.int64)
+
     def check(self, token_ids: list[int], settings: Settings) -> None:
         """ValueError unless the reference scored these very tokens, cut the same way."""
         r = self.report
@@ -65,27 +71,28 @@ class Reference:
                              f"{len(token_ids)}): another text or another tokenizer")
 
 
-def text_ids(llm: LLM, text_file: Path) -> list[int]:
-    """The file's tokens (UTF-8, read whole, no <bos>). ValueError naming the file where it
-    cannot be read or holds no token."""
+def text_ids(llm: LLM, text_file: Path) -> tuple[list[int], str]:
+    """The file's tokens (UTF-8, read whole, no <bos>) and its bytes' SHA-256. ValueError naming
+    the file where it cannot be read or holds no token."""
+    raw = Path(text_file).read_bytes()
     try:
-        text = Path(text_file).read_text(encoding="utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"{text_file} is not UTF-8 text ({e})") from None
     ids = llm.tokenizer.encode(text, add_bos=False)
     if not ids:
         raise ValueError(f"{text_file} holds no text to score")
-    return ids
+    return ids, hashlib.sha256(raw).hexdigest()
 
 
 def measure(llm: LLM, text_file: Path, settings: Settings, reference: Reference | None = None,
             command: str = "", model: str = "") -> dict:
     """Score `text_file` with `llm` and compare with `reference`; the report (module docstring)."""
-    ids = text_ids(llm, text_file)
+    ids, digest = text_ids(llm, text_file)
     windows = text_windows(ids, llm.tokenizer.BOS_ID, settings.context, settings.stride)
     if reference is not None:
         reference.check(ids, settings)
-    ref_ids = None if reference is None else np.asarray(reference.report["top_ids"], np.int64)
+    ref_ids = None if reference is None else reference.top_ids
     started = time.perf_counter()
     scores = score_windows(llm.backend, windows, settings.top_k, ref_ids, settings.max_batch, settings.step_tokens)
     seconds = time.perf_counter() - started
@@ -94,7 +101,7 @@ def measure(llm: LLM, text_file: Path, settings: Settings, reference: Reference 
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": command,
         "text": str(text_file),
-        "text_sha256": hashlib.sha256(Path(text_file).read_bytes()).hexdigest(),
+        "text_sha256": digest,
         "model": model,
         "backend": llm.backend.identity,
         "weights": llm.weights,
@@ -113,7 +120,7 @@ def measure(llm: LLM, text_file: Path, settings: Settings, reference: Reference 
 
 def _against(scores: TokenScores, reference: Reference) -> dict:
     r = reference.report
-    c = compare(scores, np.asarray(r["top_ids"], np.int64), np.asarray(r["top_logprobs"], np.float64),
+    c = compare(scores, reference.top_ids, np.asarray(r["top_logprobs"], np.float64),
                 np.asarray(r["token_logprobs"], np.float64))
     return {"source": reference.source, "weights": r["weights"], "kv_dtype": r["kv_dtype"],
             "perplexity": c.reference_perplexity, "change": scores.perplexity / c.reference_perplexity - 1,

@@ -7,12 +7,13 @@ with every token's logits returned.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..backends.base import Backend
+from ..backends.base import Backend, StepBatch, StepResult
 from ..backends.sampler import log_softmax
 from ..model.tokenizer import Tokenizer
 from .generate import generate_greedy
@@ -43,15 +44,22 @@ class Scores:
         return float((mine == theirs).mean())
 
 
+def fed_logits(indices: list[int], batch: StepBatch, result: StepResult) -> Iterator[tuple[int, int, np.ndarray]]:
+    """Each token an `on_step` hook's step fed (`result.logits` asked for): its sequence's index,
+    its position, and the logits after it [V]."""
+    for s, i in enumerate(indices):
+        for t in range(batch.seq_starts[s], batch.seq_starts[s + 1]):
+            yield i, int(batch.positions[t]), result.logits[t]
+
+
 def token_logits(backend: Backend, sequences: list[list[int]], step_token_budget: int = 256) -> list[np.ndarray]:
     """Per sequence (token ids, each starting with <bos>): the logits after each of its tokens but
     the last, [len - 1, V], run through the engine."""
     logits: list[dict[int, np.ndarray]] = [{} for _ in sequences]
 
-    def record(indices: list[int], batch, result) -> None:
-        for s, i in enumerate(indices):
-            for t in range(batch.seq_starts[s], batch.seq_starts[s + 1]):
-                logits[i][int(batch.positions[t])] = result.logits[t]
+    def record(indices: list[int], batch: StepBatch, result: StepResult) -> None:
+        for i, position, row in fed_logits(indices, batch, result):
+            logits[i][position] = row
 
     generate_greedy(backend, sequences, 1, step_token_budget=step_token_budget, on_step=record)
     return [np.stack([rows[p] for p in range(len(seq) - 1)]) for seq, rows in zip(sequences, logits)]
