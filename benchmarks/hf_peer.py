@@ -1,15 +1,15 @@
 """The peer of `gemma-batch bench`: Hugging Face transformers on the same Gemma 3 shape.
 
 `Gemma3ForCausalLM` built from the very shape dict the bench uses (`gemma_batch.bench.shapes`),
-random bf16 weights (transformers' own initialisation), or a real model's Hugging Face folder
-(`--model`, as `gemma-batch bench --model` loads it; side_by_side.py passes the folder a GGUF or a
-hub name converts to) in bf16, sdpa attention, on CUDA (on the CPU when
+random bf16 weights (transformers' own initialisation), or a real model (`--model`: a Hugging
+Face folder, or a GGUF file that transformers dequantizes itself; side_by_side.py passes the GGUF
+of a GGUF model, the folder of a hub name) in bf16, sdpa attention, on CUDA (on the CPU when
 there is none, for a smoke test). Per batch size: a warm-up of the same batch, then
 the timed greedy `generate` of exactly --gen-len tokens (min_new_tokens = max_new_tokens, no
 eos), then one prefill forward alone. Prints a line per case and writes JSON.
 
     python benchmarks/hf_peer.py --shape 1b --batch 1,8,32 --prompt-len 128 --gen-len 128 --json hf.json
-    python benchmarks/hf_peer.py --model ~/.cache/gemma-batch/gguf/<digest> --batch 64 --json hf.json
+    python benchmarks/hf_peer.py --model gemma-3-270m-q4_k_m.gguf --batch 64 --json hf.json
 """
 
 from __future__ import annotations
@@ -55,9 +55,11 @@ def build_model(shape: str, seed: int, device: str) -> Gemma3ForCausalLM:
     return model
 
 
-def load_model(folder: Path, device: str) -> Gemma3ForCausalLM:
-    """The model in `folder` (a Hugging Face layout), bf16, sdpa, on `device`."""
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16, attn_implementation="sdpa").to(device)
+def load_model(path: Path, device: str) -> Gemma3ForCausalLM:
+    """The model at `path` (a Hugging Face folder, or a .gguf file), bf16, sdpa, on `device`."""
+    where = {"pretrained_model_name_or_path": path.parent, "gguf_file": path.name} if path.suffix == ".gguf" else \
+        {"pretrained_model_name_or_path": path}
+    model = AutoModelForCausalLM.from_pretrained(**where, dtype=torch.bfloat16, attn_implementation="sdpa").to(device)
     synchronize(device)
     return model.eval()
 

@@ -9,8 +9,8 @@ side_by_side.json with the ratios.
     python benchmarks/side_by_side.py --model gemma-3-270m --weights fp16 --batch 1,64 --backend vulkan
 
 With --model (a folder, a .gguf file, gemma-3-270m or a Hugging Face name) both sides load that
-model's Hugging Face folder (a GGUF's conversion, made once): gemma-batch in --weights (bf16 keeps
-the weights as stored: float32 for a GGUF's), transformers in bf16.
+model: gemma-batch in --weights (auto: as stored, a GGUF in its own quantization), transformers
+in bf16 (a GGUF dequantized by transformers itself).
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ from gemma_batch.bench.metrics import prefill_flops  # noqa: E402
 from gemma_batch.bench.report import align  # noqa: E402
 from gemma_batch.bench.shapes import SHAPES, shape_config  # noqa: E402
 from gemma_batch.model.config import Gemma3Config  # noqa: E402
-from gemma_batch.model.sources import model_folder  # noqa: E402
+from gemma_batch.model.sources import model_folder, model_gguf  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", default="1b", choices=list(SHAPES))
     parser.add_argument("--model", help="a real model instead of random weights of --shape (as run --model takes it)")
-    parser.add_argument("--weights", default="bf16", help="gemma-batch's weight format (bench --weights)")
+    parser.add_argument("--weights", default="auto", help="gemma-batch's weight format (bench --weights)")
     parser.add_argument("--batch", default="1,8,32", help="comma-separated batch sizes")
     parser.add_argument("--prompt-len", default="128")
     parser.add_argument("--gen-len", default="128")
@@ -63,7 +63,8 @@ def main(argv: list[str]) -> None:
     out = args.out or Path(tempfile.mkdtemp(prefix="side_by_side_"))
     out.mkdir(parents=True, exist_ok=True)
     folder = model_folder(args.model, sys.stderr) if args.model else None
-    which = ["--model", str(folder)] if folder else ["--shape", args.shape]
+    peer_model = (model_gguf(args.model, sys.stderr) or folder) if folder else None  # (transformers reads a GGUF itself)
+    which = ["--model", str(peer_model)] if folder else ["--shape", args.shape]
     cases = [*which, "--batch", args.batch, "--prompt-len", args.prompt_len, "--gen-len", args.gen_len]
     device = ["--device", args.device] if args.device else []
     run([sys.executable, "-m", "gemma_batch", "bench", *cases, "--weights", args.weights, "--backend", args.backend,

@@ -38,13 +38,14 @@ float bf16_lo(uint w) { return uintBitsToFloat(w << 16); }
 float bf16_hi(uint w) { return uintBitsToFloat(w & 0xffff0000u); }
 
 // Quantized weights (model/quant.py): 4 int8 codes of a word, as floats (exact); 4 int4 codes of
-// the low 16 bits (stored + 8, lowest nibble first); half `which` of a word of two fp16 scales.
+// the low 16 bits (0..15, lowest nibble first); half `which` of a word of two fp16 values.
+#define INT8_GROUP 32  // int8 weights per scale (quant.INT8_GROUP)
 vec4 int8x4(uint w) {
     int v = int(w);
     return vec4(bitfieldExtract(v, 0, 8), bitfieldExtract(v, 8, 8), bitfieldExtract(v, 16, 8), bitfieldExtract(v, 24, 8));
 }
-vec4 int4x4(uint w) { return vec4(w & 15u, (w >> 4) & 15u, (w >> 8) & 15u, (w >> 12) & 15u) - 8.0; }
-float int4_scale(uint pair, uint which) {
+vec4 uint4x4(uint w) { return vec4(w & 15u, (w >> 4) & 15u, (w >> 8) & 15u, (w >> 12) & 15u); }
+float half_of(uint pair, uint which) {
     vec2 s = unpackHalf2x16(pair);
     return which == 0u ? s.x : s.y;
 }

@@ -1,7 +1,7 @@
 #version 450
 // x[t, :] = E[token_ids[t], :] * scale   (Gemma's sqrt(H) embedding scale, as an fp32 product)
 // Variants: W_BF16 | W_F16 | W_F32 | W_I8 | W_T16, the table's storage type (W_I8: int8 codes
-// [V, H], then a scale per row, as matmul.comp reads them; W_T16: fp16 in 16 x 16 tiles, as
+// [V, H], then an fp16 scale per 32 of a row's values, as matmul.comp reads them; W_T16: fp16 in 16 x 16 tiles, as
 // matmul_coop_direct.comp reads them, where the table is also the LM head). One workgroup per token.
 // A token id -1 - r (< 0) is the id the step before sampled into its row r (binding 3: the other
 // input set's ids, step_buffers.py), for a step submitted while that one ran; where that id is
@@ -31,7 +31,8 @@ float table(uint row, uint h) {
 #endif
 #if defined(W_I8)
     int word = int(e[i / 4]);
-    return float(bitfieldExtract(word, int(8u * (i & 3u)), 8)) * uintBitsToFloat(e[pc.V * (pc.H / 4) + i / pc.H]);
+    uint at = i / INT8_GROUP;  // (row, group of 32) in row order, as i / 32 for rows of whole groups
+    return float(bitfieldExtract(word, int(8u * (i & 3u)), 8)) * half_of(e[pc.V * (pc.H / 4) + at / 2], at & 1u);
 #elif defined(W_F32)
     return uintBitsToFloat(e[i]);
 #elif defined(W_F16) || defined(W_T16)

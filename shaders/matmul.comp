@@ -4,10 +4,10 @@
 // Variants (defines):
 //   W_BF16 | W_F16 | W_F32  storage type of W (K must be a multiple of 8)
 //   W_I8 | W_I4             quantized W (model/quant.py; backends/vulkan/weights.py: codes, then
-//                           scales, in one buffer): int8 codes with a scale per output channel,
-//                           applied to the output's sum; int4 codes (two per byte, stored + 8)
-//                           with an fp16 scale per pc.group weights, applied per piece of 8
-//                           (a piece lies in one group). Dequantized in registers only.
+//                           scales, in one buffer): int8 codes with an fp16 scale per 32 weights;
+//                           int4 codes (two per byte, 0..15) with an fp16 scale and minimum per
+//                           pc.group weights. Applied per piece of 8 (a piece lies in one group):
+//                           scale * sum(x * code) (+ minimum * sum(x)). Dequantized in registers only.
 //   NORM_IN                 x is RMS-normalised on the fly with (1 + g): y = inv_rms[m] * sum_k x*(1+g)*W,
 //                           the sum of squares is accumulated in the same pass over x
 //   GATED                   two weights (gate: binding 0, up: binding 4): y = gelu_tanh(x.Wg) * (x.Wu)
@@ -85,7 +85,7 @@ layout(push_constant) uniform Push {
     uint num_heads;     // EPI_QK_ROPE: q heads, kv heads and head size of y's columns
     uint num_kv_heads;
     uint head_dim;
-    uint group;         // W_I4: weights per scale
+    uint group;         // W_I4: weights per scale and minimum
 } pc;
 
 // 8 consecutive weights of row n from k8*8, as two vec4.
@@ -97,23 +97,27 @@ layout(push_constant) uniform Push {
 #elif defined(W_I8)
 #define LOAD8(buf, n, k8, lo, hi) { uvec2 v_ = buf[(n) * (pc.K / 8) + (k8)]; lo = int8x4(v_.x); hi = int8x4(v_.y); }
 #elif defined(W_I4)
-#define LOAD8(buf, n, k8, lo, hi) { uint v_ = buf[(n) * (pc.K / 8) + (k8)]; lo = int4x4(v_); hi = int4x4(v_ >> 16); }
+#define LOAD8(buf, n, k8, lo, hi) { uint v_ = buf[(n) * (pc.K / 8) + (k8)]; lo = uint4x4(v_); hi = uint4x4(v_ >> 16); }
 #else
 #define LOAD8(buf, n, k8, lo, hi) { uvec4 v_ = buf[(n) * (pc.K / 8) + (k8)]; \
     lo = vec4(bf16_lo(v_.x), bf16_hi(v_.x), bf16_lo(v_.y), bf16_hi(v_.y)); \
     hi = vec4(bf16_lo(v_.z), bf16_hi(v_.z), bf16_lo(v_.w), bf16_hi(v_.w)); }
 #endif
-// Scales: ROW_SCALE of output n multiplies its whole sum (int8), PIECE_SCALE the piece k8 (int4).
+// The (scale, minimum) of the piece k8 of row n: int8's scale per INT8_GROUP (halves after the codes),
+// int4's pair per pc.group (a word after the codes); 1 and 0 for float weights.
 #if defined(W_I8)
-#define ROW_SCALE(scales, n) uintBitsToFloat(scales[pc.N * (pc.K / 4) + (n)])
+#define SCALE_AT(n, k8) ((n) * (pc.K / INT8_GROUP) + (k8) / (INT8_GROUP / 8))
+#define PIECE_SCALE(scales, n, k8) vec2(half_of(scales[pc.N * (pc.K / 4) + SCALE_AT(n, k8) / 2], SCALE_AT(n, k8) & 1u), 0.0)
+#elif defined(W_I4)
+#define PIECE_SCALE(scales, n, k8) unpackHalf2x16(scales[pc.N * (pc.K / 8) + (n) * (pc.K / pc.group) + (k8) * 8 / pc.group])
 #else
-#define ROW_SCALE(scales, n) 1.0
+#define PIECE_SCALE(scales, n, k8) vec2(1.0, 0.0)
 #endif
+// A piece's part of a sum: x . w (lo and hi halves) times the scale, plus the minimum times the sum of x (int4).
 #if defined(W_I4)
-#define PIECE_SCALE(scales, n, k8) int4_scale(scales[pc.N * (pc.K / 8) + ((n) * (pc.K / pc.group) + (k8) * 8 / pc.group) / 2], \
-                                              ((n) * (pc.K / pc.group) + (k8) * 8 / pc.group) & 1u)
+#define PIECE_SUM(xlo, xhi, wlo, whi, s, xsum) ((s).x * (dot(xlo, wlo) + dot(xhi, whi)) + (s).y * (xsum))
 #else
-#define PIECE_SCALE(scales, n, k8) 1.0
+#define PIECE_SUM(xlo, xhi, wlo, whi, s, xsum) ((s).x * (dot(xlo, wlo) + dot(xhi, whi)))
 #endif
 
 #ifdef GATED
@@ -177,14 +181,14 @@ void main() {
 
     for (uint k8 = kgroup * TEAM + lane; k8 < K8; k8 += KSPLIT * TEAM) {
         vec4 wlo[NT], whi[NT];
-        float ws[NT];
+        vec2 ws[NT];
         [[unroll]] for (uint n = 0; n < NT; n++) {
             LOAD8(w4, nrow[n], k8, wlo[n], whi[n]);
             ws[n] = PIECE_SCALE(w_scales, nrow[n], k8);
         }
 #ifdef GATED
         vec4 ulo[NT], uhi[NT];
-        float us[NT];
+        vec2 us[NT];
         [[unroll]] for (uint n = 0; n < NT; n++) {
             LOAD8(u4, nrow[n], k8, ulo[n], uhi[n]);
             us[n] = PIECE_SCALE(u_scales, nrow[n], k8);
@@ -203,10 +207,13 @@ void main() {
             xlo *= glo;
             xhi *= ghi;
 #endif
+#ifdef W_I4
+            float xsum = dot(xlo, vec4(1.0)) + dot(xhi, vec4(1.0));
+#endif
             [[unroll]] for (uint n = 0; n < NT; n++) {
-                ACC(m, n) += ws[n] * (dot(xlo, wlo[n]) + dot(xhi, whi[n]));
+                ACC(m, n) += PIECE_SUM(xlo, xhi, wlo[n], whi[n], ws[n], xsum);
 #ifdef GATED
-                ACC2(m, n) += us[n] * (dot(xlo, ulo[n]) + dot(xhi, uhi[n]));
+                ACC2(m, n) += PIECE_SUM(xlo, xhi, ulo[n], uhi[n], us[n], xsum);
 #endif
             }
         }
@@ -242,13 +249,13 @@ void main() {
         [[unroll]] for (uint n = 0; n < NT; n++) {
             uint col = n0 + ogroup * NT + n;
             if (kgroup != 0 || lane != m * NT + n || m >= mcount || col >= pc.N) continue;
-            float total = ACC(m, n) * ROW_SCALE(w_scales, col);
+            float total = ACC(m, n);
 #ifdef NORM_IN
             float inv = 1.0 / sqrt(SS(m) / float(pc.K) + pc.eps);
             total *= inv;
 #endif
 #ifdef GATED
-            float up = ACC2(m, n) * ROW_SCALE(u_scales, col);
+            float up = ACC2(m, n);
 #ifdef NORM_IN
             up *= inv;
 #endif

@@ -8,8 +8,9 @@
 // x_lo) takes hi alone: 11 significant bits, half the matrix work and half the x staging. W is fp16 in 16 x 16 tiles (W_T16: bf16 and fp16
 // checkpoints, converted at upload by weights.py, exact in fp16's normal range, which holds every
 // weight of a real checkpoint), or int8 / int4 codes (matmul.comp's W_I8 / W_I4 layout: codes,
-// then scales, in one buffer), dequantized while staged as fp16(code * scale): the weight the CPU
-// uses, rounded once more, to fp16 (a relative 2^-11, well inside the quantization's own error).
+// then scales, in one buffer), dequantized while staged as fp16(code * scale (+ minimum)): the
+// weight the CPU uses, rounded once more, to fp16 (a relative 2^-11, well inside the
+// quantization's own error).
 // fp16 tiles may be stored in fragment order (coop_fragment.glsl); staging copies them as they are.
 // For fp16 tiles, steps of up to COOP_FOLD_ROWS (64) rows run matmul_coop_direct.comp instead (same sums,
 // same order), so only this kernel's prefill tile is built for them.
@@ -98,7 +99,7 @@ layout(push_constant) uniform Push {
     uint N;
     uint K;
     uint kchunk;   // K per chunk, a multiple of KU dividing K
-    uint group;    // W_I4: weights per scale
+    uint group;    // W_I4: weights per scale and minimum
     uint fold_rows;  // most rows whose chunks are workgroups of their own (above: summed in the workgroup)
 } pc;
 
@@ -138,11 +139,11 @@ uvec4 fp16_8(vec4 lo, vec4 hi) {
     return uvec4(fp16_pair(lo.x, lo.y), fp16_pair(lo.z, lo.w), fp16_pair(hi.x, hi.y), fp16_pair(hi.z, hi.w));
 }
 
-uvec4 to_fp16(WPIECE v, float scale) {  // 8 weights of W's storage type as 8 fp16 (scale: quantized W's)
+uvec4 to_fp16(WPIECE v, vec2 scale) {  // 8 weights of W's storage type as 8 fp16 (scale: quantized W's scale, minimum)
 #if defined(W_I8)
-    return fp16_8(int8x4(v.x) * scale, int8x4(v.y) * scale);
+    return fp16_8(int8x4(v.x) * scale.x, int8x4(v.y) * scale.x);
 #elif defined(W_I4)
-    return fp16_8(int4x4(v) * scale, int4x4(v >> 16) * scale);
+    return fp16_8(uint4x4(v) * scale.x + scale.y, uint4x4(v >> 16) * scale.x + scale.y);
 #else
     return v;
 #endif
@@ -185,25 +186,22 @@ void main() {
     // Which of this subgroup's row tiles hold rows below M (uniform per subgroup).
     uint live_tm = min(TM, (M - min(M, m0 + sg_m * TM * 16) + 15) / 16);
 
-    // Quantized W: where the scales start (words), and the scale of each staged piece: int8's is
-    // its row's (the rows an invocation stages are the same every stage), int4's its group's.
+    // Quantized W: where the scales start (words), and the (scale, minimum) of each staged piece:
+    // int8's scale per INT8_GROUP (fp16 halves), int4's pair per pc.group (a word).
 #ifdef GATED
     uint scale_base = (pc.N / 2) * (pc.K / 8) * (W_BYTES_PER_8 / 4);
 #else
     uint scale_base = pc.N * (pc.K / 8) * (W_BYTES_PER_8 / 4);
 #endif
-    float wsc[W_LOADS];
-    [[unroll]] for (uint i = 0; i < W_LOADS; i++) {
-        wsc[i] = 1.0;
-#ifdef W_I8
-        uint at = scale_base + wrow0 + (tid + WG * i) / XV;
-        wsc[i] = uintBitsToFloat(up ? u_scales[at] : w_scales[at]);
-#endif
-    }
-#ifdef W_I4
-#define LOAD_SCALE(i, row, k) { uint g_ = (row) * (pc.K / pc.group) + (k) / pc.group; \
+    vec2 wsc[W_LOADS];
+    [[unroll]] for (uint i = 0; i < W_LOADS; i++) wsc[i] = vec2(1.0, 0.0);
+#if defined(W_I8)
+#define LOAD_SCALE(i, row, k) { uint g_ = (row) * (pc.K / INT8_GROUP) + (k) / INT8_GROUP; \
         uint pair_ = up ? u_scales[scale_base + g_ / 2] : w_scales[scale_base + g_ / 2]; \
-        wsc[i] = int4_scale(pair_, g_ & 1u); }
+        wsc[i] = vec2(half_of(pair_, g_ & 1u), 0.0); }
+#elif defined(W_I4)
+#define LOAD_SCALE(i, row, k) { uint g_ = (row) * (pc.K / pc.group) + (k) / pc.group; \
+        wsc[i] = unpackHalf2x16(up ? u_scales[scale_base + g_] : w_scales[scale_base + g_]); }
 #else
 #define LOAD_SCALE(i, row, k)
 #endif

@@ -52,11 +52,12 @@ CASE_FIELDS = {
 TINY_PARAMS = 32768 + 4 * 37152 + 64
 # The same in the quantized formats. A layer's matrices [N, K]: q and o 64x64, k and v 32x64, gate and up 128x64,
 # down 64x128: 36864 weights in 512 rows. The embedding 512x64. Norms 4 * (4*64 + 2*16) + 64 = 1216, bf16 always.
-# int8: N*K codes + 4 B of scale a row; int4 (groups of 32): N*K/2 + 2 B of scale per 32 weights, the embedding int8.
+# int8: N*K codes + a 2-B scale per 32 weights; int4 (groups of 32): N*K/2 + a 2-B scale and a 2-B minimum per 32
+# weights, the embedding int8.
 TINY_NORM_BYTES = 2 * 1216
-TINY_EMBED_INT8 = 512 * 64 + 4 * 512
-TINY_INT8 = TINY_EMBED_INT8 + 4 * (36864 + 4 * 512) + TINY_NORM_BYTES
-TINY_INT4_G32 = TINY_EMBED_INT8 + 4 * (36864 // 2 + 2 * 36864 // 32) + TINY_NORM_BYTES
+TINY_EMBED_INT8 = 512 * 64 + 2 * 512 * 64 // 32
+TINY_INT8 = TINY_EMBED_INT8 + 4 * (36864 + 2 * 36864 // 32) + TINY_NORM_BYTES
+TINY_INT4_G32 = TINY_EMBED_INT8 + 4 * (36864 // 2 + 4 * 36864 // 32) + TINY_NORM_BYTES
 PROMPT, GEN = 12, 6
 
 
@@ -129,8 +130,8 @@ def test_bench_on_vulkan_reports_device_and_host_time(tmp_path):
 
 
 @pytest.mark.parametrize("weights, options, kv_dtype, kv_value_bytes, expected_weight_bytes", [
-    ("int8", ("--weights", "int8"), "bf16", 2 * 16 * 2, TINY_INT8),  # per layer's K (or V): 2 heads of 16
-    ("int4-g32", ("--weights", "int4", "--int4-group", "32"), "int8", 2 * 16 + 4 * 2, TINY_INT4_G32),  # + fp32 scales
+    ("int8-g32", ("--weights", "int8"), "bf16", 2 * 16 * 2, TINY_INT8),  # per layer's K (or V): 2 heads of 16
+    ("int4-g32+min", ("--weights", "int4", "--int4-group", "32"), "int8", 2 * 16 + 4 * 2, TINY_INT4_G32),  # + fp32 scales
 ])
 def test_bench_on_cpu_runs_quantized_weights_and_counts_their_bytes(tmp_path, weights, options, kv_dtype,
                                                                      kv_value_bytes, expected_weight_bytes):
@@ -153,10 +154,10 @@ def test_quantized_weight_bytes_of_the_1b_by_hand(weights, group):
     norms = layers * (4 * h + 2 * 256) + h
 
     def int8(n: int, k: int) -> int:
-        return n * k + 4 * n
+        return n * k + 2 * n * k // 32
 
     def int4(n: int, k: int) -> int:
-        return n * k // 2 + 2 * n * k // group
+        return n * k // 2 + 4 * n * k // group
 
     per_matrix = int8 if weights == "int8" else int4
     expected = int8(vocab, h) + layers * sum(per_matrix(n, k) for n, k in layer) + 2 * norms
@@ -175,8 +176,8 @@ def test_bench_times_a_model_folder_with_its_own_weights(tmp_path, monkeypatch):
     assert (run["shape"], run["weights_source"], run["weights"]) == (str(folder), "checkpoint", "bf16")
     assert run["config"] == {key: SHAPES["tiny"][key] for key in run["config"]}
     assert run["weight_bytes"] == 2 * TINY_PARAMS and "weights: checkpoint" in log.getvalue()
-    report = run_bench(replace(options, weights=WeightFormat("int8")), log=io.StringIO())
-    assert report["run"]["weights"] == "int8" and report["run"]["weight_bytes"] == TINY_INT8
+    report = run_bench(replace(options, weights=WeightFormat.parse("int8")), log=io.StringIO())
+    assert report["run"]["weights"] == "int8-g32" and report["run"]["weight_bytes"] == TINY_INT8
     assert report["cases"][0]["generated_tokens"] == 2 * GEN
     with pytest.raises(ValueError, match="does not exist"):
         run_bench(replace(options, model=str(tmp_path / "nothing")), log=io.StringIO())
@@ -185,7 +186,7 @@ def test_bench_times_a_model_folder_with_its_own_weights(tmp_path, monkeypatch):
 def test_a_backend_without_the_format_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(CpuBackend, "weight_formats", ("bf16",))
     with pytest.raises(BenchError, match="the cpu backend cannot run int8 weights"):
-        run_bench(BenchOptions("tiny", (1,), 4, 2, "cpu", weights=WeightFormat("int8")))
+        run_bench(BenchOptions("tiny", (1,), 4, 2, "cpu", weights=WeightFormat.parse("int8")))
 
 
 def test_bad_options_are_usage_errors():
@@ -316,7 +317,7 @@ def test_random_weights_in_a_format_are_what_conversion_gives_the_backend(weight
             values = to_float32(got)
         assert np.isfinite(values).all() and np.abs(values).max() < 1
     if fmt.name == "int4":
-        assert tensors["embed_tokens.weight"].format == WeightFormat("int8")  # the embedding (the LM head) stays int8
+        assert tensors["embed_tokens.weight"].format == WeightFormat.parse("int8")  # the embedding (the LM head) stays int8
     held = sum(t.nbytes if isinstance(t, QuantizedTensor) else t.data.nbytes for t in tensors.values())
     assert held == weight_bytes(cfg, fmt)  # the bytes bench counts are the bytes it loads
 

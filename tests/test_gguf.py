@@ -1,6 +1,7 @@
 """GGUF models (model/gguf_*.py) and model names (model/sources.py) on a GGUF of the demo model
 that llama.cpp's layout and `gguf`'s writer make (tests/gguf_fixture.py): every tensor type a Gemma
-GGUF uses converts to the tensors transformers' own GGUF loading makes, bit for bit; the
+GGUF uses converts to the tensors transformers' own GGUF loading makes (bit for bit where our
+layouts hold its blocks, within their rounding elsewhere); the
 hyper-parameters llama.cpp leaves out come back by its rules; bad files fail naming the file;
 a conversion is made once; hub names resolve offline from a prepared cache."""
 
@@ -16,7 +17,11 @@ import numpy as np
 import pytest
 
 from gemma_batch.job.spec import DEMO_MODEL
+from gemma_batch.model.checkpoint import Checkpoint, to_float32
+from gemma_batch.model.config import Gemma3Config
 from gemma_batch.model.gguf_file import GGUFError, GGUFModel
+from gemma_batch.model.quant import WeightFormat
+from gemma_batch.model.quant_cache import load_converted
 from gemma_batch.model.sources import ModelNotFound, model_folder
 from tests.gguf_fixture import TYPES, write_gguf
 from tests.test_run_job import gemma_batch, read_rows, write_jsonl
@@ -32,6 +37,10 @@ def demo_gguf(tmp_path_factory) -> Path:
 
 
 def test_every_tensor_type_converts_to_what_transformers_loads_from_the_gguf(demo_gguf, tmp_path):
+    """The conversion's tensors, dequantized (`--weights bf16`), against transformers' own GGUF
+    loading: equal where a layout holds the blocks (floats, Q8_0, Q5_0, Q4_0, Q4_1); Q4_K's scale and
+    minimum rounded to fp16 (2^-11 of each, relative); other types re-rounded to int8 per 32 (half
+    a step, 1/254 of the group's largest magnitude). A fused projection's parts share one format."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -39,17 +48,39 @@ def test_every_tensor_type_converts_to_what_transformers_loads_from_the_gguf(dem
     done = gemma_batch("convert", demo_gguf, folder)
     assert done.returncode == 0, done.stderr
     theirs = AutoModelForCausalLM.from_pretrained(demo_gguf.parent, gguf_file=demo_gguf.name, dtype=torch.float32)
-    ours = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    a, b = theirs.state_dict(), ours.state_dict()
-    assert sorted(a) == sorted(b)
-    assert [name for name in a if not torch.equal(a[name].float(), b[name].float())] == []
+    state = {name.removeprefix("model."): t.numpy() for name, t in theirs.state_dict().items()}
+    config = Gemma3Config.from_dir(folder)
+    checkpoint = Checkpoint.open(folder, config)
+    types = {t.hf_name.removeprefix("model."): t.type_name for t in GGUFModel(demo_gguf).tensors}
+    ours = dict(load_converted(checkpoint, WeightFormat.parse("bf16"), None).tensors)
+    carried = dict(load_converted(checkpoint, WeightFormat.parse("auto"), None).tensors)
+    assert sorted(ours) == sorted(n for n in state if n != "lm_head.weight")
+    for name, tensor in ours.items():
+        want, got = state[name], to_float32(tensor)
+        kind, fmt = types[name], checkpoint.dtype(name)
+        if fmt in ("F32", "F16", "BF16") or kind in ("Q8_0", "Q5_0") or (kind in ("Q4_0", "Q4_1") and fmt == "int4-g32+min"):
+            assert np.array_equal(got, want), (name, kind)
+            continue
+        groups = np.abs(want.reshape(want.shape[0], -1, 32)).max(axis=2, keepdims=True)
+        err = np.abs(got - want).reshape(groups.shape[0], -1, 32)
+        if fmt == "int8-g32":  # re-rounded to int8 (a 4-bit type among int8 q/k/v too), the fp16 scale's own
+            # rounding at most half an ulp, 2^-25 in fp16's subnormals (tiny groups), times 127 codes
+            assert (err <= groups / 254 * (1 + 2**-9) + 127 * 2**-25).all(), (name, kind)
+        else:  # Q4_K carried: codes exact, the group's scale s and minimum m rounded to fp16 (half an ulp each)
+            pairs = np.abs(carried[name].scales.astype(np.float32))
+            bound = 2**-11 * (15 * pairs[..., 0] + pairs[..., 1]) * (1 + 2**-10)
+            assert kind == "Q4_K" and (err <= bound[..., None] + 1e-12).all() and err.max() > 0, (name, kind)
+    for layer in range(config.num_layers):
+        for parts in (("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), ("mlp.gate_proj", "mlp.up_proj")):
+            assert len({checkpoint.dtype(f"layers.{layer}.{p}.weight") for p in parts}) == 1
+    assert {checkpoint.dtype(n) for n in ours if types[n] == "Q4_K"} >= {"int4-g32+min"}
+    assert set(TYPES) <= {t.type_name for t in GGUFModel(demo_gguf).tensors}
+    written = json.loads((folder / "config.json").read_text())
     for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
                 "intermediate_size", "rms_norm_eps", "sliding_window", "vocab_size", "max_position_embeddings",
                 "layer_types", "rope_parameters"):
-        assert getattr(theirs.config, key) == getattr(ours.config, key), key
-    assert set(TYPES) <= {t.type_name for t in GGUFModel(demo_gguf).tensors}
-    config = json.loads((folder / "config.json").read_text())
-    assert config["query_pre_attn_scalar"] == 64  # llama.cpp's 1 / sqrt(head_dim); transformers' GGUF loading assumes 256
+        assert getattr(theirs.config, key) == written[key], key
+    assert written["query_pre_attn_scalar"] == 64  # llama.cpp's 1 / sqrt(head_dim); transformers' GGUF loading assumes 256
 
 
 def test_norm_weights_lose_the_one_llama_cpp_adds(demo_gguf, tmp_path):

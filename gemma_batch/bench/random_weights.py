@@ -9,9 +9,10 @@ drawn directly in their storage dtype:
 
 * bf16 / fp16 matrices: values of std 0.02 (transformers' initializer range); norm weights
   (never converted) std 0.1 around zero (applied as 1 + w).
-* int8: codes of std 127/3 clipped to [-127, 127], fp32 scales around 0.02 * 3 / 127 (a std-0.02
-  row whose extreme lies at 3 std).
-* int4: any bytes (every byte is a pair of codes), fp16 group scales around 0.02 * 3 / 8.
+* int8: codes of std 127/3 clipped to [-127, 127], fp16 group scales around 0.02 * 3 / 127 (a
+  std-0.02 group whose extreme lies at 3 std).
+* int4: any bytes (every byte is a pair of codes), fp16 group scales and minimums of magnitude
+  around 0.02 * 3 / 8 and either sign (so a row's values centre on zero).
 
 The values only have to be finite and ordinary: a benchmark's speed does not depend on them.
 """
@@ -33,7 +34,7 @@ DRAWN = 1 << 22  # values drawn per pool; the pool repeats them
 OFFSETS = 1 << 20  # a pool is this much longer than its largest array, for the random offsets
 MATRIX_STD, NORM_STD = 0.02, 0.1
 SCALE_SPREAD = 0.25  # scales lie within +-25% of their nominal value
-Pool = tuple[str, str]  # (stored dtype, part: "matrix" | "norm" | "scales")
+Pool = tuple[str, str]  # (stored dtype, part: "matrix" | "norm" | "scales" | "pairs")
 
 
 def layout(cfg: Gemma3Config) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -77,7 +78,7 @@ def random_tensors(cfg: Gemma3Config, seed: int = 0,
 def _part(entry: str, shape: tuple[int, ...]) -> str:
     """Which pool an array of a stored entry comes from, besides its dtype."""
     if entry.endswith(".scales"):
-        return "scales"
+        return "pairs" if len(shape) == 3 else "scales"  # int4's (scale, minimum) | int8's scales
     return "norm" if len(shape) == 1 else "matrix"
 
 
@@ -94,9 +95,10 @@ def _draw(rng: np.random.Generator, key: Pool, n: int) -> np.ndarray:
     if dtype == "U8":  # int4: two codes a byte, every byte a valid pair
         return rng.integers(0, 256, n, dtype=np.uint8)
     x = rng.standard_normal(n, dtype=np.float32)
-    if part == "scales":  # F32: int8's per row; F16: int4's per group
-        nominal = MATRIX_STD * 3 / (127 if dtype == "F32" else 8)
-        return (np.float32(nominal) * (1 + np.float32(SCALE_SPREAD) * np.tanh(x))).astype(NUMPY_DTYPES[dtype])
+    if part in ("scales", "pairs"):
+        nominal = np.float32(MATRIX_STD * 3 / (127 if part == "scales" else 8)) * (1 + np.float32(SCALE_SPREAD) * np.tanh(x))
+        sign = np.where(rng.random(n) < 0.5, np.float32(-1.0), np.float32(1.0)) if part == "pairs" else np.float32(1.0)
+        return (nominal * sign).astype(NUMPY_DTYPES[dtype])
     if dtype == "I8":
         return np.clip(np.rint(x * np.float32(127 / 3)), -127, 127).astype(np.int8)
     x *= np.float32(NORM_STD if part == "norm" else MATRIX_STD)

@@ -104,7 +104,8 @@ def bench_weights(options: BenchOptions, log: TextIO) -> BenchWeights:
     fmt = options.weights
     if options.model is None:
         cfg = shape_config(options.shape)
-        return BenchWeights(options.shape, "random", cfg, random_layout(cfg), str(fmt), SHAPES[options.shape],
+        layout = random_layout(cfg)
+        return BenchWeights(options.shape, "random", cfg, layout, weights_label(fmt, layout), SHAPES[options.shape],
                             lambda: random_tensors(cfg, options.seed, fmt))
     _, cfg, _, checkpoint = open_model(options.model, log)
     return BenchWeights(options.model, "checkpoint", cfg, checkpoint.layout, weights_label(fmt, checkpoint.layout),

@@ -19,7 +19,7 @@ from ..engine.footprint import Footprint, auto_placement, footprint, placed_byte
 from ..job.model_setup import open_model
 from ..job.spec import parse_size
 from ..model import verify
-from ..model.quant import WeightFormat, weights_label
+from ..model.quant import FORMATS_HELP, WeightFormat, weights_label
 from .help import text
 
 
@@ -27,8 +27,8 @@ def inspect(
     model: str = typer.Argument(..., show_default=False, help=text(
         f"A model as `run --model` takes it (a folder, a .gguf file, gemma-3-270m, a Hugging Face name), or a shape "
         f"name ({', '.join(s for s in SHAPES if s != 'tiny')}) for its bf16 checkpoint.")),
-    weights: str = typer.Option("bf16", help=text("Weight format: bf16 (as stored), fp16, int8 or int4.")),
-    int4_group: int = typer.Option(32, help=text("Weights per int4 scale: 32 or 64.")),
+    weights: str = typer.Option("auto", help=text(FORMATS_HELP)),
+    int4_group: int = typer.Option(32, help=text("Weights per int4 scale and minimum: 32 or 64.")),
     backend: str = typer.Option("auto", help=text("The backend whose KV cache storage is the default: auto (as `run` "
                                                    "picks), cpu (fp32) or vulkan (fp16).")),
     kv_dtype: str = typer.Option(None, show_default=False, help=text("KV cache storage: fp32, fp16, bf16 or int8.",

@@ -13,7 +13,7 @@ from ..backends.kv_formats import KV_DTYPES
 from ..backends.vulkan.errors import DeviceMemoryError, VulkanUnavailable
 from ..engine.llm import LLM
 from ..engine.perplexity_report import Reference, Settings, measure, summary
-from ..model.quant import WeightFormat
+from ..model.quant import FORMATS_HELP, WeightFormat
 
 _DEFAULTS = Settings()
 
@@ -23,8 +23,8 @@ def perplexity(
                                      help="A UTF-8 text file, scored whole."),
     model: str = typer.Option(..., help="A Hugging Face Gemma 3 folder, a .gguf file, gemma-3-270m or a Hugging Face "
                               "name (as run --model).", show_default=False),
-    weights: str = typer.Option("bf16", help="Weight format: bf16 (as stored), fp16, int8 or int4."),
-    int4_group: int = typer.Option(32, help="Weights per int4 scale: 32 or 64."),
+    weights: str = typer.Option("auto", help=FORMATS_HELP),
+    int4_group: int = typer.Option(32, help="Weights per int4 scale and minimum: 32 or 64."),
     kv_dtype: str = typer.Option(None, help="KV cache storage: fp32, fp16, bf16 or int8. [default: the backend's]"),
     backend: str = typer.Option("auto", help="Device backend: auto, cpu or vulkan."),
     device: str = typer.Option(None, help="Vulkan device: index or part of its name."),
@@ -34,7 +34,7 @@ def perplexity(
     reference: str = typer.Option(None, help="Compare with this: an earlier run's --json report, or a model (as "
                                   "--model) run first in --reference-weights; adds the perplexity change, top-1 "
                                   "agreement and mean KL divergence."),
-    reference_weights: str = typer.Option("bf16", help="The weight format of a --reference model."),
+    reference_weights: str = typer.Option("auto", help="The weight format of a --reference model."),
     top_k: int = typer.Option(_DEFAULTS.top_k, min=1, help="Most likely tokens kept per scored token in the report "
                               "(what a later --reference compares with)."),
     max_batch: int = typer.Option(_DEFAULTS.max_batch, min=1, help="Windows run at once."),

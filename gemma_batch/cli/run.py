@@ -11,6 +11,7 @@ from ..data.rows import DatasetError
 from ..engine.kv_plan import KVBudgetError
 from ..job.lock import JobLocked
 from ..job.runner import JobFailed, JobStopped, run_job
+from ..model.quant import FORMATS_HELP
 from ..job.job_file import load_toml
 from ..job.spec import JobSpec, UsageError, check_paths, make_spec
 from ..job.store import JobMismatch, StoreCorrupt
@@ -54,10 +55,9 @@ def run(
                         "rest on the CPU.", MODEL_DEVICE, "auto under --backend auto: the whole model on one GPU where it fits"),
     gpu_memory: str = option("The most memory the job may use on a GPU (6GiB), for weights, KV and step buffers; "
                              "--place auto splits a model that does not fit in it.", MODEL_DEVICE, "what is free"),
-    weights: str = option("Weight format: bf16 (the checkpoint's weights as stored: a float32 checkpoint stays fp32), "
-                          "fp16, int8 (a scale per output channel) or int4 (a scale per group); converted at load and "
-                          "cached (GEMMA_BATCH_CACHE_DIR).", MODEL_DEVICE, _default("weights")),
-    int4_group: int = option("Weights per int4 scale: 32 or 64.", MODEL_DEVICE, _default("int4_group")),
+    weights: str = option(FORMATS_HELP + " Converted at load and cached (GEMMA_BATCH_CACHE_DIR).", MODEL_DEVICE,
+                          _default("weights")),
+    int4_group: int = option("Weights per int4 scale and minimum: 32 (5.0 bits a weight) or 64 (4.5).", MODEL_DEVICE, _default("int4_group")),
     kv_dtype: str = option("KV cache storage: fp32, fp16, bf16 or int8 (a scale per 32 values of a token and head).", MODEL_DEVICE,
                            "fp32 on cpu, fp16 on vulkan"),
     max_tokens: int = option("Most new tokens per row.", SAMPLING, _default("max_tokens")),

@@ -19,7 +19,7 @@ from ..bench.shapes import SHAPES
 from ..engine.llm import LLM
 from ..job.spec import DEMO_MODEL
 from ..model.gguf_convert import convert as gguf_convert
-from ..model.quant import WeightFormat
+from ..model.quant import FORMATS_HELP, WeightFormat
 
 
 def generate(
@@ -87,8 +87,8 @@ def bench(
     shape: str = typer.Option("1b", help=f"Gemma 3 shape, random weights (no checkpoint): {', '.join(SHAPES)}."),
     model: str = typer.Option(None, help="A real model to time instead of --shape: a folder, a .gguf file, "
                               "gemma-3-270m or a Hugging Face name, as run --model takes it."),
-    weights: str = typer.Option("bf16", help="Weight format: bf16, fp16, int8 or int4 (which keeps the embedding int8)."),
-    int4_group: int = typer.Option(32, help="Weights per int4 scale: 32 or 64."),
+    weights: str = typer.Option("auto", help=FORMATS_HELP),
+    int4_group: int = typer.Option(32, help="Weights per int4 scale and minimum: 32 or 64."),
     kv_dtype: str = typer.Option(None, help="KV cache storage: fp32, fp16, bf16 or int8. [default: fp32 on cpu, fp16 on vulkan]"),
     batch: str = typer.Option("1,8,32", help="Batch sizes, comma-separated; one case each."),
     prompt_len: int = typer.Option(128, help="Prompt tokens per request."),

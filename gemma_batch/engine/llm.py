@@ -25,7 +25,7 @@ class LLM:
     """
 
     def __init__(self, model: str | Path, backend: str = "cpu", device: str | None = None,
-                 weights: str = "bf16", kv_dtype: str | None = None, log: TextIO | None = None,
+                 weights: str = "auto", kv_dtype: str | None = None, log: TextIO | None = None,
                  int4_group: int = 32) -> None:
         """`model`: a Hugging Face folder, a GGUF file, `gemma-3-270m` or a hub name
         (`model.sources`: converted or fetched once, saying so on `log`, default stderr);

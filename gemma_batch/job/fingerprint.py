@@ -35,8 +35,10 @@ def model_fingerprint(model_dir: Path, checkpoint_files: Iterable[Path]) -> str:
     return h.hexdigest()
 
 
-def job_fingerprint(spec: JobSpec, input_fingerprint: str, model: str, backend: str, max_model_len: int) -> dict[str, Any]:
-    """The settings a resumed run must share with the run that started the job."""
+def job_fingerprint(spec: JobSpec, input_fingerprint: str, model: str, backend: str, max_model_len: int,
+                    weights: str) -> dict[str, Any]:
+    """The settings a resumed run must share with the run that started the job; `weights` what the
+    run's matrices are (`model.quant.weights_label`: `--weights auto` on a bf16 checkpoint is bf16)."""
     fingerprint = {
         "version": 3,  # 2: the request_hash column; 3: cached_prompt_tokens
         "input": input_fingerprint,
@@ -57,7 +59,7 @@ def job_fingerprint(spec: JobSpec, input_fingerprint: str, model: str, backend: 
             "seed": spec.seed,
             "stop": list(spec.stop),
             "max_model_len": max_model_len,
-            "weights": str(spec.weight_format),
+            "weights": weights,
         },
     }
     constraint = spec.constraint

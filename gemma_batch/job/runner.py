@@ -51,9 +51,8 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
     dataset, schema = open_input(spec)
     model = prepare_model(spec, log)
     backend, plan = model.backend, model.plan
-    fingerprint = job_fingerprint(
-        spec, dataset.fingerprint, model_fingerprint(model.folder, model.checkpoint.files), backend.identity, plan.max_model_len
-    )
+    fingerprint = job_fingerprint(spec, dataset.fingerprint, model_fingerprint(model.folder, model.checkpoint.files),
+                                  backend.identity, plan.max_model_len, model.weights_label)
     with OutputLock(spec.output_path):
         store, earlier = open_store(spec, schema, fingerprint, dataset, log)
         if store.state == "complete":

@@ -41,7 +41,7 @@ class JobSpec:
     device: str | None = None  # Vulkan device: index or part of its name (`gemma-batch devices`)
     place: str | None = None  # a placement plan (backends/placement.py) or "auto"; None: auto under --backend auto
     gpu_memory: str | None = None  # the most memory the job may plan to use on a GPU ("6GiB"); None: what is free
-    weights: str = "bf16"  # weight format (model.quant.FORMATS), converted at load and cached
+    weights: str = "auto"  # weight format (model.quant.FORMATS), converted at load and cached
     int4_group: int = 32  # weights per int4 scale
     kv_dtype: str | None = None  # KV cache storage (backends.kv_formats); None: the backend's default
     prompt_column: str = "prompt"

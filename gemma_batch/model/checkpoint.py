@@ -26,6 +26,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from .config import Gemma3Config
+from .quant import QuantizedTensor, WeightFormat, stored_format
 from .safetensors_file import SafetensorsError, TensorEntry, read_header, read_tensor
 from .weights import tensor_shapes
 
@@ -34,6 +35,7 @@ SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 HEAD = "lm_head.weight"
 SUPPORTED_DTYPES = ("BF16", "F16", "F32")  # of a checkpoint's tensors
+CODES, SCALES = ".q", ".scales"  # a quantized matrix `name` is stored as `name.q` and `name.scales` (model/quant.py)
 _PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.ckpt")
 _VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
 # layout -> (prefixes of the decoder tensors, file names of the LM head)
@@ -79,7 +81,9 @@ class _Source:
     """Where one canonical tensor lies: the file and the entry in its header."""
 
     path: Path
-    entry: TensorEntry
+    entry: TensorEntry  # a quantized matrix's: its codes (`name.q`)
+    scales: TensorEntry | None = None  # a quantized matrix's scales (`name.scales`), in the same file
+    format: WeightFormat | None = None  # a quantized matrix's
 
 
 class Checkpoint:
@@ -106,18 +110,20 @@ class Checkpoint:
     @property
     def nbytes(self) -> int:
         """Bytes of all text tensors as stored (vision tensors excluded)."""
-        return sum(s.entry.nbytes for s in self._sources.values())
+        return sum(s.entry.nbytes + (s.scales.nbytes if s.scales else 0) for s in self._sources.values())
 
     @property
     def layout(self) -> dict[str, tuple[str, tuple[int, ...]]]:
-        """Each tensor's stored dtype and shape, in load order."""
-        return {name: (s.entry.dtype, s.entry.shape) for name, s in self._sources.items()}
+        """Each tensor's stored dtype (a quantized matrix's: its format, `int8-g32`) and shape, in load order."""
+        return {name: (self.dtype(name), self.shape(name)) for name in self._sources}
 
     def dtype(self, name: str) -> str:
-        return self._sources[name].entry.dtype
+        source = self._sources[name]
+        return source.entry.dtype if source.format is None else str(source.format)
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return self._sources[name].entry.shape
+        source = self._sources[name]
+        return source.entry.shape if source.format is None else (source.entry.shape[0], source.scales.shape[1] * source.format.group)
 
     def where(self, name: str) -> str:
         """Where a canonical tensor is stored: its name in the file, and the file."""
@@ -156,10 +162,12 @@ class Checkpoint:
         expected.setdefault(HEAD, (cfg.vocab_size, cfg.hidden_size))  # "if one is present, use it"
         sources: dict[str, _Source] = {}
         for path, entries in headers.items():
+            scales = {e.name.removesuffix(SCALES): e for e in entries if e.name.endswith(SCALES)}
             for e in entries:
-                if e.name.startswith(_VISION_PREFIXES):
+                if e.name.startswith(_VISION_PREFIXES) or e.name.endswith(SCALES):
                     continue
-                name = _canonical(e.name, prefixes, head_names)
+                quantized = e.name.endswith(CODES) and e.name.removesuffix(CODES) in scales
+                name = _canonical(e.name.removesuffix(CODES) if quantized else e.name, prefixes, head_names)
                 if name is None or name not in expected:
                     raise CheckpointError(
                         f"{path}: unexpected tensor {e.name!r}: neither a text tensor of this config "
@@ -172,6 +180,9 @@ class Checkpoint:
                         f"{path}: tensor {e.name!r} duplicates {other.entry.name!r} in {other.path} "
                         f"(both are {name!r})"
                     )
+                if quantized:
+                    sources[name] = _quantized_source(path, e, scales.pop(e.name.removesuffix(CODES)), expected[name])
+                    continue
                 if e.dtype not in SUPPORTED_DTYPES:
                     raise CheckpointError(
                         f"{path}: tensor {e.name!r} has unsupported dtype {e.dtype}; "
@@ -182,6 +193,9 @@ class Checkpoint:
                         f"{path}: tensor {e.name!r} has shape {list(e.shape)}, expected {list(expected[name])}"
                     )
                 sources[name] = _Source(path, e)
+            if scales:
+                raise CheckpointError(f"{path}: {next(iter(scales))}{SCALES} holds the scales of no quantized tensor "
+                                      f"({next(iter(scales))}{CODES} is missing)")
         has_head = HEAD in sources
         if cfg.tie_word_embeddings:
             del expected[HEAD]
@@ -192,26 +206,39 @@ class Checkpoint:
             raise CheckpointError(f"{where}: {len(missing)} text tensor(s) missing: {shown}{more}")
         return cls(sources, has_untied_head=has_head)
 
-    def tensors(self) -> Iterator[tuple[str, Tensor]]:
-        """Yield `(canonical name, Tensor)` in `names` order, reading one tensor per step.
+    def tensors(self) -> Iterator[tuple[str, Tensor | QuantizedTensor]]:
+        """Yield `(canonical name, Tensor)` in `names` order (a quantized matrix as a
+        QuantizedTensor), reading one tensor per step.
 
         The generator keeps no reference to a tensor once it is yielded; drop it (after copying
         what you need) before asking for the next one to hold at most one raw tensor.
         """
-        by_file: dict[Path, list[tuple[str, TensorEntry]]] = {}
+        by_file: dict[Path, list[tuple[str, _Source]]] = {}
         for name, src in self._sources.items():
-            by_file.setdefault(src.path, []).append((name, src.entry))
+            by_file.setdefault(src.path, []).append((name, src))
         for path, items in by_file.items():
             with open(path, "rb", buffering=0) as f:
-                for name, entry in items:
-                    yield name, _read(f, entry)  # not bound to a local: the frame keeps no reference
+                for name, source in items:
+                    yield name, _read(f, source)  # not bound to a local: the frame keeps no reference
 
 
-def _read(f: BinaryIO, entry: TensorEntry) -> Tensor:
+def _read(f: BinaryIO, source: _Source) -> Tensor | QuantizedTensor:
     try:
-        return Tensor(entry.dtype, read_tensor(f, entry))
+        if source.format is not None:
+            return QuantizedTensor(source.format, read_tensor(f, source.entry), read_tensor(f, source.scales))
+        return Tensor(source.entry.dtype, read_tensor(f, source.entry))
     except SafetensorsError as e:
         raise CheckpointError(str(e)) from None
+
+
+def _quantized_source(path: Path, codes: TensorEntry, scales: TensorEntry, shape: tuple[int, ...]) -> _Source:
+    """A quantized matrix of `shape` stored as `codes` and `scales` (model/quant.py's layouts)."""
+    fmt = stored_format((codes.dtype, codes.shape), (scales.dtype, scales.shape), shape) if len(shape) == 2 else None
+    if fmt is None:
+        raise CheckpointError(f"{path}: {codes.name} ({codes.dtype} {list(codes.shape)}) and {scales.name} ({scales.dtype} "
+                              f"{list(scales.shape)}) are no quantized layout gemma-batch knows for a {list(shape)} matrix "
+                              "(int8: I8 codes and F16 scales per 32; int4: U8 codes and F16 (scale, minimum) pairs)")
+    return _Source(path, codes, scales, fmt)
 
 
 def _header(path: Path) -> list[TensorEntry]:

@@ -2,10 +2,12 @@
 
     folder = converted(Path("gemma-3-270m-q4_k_m.gguf"), cache_root(), log)   # then a model dir
 
-The folder holds `config.json` (`Gemma3ForCausalLM`), `model.safetensors` (quantized tensors
-dequantized to float32, exactly as transformers' own GGUF loading does; F32, F16 and BF16 ones as
-they are), `tokenizer.model` (gguf_tokenizer.py), `tokenizer_config.json`, and the chat template
-where the file has one. transformers loads it as it loads a hub checkpoint.
+The folder holds `config.json` (`Gemma3ForCausalLM`), `model.safetensors` (F32, F16 and BF16
+tensors as they are; quantized matrices carried in gemma-batch's layouts, gguf_blocks.py, as
+`name.q` and `name.scales`, which checkpoint.py reads), `tokenizer.model` (gguf_tokenizer.py),
+`tokenizer_config.json`, and the chat template where the file has one. The engine runs the
+carried blocks as they are (`--weights auto`) or dequantizes them (`--weights bf16`). transformers
+cannot read carried blocks: load the GGUF itself there (`from_pretrained(folder, gguf_file=name)`).
 
 Cache entry: `<root>/gguf/<digest>-v<CONVERSION_VERSION>/`, the digest being blake2b of the GGUF's bytes (remembered by
 path, size and modification time: quant_cache.content_digest), so a second run reads nothing but
@@ -23,11 +25,14 @@ from typing import TextIO
 
 import numpy as np
 
-from .gguf_file import GGUFModel
+from .checkpoint import CODES, SCALES
+from .gguf_blocks import carried_formats
+from .gguf_file import GGUFModel, GGUFTensor
+from .quant import WeightFormat, entry_shapes
 from .gguf_tokenizer import sentencepiece_model
 from .safetensors_file import SafetensorsWriter
 
-CONVERSION_VERSION = "1"  # bump when what a conversion writes changes
+CONVERSION_VERSION = "2"  # bump when what a conversion writes changes
 _TOKENIZER_CONFIG = {"tokenizer_class": "GemmaTokenizer", "add_bos_token": True, "add_eos_token": False,
                      "padding_side": "left", "clean_up_tokenization_spaces": False}
 
@@ -43,12 +48,18 @@ def convert(path: Path, out_dir: Path) -> None:
     try:
         (building / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         _write_tokenizer(model, building)
-        entries = [(t.hf_name, t.stored, t.shape) for t in model.tensors]
+        formats = carried_formats()
+        entries = [entry for t in model.tensors for entry in _entries(t, formats.get(t.stored))]
         metadata = {"format": "pt", "source": path.name, "gemma_batch_conversion": CONVERSION_VERSION}
         with SafetensorsWriter(building / "model.safetensors", entries, metadata) as writer:
             for tensor in model.tensors:
-                blocks = list(model.values(tensor))
-                writer.write(tensor.hf_name, blocks[0] if len(blocks) == 1 else np.concatenate(blocks))
+                if tensor.stored in formats:
+                    parts = list(model.carried(tensor))
+                    writer.write(f"{tensor.hf_name}{CODES}", np.concatenate([p.q for p in parts]))
+                    writer.write(f"{tensor.hf_name}{SCALES}", np.concatenate([p.scales for p in parts]))
+                else:
+                    blocks = list(model.values(tensor))
+                    writer.write(tensor.hf_name, blocks[0] if len(blocks) == 1 else np.concatenate(blocks))
         try:
             os.replace(building, out_dir)
         except OSError:
@@ -56,6 +67,14 @@ def convert(path: Path, out_dir: Path) -> None:
                 raise
     finally:
         shutil.rmtree(building, ignore_errors=True)
+
+
+def _entries(tensor: GGUFTensor, fmt: WeightFormat | None) -> list[tuple[str, str, tuple[int, ...]]]:
+    """The safetensors entries of one tensor: itself, or a carried matrix's codes and scales."""
+    if fmt is None:
+        return [(tensor.hf_name, tensor.stored, tensor.shape)]
+    (q_dtype, q_shape), (s_dtype, s_shape) = entry_shapes(fmt, tensor.shape)
+    return [(f"{tensor.hf_name}{CODES}", q_dtype, q_shape), (f"{tensor.hf_name}{SCALES}", s_dtype, s_shape)]
 
 
 def _write_tokenizer(model: GGUFModel, folder: Path) -> None:

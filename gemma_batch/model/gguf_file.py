@@ -1,6 +1,8 @@
 """A Gemma 3 GGUF file (llama.cpp's format), read with `gguf`, ggml's own reader: its
-hyper-parameters as a Hugging Face `config.json`, and its tensors under the Hugging Face names,
-dequantized exactly as transformers' GGUF loading does (`gguf.quants.dequantize`, float32).
+hyper-parameters as a Hugging Face `config.json`, and its tensors under the Hugging Face names:
+float ones as stored, quantized matrices carried into gemma-batch's int8 / int4 layouts
+(`carried`, gguf_blocks.py), or dequantized exactly as transformers' GGUF loading does (`values`:
+`gguf.quants.dequantize`, float32).
 
 llama.cpp's converter (`convert_hf_to_gguf.py`, `Gemma3Model`) changes three things this undoes:
 every RMSNorm weight is stored as (w + 1) (Gemma's norm multiplies by 1 + w), the embedding is
@@ -15,11 +17,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .gguf_blocks import INT8, carried_format, carried_formats, carry
+from .quant import QuantizedTensor
 
 ARCH = "gemma3"
 NORM_SHIFT = 1.0  # llama.cpp stores Gemma's RMSNorm weights as w + 1
@@ -45,7 +50,8 @@ _LAYER_NAMES = {
 }
 _TOP_NAMES = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
               "output.weight": "lm_head.weight"}
-_KEPT_TYPES = {"F32": "F32", "F16": "F16", "BF16": "BF16"}  # stored as they are; everything else -> F32
+_KEPT_TYPES = {"F32": "F32", "F16": "F16", "BF16": "BF16"}  # stored as they are; the rest carried (gguf_blocks.py)
+_FUSED = re.compile(r"model\.layers\.(\d+)\.(?:self_attn|mlp)\.(q|k|v|gate|up)_proj\.weight")
 
 
 class GGUFError(ValueError):
@@ -71,7 +77,7 @@ class GGUFTensor:
     hf_name: str
     type_name: str  # GGML's name: Q8_0, Q4_K, F32, ...
     shape: tuple[int, ...]  # numpy order: [out, in] for a matrix
-    stored: str  # the safetensors dtype it is written in: F32, F16 or BF16
+    stored: str  # how it is written: F32, F16 or BF16, or a quantized matrix's carried format (gguf_blocks.py)
 
 
 class GGUFModel:
@@ -105,9 +111,30 @@ class GGUFModel:
                 raise GGUFError(f"{self.path}: tensor {t.name!r} is not part of a Gemma 3 text model")
             type_name = t.tensor_type.name
             shape = tuple(int(n) for n in reversed(t.shape.tolist()))  # GGUF lists the fastest dimension first
-            self.tensors.append(GGUFTensor(t.name, target, type_name, shape, _KEPT_TYPES.get(type_name, "F32")))
+            self.tensors.append(GGUFTensor(t.name, target, type_name, shape, self._stored(type_name, target, shape)))
             self._data[t.name] = t
         self._check_types()
+        self._fuse_formats()
+
+    def _stored(self, type_name: str, target: str, shape: tuple[int, ...]) -> str:
+        if type_name in _KEPT_TYPES:
+            return _KEPT_TYPES[type_name]
+        if len(shape) != 2 or shape[1] % 32:
+            raise GGUFError(f"{self.path}: tensor of {type_name} and shape {list(shape)} is no matrix of whole groups of 32")
+        return str(carried_format(type_name, target.removeprefix("model.")))
+
+    def _fuse_formats(self) -> None:
+        """A layer's q, k and v (one fused projection) and its gate and up (one fused dispatch) must
+        share a format: where theirs differ, all of them are carried in int8 (a float one too)."""
+        by_group: dict[tuple[str, str], list[int]] = {}
+        for i, t in enumerate(self.tensors):
+            match = _FUSED.fullmatch(t.hf_name)
+            if match:
+                by_group.setdefault((match.group(1), match.group(2) in ("gate", "up")), []).append(i)
+        for members in by_group.values():
+            if len({self.tensors[i].stored for i in members}) > 1:
+                for i in members:
+                    self.tensors[i] = replace(self.tensors[i], stored=str(INT8))
 
     def field(self, key: str, default: Any = None) -> Any:
         """A metadata value (a string, number, bool, or list), or `default` where the file lacks it."""
@@ -179,6 +206,13 @@ class GGUFModel:
             "pad_token_id": int(self.field("tokenizer.ggml.padding_token_id", 0)),
             "torch_dtype": "float32",
         }
+
+    def carried(self, tensor: GGUFTensor) -> Iterator[QuantizedTensor]:
+        """A quantized matrix in its carried format (`tensor.stored`), ROWS_AT_ONCE rows at a time."""
+        fmt = carried_formats()[tensor.stored]
+        data = self._data[tensor.name].data.reshape(tensor.shape[0], -1)
+        for start in range(0, data.shape[0], ROWS_AT_ONCE):
+            yield carry(np.ascontiguousarray(data[start : start + ROWS_AT_ONCE]), tensor.type_name, fmt)
 
     def values(self, tensor: GGUFTensor) -> Iterator[np.ndarray]:
         """The tensor's values in its `stored` dtype (F32: float32; F16: float16; BF16: the bits as

@@ -30,10 +30,10 @@ from pathlib import Path
 import numpy as np
 
 from .checkpoint import Checkpoint, Tensor, to_float32
-from .quant import QuantizedTensor, WeightFormat, quantize, to_fp16
+from .quant import QuantizedTensor, WeightFormat, carried_format, entry_shapes, quantize, to_fp16
 from .safetensors_file import DTYPE_SIZES, SafetensorsError, SafetensorsWriter, read_header, read_tensor
 
-CACHE_VERSION = "1"  # bump when a format's layout or rounding changes
+CACHE_VERSION = "2"  # bump when a format's layout or rounding changes
 CONVERT_ROWS = 4096  # rows converted at a time: a 27B embedding table is 5.6 GB as float32
 Loaded = Tensor | QuantizedTensor
 
@@ -51,19 +51,29 @@ def matrix_format(name: str, fmt: WeightFormat) -> WeightFormat:
     """The format a matrix gets under `fmt`: int4 keeps the embedding table (the tied LM head) in
     int8, which on the demo model keeps top-1 agreement at 93% instead of 91%."""
     if fmt.name == "int4" and name in ("embed_tokens.weight", "lm_head.weight"):
-        return WeightFormat("int8")
+        return WeightFormat.parse("int8")
     return fmt
 
 
-def convert(name: str, tensor: Tensor, fmt: WeightFormat) -> Loaded:
-    """One checkpoint tensor in format `fmt`, converted CONVERT_ROWS rows at a time."""
-    shape = tensor.data.shape
-    if not fmt.converts(shape):
-        return tensor
+def convert(name: str, tensor: Loaded, fmt: WeightFormat) -> Loaded:
+    """One checkpoint tensor in format `fmt`, converted CONVERT_ROWS rows at a time. A quantized
+    one (a GGUF's carried blocks) stays as it is under auto or when it is in the format asked,
+    else is dequantized first (bf16: to float32)."""
+    if isinstance(tensor, QuantizedTensor):
+        if fmt.name == "auto" or matrix_format(name, fmt) == tensor.format:
+            return tensor
+        rows = range(0, tensor.shape[0], CONVERT_ROWS)
+        blocks = (tensor.dequantize(slice(r, r + CONVERT_ROWS)) for r in rows)
+        if fmt.name == "bf16":
+            return Tensor("F32", np.concatenate(list(blocks)))
+    else:
+        if not fmt.converts(tensor.data.shape):
+            return tensor
+        rows = range(0, tensor.data.shape[0], CONVERT_ROWS)
+        # One block in float32 at a time: each is converted before the next is widened.
+        blocks = (to_float32(Tensor(tensor.dtype, tensor.data[r : r + CONVERT_ROWS])) for r in rows)
     mfmt = matrix_format(name, fmt)
-    mfmt.check_shape(name, shape)
-    # One block in float32 at a time: each is converted before the next is widened.
-    blocks = (to_float32(Tensor(tensor.dtype, tensor.data[r : r + CONVERT_ROWS])) for r in range(0, shape[0], CONVERT_ROWS))
+    mfmt.check_shape(name, tensor.shape if isinstance(tensor, QuantizedTensor) else tensor.data.shape)
     if mfmt.name == "fp16":
         return Tensor("F16", np.concatenate([to_fp16(b) for b in blocks]))
     parts = [quantize(b, mfmt) for b in blocks]
@@ -71,18 +81,28 @@ def convert(name: str, tensor: Tensor, fmt: WeightFormat) -> Loaded:
 
 
 def stored_entries(name: str, dtype: str, shape: tuple[int, ...], fmt: WeightFormat) -> list[tuple[str, str, tuple[int, ...]]]:
-    """The cache file's (name, dtype, shape) entries for one checkpoint tensor. Raises ValueError
-    when the tensor cannot take the format (`WeightFormat.check_shape`)."""
-    if not fmt.converts(shape):
+    """The cache file's (name, dtype, shape) entries for one checkpoint tensor of stored `dtype`
+    (a carried format's name for a quantized matrix: `Checkpoint.layout`). Raises ValueError when
+    the tensor cannot take the format (`WeightFormat.check_shape`)."""
+    fmt_out = _converted_format(name, dtype, shape, fmt) or carried_format(dtype)
+    if fmt_out is None:
         return [(name, dtype, shape)]
-    mfmt = matrix_format(name, fmt)
-    mfmt.check_shape(name, shape)
-    n, k = shape
-    if mfmt.name == "fp16":
-        return [(name, "F16", shape)]
-    if mfmt.name == "int8":
-        return [(f"{name}.q", "I8", (n, k)), (f"{name}.scales", "F32", (n,))]
-    return [(f"{name}.q", "U8", (n, k // 2)), (f"{name}.scales", "F16", (n, k // mfmt.group))]
+    if fmt_out.name in ("fp16", "bf16"):
+        return [(name, "F16" if fmt_out.name == "fp16" else "F32", shape)]
+    fmt_out.check_shape(name, shape)
+    (q_dtype, q_shape), (s_dtype, s_shape) = entry_shapes(fmt_out, shape)
+    return [(f"{name}.q", q_dtype, q_shape), (f"{name}.scales", s_dtype, s_shape)]
+
+
+def _converted_format(name: str, dtype: str, shape: tuple[int, ...], fmt: WeightFormat) -> WeightFormat | None:
+    """The format a tensor stored as `dtype` ends in under `fmt` (bf16: dequantized to float32),
+    or None where it stays as stored."""
+    carried = dtype not in DTYPE_SIZES
+    if not carried:
+        return matrix_format(name, fmt) if fmt.converts(shape) else None
+    if fmt.name == "auto" or str(matrix_format(name, fmt)) == dtype:
+        return None
+    return matrix_format(name, fmt)
 
 
 def converted_nbytes_by_dtype(layout: Mapping[str, tuple[str, tuple[int, ...]]], fmt: WeightFormat) -> dict[str, int]:
@@ -91,12 +111,14 @@ def converted_nbytes_by_dtype(layout: Mapping[str, tuple[str, tuple[int, ...]]],
     scales), for `Backend.weight_bytes`."""
     out: dict[str, int] = {}
     for name, (dtype, shape) in layout.items():
-        if fmt.converts(shape):
-            mfmt = matrix_format(name, fmt)
-            dtype = "F16" if mfmt.name == "fp16" else mfmt.name.upper()
-            nbytes = mfmt.matrix_bytes(shape)
-        else:
+        target = _converted_format(name, dtype, shape, fmt) or carried_format(dtype)  # (None: a float tensor kept)
+        if target is None:
             nbytes = int(np.prod(shape)) * DTYPE_SIZES[dtype]
+        elif target.name == "bf16":
+            dtype, nbytes = "F32", 4 * int(np.prod(shape))
+        else:
+            dtype = "F16" if target.name == "fp16" else target.name.upper()
+            nbytes = target.matrix_bytes(shape)
         out[dtype] = out.get(dtype, 0) + nbytes
     return out
 
@@ -113,8 +135,8 @@ class LoadedWeights:
 def load_converted(checkpoint: Checkpoint, fmt: WeightFormat, root: Path | None) -> LoadedWeights:
     """The checkpoint's tensors in `fmt`: as stored (bf16), from the cache, or converted now."""
     note: list[str] = []
-    if fmt.name == "bf16":
-        return LoadedWeights(checkpoint.tensors(), note)
+    if fmt.name in ("auto", "bf16"):  # as stored (bf16: carried quantized matrices dequantized)
+        return LoadedWeights(((name, convert(name, t, fmt)) for name, t in checkpoint.tensors()), note)
     if root is None:
         return LoadedWeights(_convert_and_cache(checkpoint, fmt, None, note), note)
     weights_dir = root / "weights"

@@ -57,6 +57,17 @@ def model_folder(model: str | Path, log: TextIO) -> Path:
                         f"{', '.join(INSTALLED)})")
 
 
+def model_gguf(model: str | Path, log: TextIO) -> Path | None:
+    """The GGUF file `model` stands for (a .gguf path, or an installed model's, assembled once),
+    or None for a folder or hub name. transformers loads a GGUF itself (`gguf_file=`), not its
+    conversion, whose quantized matrices are gemma-batch's layouts."""
+    text = str(model)
+    if text in INSTALLED:
+        return _installed_gguf(text, log)
+    path = Path(text).expanduser()
+    return path if path.suffix.lower() == ".gguf" and path.is_file() else None
+
+
 def open_model(model: str | Path, log: TextIO) -> tuple[Path, Gemma3Config, Tokenizer, Checkpoint]:
     """The Hugging Face folder `model` stands for (`model_folder`), and its config, tokenizer and
     checkpoint headers (no weights read). ModelNotFound, ConfigError, CheckpointError (ValueErrors)

@@ -70,7 +70,7 @@ def _run(spec: JobSpec, dataset: Dataset, schema, model: str, weights: str, want
     print(f"ray: {plan.describe()}, on {found['identity']}", file=log)
     for line in found["log"].splitlines():
         print(f"  a worker: {line}", file=log)
-    fingerprint = job_fingerprint(spec, dataset.fingerprint, model, found["identity"], found["max_model_len"])
+    fingerprint = job_fingerprint(spec, dataset.fingerprint, model, found["identity"], found["max_model_len"], weights)
     with OutputLock(spec.output_path):
         store, earlier = open_store(spec, schema, fingerprint, dataset, log)
         if store.state == "complete":

@@ -2,9 +2,9 @@
 
 Matrices stay bf16 / fp16 / fp32 as given (bf16 and fp16 are widened exactly in the shaders), or
 int8 / int4 (`model.quant`: the kernels dequantize in registers). A quantized matrix [N, K] is
-one buffer: its codes (int8 [N, K], or int4 [N, K / 2] bytes), then its scales (fp32 [N], or
-fp16 [N, K / group]), so the scales start at byte N K (int8) or N K / 2 (int4), where the
-shaders find them. Norm weights are stored fp32. Layout changes happen here, at upload: q, k
+one buffer: its codes (int8 [N, K], or int4 [N, K / 2] bytes), then its scales (fp16 [N, K / 32],
+or fp16 (scale, minimum) pairs [N, K / group, 2]), so the scales start at byte N K (int8) or
+N K / 2 (int4), where the shaders find them. Norm weights are stored fp32. Layout changes happen here, at upload: q, k
 and v of a layer go into one [(nh + 2 nkv) * hd, H] matrix so that the projection is one
 dispatch (codes and scales each in row order); q_norm and k_norm share one [2 * hd] buffer.
 
