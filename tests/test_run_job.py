@@ -163,7 +163,7 @@ def test_usage_errors_exit_2(tmp_path, sample_jsonl):
     for flags, fragment in ((("--max-batch", "0"), "--max-batch 0: must be >= 1 (default 32)"),
                             (("--top-k", "-1"), "--top-k must be >= 0"),
                             (("--max-step-tokens", "4", "--max-batch", "8"), "--max-step-tokens 4: must be at least --max-batch"),
-                            (("--weights", "int3"), "(default bf16)"),
+                            (("--weights", "int3"), "(default auto)"),
                             (("--keep-columns", "row"), "--keep-columns row: name(s) clash")):
         bad = gemma_batch("run", sample_jsonl, *flags)
         assert bad.returncode == 2 and fragment in bad.stderr, bad.stderr
@@ -377,16 +377,16 @@ def test_quantized_weights_are_converted_once_then_read_from_the_cache(tmp_path,
     flags = ("--weights", "int8", "--max-tokens", "8", "--backend", "cpu")
     first = gemma_batch("run", sample_jsonl, *flags)
     assert first.returncode == 0, first.stderr
-    assert "backend: cpu (chosen with --backend); weights int8" in first.stderr and "weights converted to int8" in first.stderr
+    assert "backend: cpu (chosen with --backend); weights int8-g32" in first.stderr and "weights converted to int8-g32" in first.stderr
     again = gemma_batch("run", sample_jsonl, *flags, "--output", tmp_path / "again.parquet")
-    assert again.returncode == 0 and "int8 weights read from the cache" in again.stderr, again.stderr
+    assert again.returncode == 0 and "int8-g32 weights read from the cache" in again.stderr, again.stderr
     rows = read_rows(tmp_path / "prompts.jsonl.completions.parquet")
     assert rows == read_rows(tmp_path / "again.parquet")
 
     other = gemma_batch("run", sample_jsonl, "--weights", "int4", "--max-tokens", "8", "--backend", "cpu")
     assert other.returncode == 2 and "params.weights" in other.stderr and "--force" in other.stderr
     vulkan = gemma_batch("run", sample_jsonl, *flags[:-1], "vulkan", "--output", tmp_path / "v.parquet")
-    assert vulkan.returncode == 0 and "int8 weights read from the cache" in vulkan.stderr, vulkan.stderr
+    assert vulkan.returncode == 0 and "int8-g32 weights read from the cache" in vulkan.stderr, vulkan.stderr
     assert len(read_rows(tmp_path / "v.parquet")) == len(rows)
     bad = gemma_batch("run", sample_jsonl, "--weights", "int3", "--output", tmp_path / "b.parquet")
     assert bad.returncode == 2 and "weights 'int3'" in bad.stderr

@@ -7,7 +7,7 @@ Tolerances, on logits (max abs; the tiny models' logits reach about 3), fp32 KV 
   in tests/test_vulkan_backend.py. Both backends multiply by the same dequantized values in fp32;
   the kernel applies int8's row scale to the whole sum and int4's group scale to each piece of 8
   rather than to every weight, which moves only the rounding of the sums (a few 1e-6).
-- matmul_coop.comp: 1e-2. The staged weight fp16(code * scale) is the CPU's fp32 weight rounded
+- matmul_coop.comp: 1e-2. The staged weight fp16(code * scale (+ minimum)) is the CPU's fp32 weight rounded
   once more, by up to 2^-11 relative, the same size as the fp16 KV pages' rounding, whose bound
   tests/test_vulkan_backend.py derives.
 A wrong scale, group or nibble order moves logits by far more: the negative control below
@@ -50,9 +50,16 @@ def test_quantized_logits_and_greedy_tokens_match_the_cpu_backend(checkpoints, c
     tol = 1e-2 if backend.device.coopmat else 1e-4
     completions, logits = run_batched(backend, step_token_budget=7)
     ref_completions, ref_logits = cpu_runs[weights]
-    assert completions == ref_completions
-    for ours, ref in zip(logits, ref_logits):
-        assert np.abs(ours - ref).max() < tol
+    for ours, ref, completion, ref_completion in zip(logits, ref_logits, completions, ref_completions):
+        # Greedy texts part only at a near-tie the weights' rounding may turn: the CPU's two best
+        # logits there within 2 tol (on the H200 two of the four int8 / int4 texts part at gaps of
+        # 3e-4 and 5e-4, with every logit before within 3e-3); up to there the logits agree.
+        same = next((i for i, (a, b) in enumerate(zip(completion, ref_completion)) if a != b), len(completion))
+        fed = len(ref) - len(ref_completion) + 1 + same  # the positions fed before they part (prompt included)
+        assert np.abs(ours[:fed] - ref[:fed]).max() < tol
+        if same < len(completion):
+            best = np.sort(ref[fed - 1])
+            assert backend.device.coopmat and best[-1] - best[-2] < 2 * tol  # (matmul.comp's texts stay equal)
 
 
 def test_negative_control_quantization_moves_logits_beyond_the_tolerance(cpu_runs):
