@@ -30,9 +30,9 @@ float table(uint row, uint h) {
     uint i = row * pc.H + h;
 #endif
 #if defined(W_I8)
-    int word = int(e[i / 4]);  // the scale: half (h / 32) % 2 of word (h / 64, row), in column order
-    uint at = pc.V * (pc.H / 4) + (h / 64) * pc.V + row;
-    return float(bitfieldExtract(word, int(8u * (i & 3u)), 8)) * half_of(e[at], (h / INT8_GROUP) & 1u);
+    int word = int(e[i / 4]);
+    uint at = i / INT8_GROUP;  // (row, group of 32) in row order, as i / 32 for rows of whole groups
+    return float(bitfieldExtract(word, int(8u * (i & 3u)), 8)) * half_of(e[pc.V * (pc.H / 4) + at / 2], at & 1u);
 #elif defined(W_F32)
     return uintBitsToFloat(e[i]);
 #elif defined(W_F16) || defined(W_T16)

@@ -106,7 +106,8 @@ layout(push_constant) uniform Push {
 // The (scale, minimum) of the piece k8 of row n: int8's scale per INT8_GROUP (halves after the codes),
 // int4's pair per pc.group (a word after the codes); 1 and 0 for float weights.
 #if defined(W_I8)
-#define PIECE_SCALE(scales, n, k8) vec2(half_of(scales[pc.N * (pc.K / 4) + ((k8) / 8) * pc.N + (n)], ((k8) / 4) & 1u), 0.0)
+#define SCALE_AT(n, k8) ((n) * (pc.K / INT8_GROUP) + (k8) / (INT8_GROUP / 8))
+#define PIECE_SCALE(scales, n, k8) vec2(half_of(scales[pc.N * (pc.K / 4) + SCALE_AT(n, k8) / 2], SCALE_AT(n, k8) & 1u), 0.0)
 #elif defined(W_I4)
 #define PIECE_SCALE(scales, n, k8) unpackHalf2x16(scales[pc.N * (pc.K / 8) + (n) * (pc.K / pc.group) + (k8) * 8 / pc.group])
 #else

@@ -189,16 +189,16 @@ void main() {
     // Quantized W: where the scales start (words), and the (scale, minimum) of each staged piece:
     // int8's scale per INT8_GROUP (fp16 halves), int4's pair per pc.group (a word).
 #ifdef GATED
-    uint w_rows = pc.N / 2;
+    uint scale_base = (pc.N / 2) * (pc.K / 8) * (W_BYTES_PER_8 / 4);
 #else
-    uint w_rows = pc.N;
+    uint scale_base = pc.N * (pc.K / 8) * (W_BYTES_PER_8 / 4);
 #endif
-    uint scale_base = w_rows * (pc.K / 8) * (W_BYTES_PER_8 / 4);
     vec2 wsc[W_LOADS];
     [[unroll]] for (uint i = 0; i < W_LOADS; i++) wsc[i] = vec2(1.0, 0.0);
 #if defined(W_I8)
-#define LOAD_SCALE(i, row, k) { uint at_ = scale_base + ((k) / 64) * w_rows + (row); \
-        wsc[i] = vec2(half_of(up ? u_scales[at_] : w_scales[at_], ((k) / INT8_GROUP) & 1u), 0.0); }
+#define LOAD_SCALE(i, row, k) { uint g_ = (row) * (pc.K / INT8_GROUP) + (k) / INT8_GROUP; \
+        uint pair_ = up ? u_scales[scale_base + g_ / 2] : w_scales[scale_base + g_ / 2]; \
+        wsc[i] = vec2(half_of(pair_, g_ & 1u), 0.0); }
 #elif defined(W_I4)
 #define LOAD_SCALE(i, row, k) { uint g_ = (row) * (pc.K / pc.group) + (k) / pc.group; \
         wsc[i] = unpackHalf2x16(up ? u_scales[scale_base + g_] : w_scales[scale_base + g_]); }

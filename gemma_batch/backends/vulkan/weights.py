@@ -116,7 +116,6 @@ class DeviceWeights:
         self.globals: dict[str, Buffer] = {}
         self.dtypes: dict[tuple[int, str], str] = {}  # (layer or -1, key) -> dtype
         self.group = 0
-        self._pending_scales: dict[int, tuple[np.ndarray, int]] = {}  # a fused int8 matrix's scales, by buffer
 
     def buffer(self, layer: int, key: str) -> Buffer:
         return self.globals[key] if layer < 0 else self.layers[layer][key]
@@ -222,32 +221,11 @@ class DeviceWeights:
                         self.mem.upload(buf, tiles.result(), (first_row + done) * code_row)
                 for done, tiles in pending:
                     self.mem.upload(buf, tiles.result(), (first_row + done) * code_row)
-        elif isinstance(tensor, QuantizedTensor) and tensor.format.name == "int8":
-            self.mem.upload(buf, tensor.q, first_row * code_row)
-            self._int8_scales(buf, tensor, first_row, rows, rows * code_row, name)
         elif isinstance(tensor, QuantizedTensor):
             self.mem.upload(buf, tensor.q, first_row * code_row)
             self.mem.upload(buf, tensor.scales, rows * code_row + first_row * scale_row)
         else:
             self.mem.upload(buf, tensor.data, first_row * code_row)
-
-    def _int8_scales(self, buf: Buffer, tensor: QuantizedTensor, first_row: int, rows: int, at: int, name: str) -> None:
-        """int8 scales in column order ([K / 64, N] words) at byte `at` of `buf`; a fused matrix's parts
-        are gathered until all its `rows` are in, then uploaded at once."""
-        n, k = tensor.shape
-        if k % 64:
-            raise ValueError(f"{name}: the Vulkan backend's int8 matrices need a multiple of 64 columns, not {k}")
-        words = np.ascontiguousarray(tensor.scales).view(np.uint32)  # [n, K / 64]
-        if n == rows:
-            self.mem.upload(buf, np.ascontiguousarray(words.T), at)
-            return
-        pending, filled = self._pending_scales.get(id(buf), (np.zeros((k // 64, rows), np.uint32), 0))
-        pending[:, first_row : first_row + n] = words.T
-        if filled + n < rows:
-            self._pending_scales[id(buf)] = (pending, filled + n)
-            return
-        self._pending_scales.pop(id(buf), None)
-        self.mem.upload(buf, pending, at)
 
     def _fp32(self, values: np.ndarray, name: str) -> Buffer:
         buf = self.mem.alloc(values.nbytes, name)
