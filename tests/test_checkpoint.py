@@ -23,6 +23,7 @@ from gemma_batch.backends.cpu import CpuBackend
 from gemma_batch.model import checkpoint as checkpoint_module
 from gemma_batch.model.checkpoint import Checkpoint, CheckpointError, Tensor, to_float32
 from gemma_batch.model.config import Gemma3Config
+from gemma_batch.model.quant import WeightFormat, quantize
 from gemma_batch.model.weights import tensor_shapes
 from tests.tiny_models import make_causal_lm, make_conditional_generation
 
@@ -192,6 +193,35 @@ def test_dtypes_may_differ_between_tensors(tmp_path):
     write_raw(tmp_path / "model.safetensors", *pack(packed))
     ck = Checkpoint.open(tmp_path, cfg)
     assert ck.dtype("norm.weight") == "F16" and ck.dtype("embed_tokens.weight") == "F32"
+
+
+@pytest.mark.parametrize("weights, group", [("int8", 32), ("int4", 32), ("int4", 64)])
+def test_a_quantized_matrix_stored_as_codes_and_scales_reads_back_as_written(tmp_path, weights, group):
+    """`name.q` + `name.scales` (a GGUF's carried blocks, model/quant.py's layouts) make one matrix
+    of that format and the config's shape; a pair of other shapes, or scales without codes, fail
+    naming the file."""
+    cfg = tiny_cfg(hidden_size=64, intermediate_size=128, head_dim=32)
+    arrays = text_arrays(cfg)
+    name = "model.layers.1.mlp.down_proj.weight"  # [64, 128]
+    fmt = WeightFormat.parse(weights, group)
+    stored = quantize(arrays.pop(name), fmt)
+    packed = {**f32(arrays), f"{name}.q": ({"int8": "I8", "int4": "U8"}[weights], stored.q),
+              f"{name}.scales": ("F16", stored.scales)}
+    write_raw(tmp_path / "model.safetensors", *pack(packed))
+    ck = Checkpoint.open(tmp_path, cfg)
+    canonical = "layers.1.mlp.down_proj.weight"
+    assert ck.dtype(canonical) == str(fmt) and ck.shape(canonical) == (64, 128)
+    got = dict(ck.tensors())[canonical]
+    assert got.format == fmt and np.array_equal(got.q, stored.q) and np.array_equal(got.scales, stored.scales)
+    assert ck.nbytes == sum(a.nbytes for a in arrays.values()) + stored.nbytes
+
+    wrong = {**packed, f"{name}.scales": ("F16", stored.scales[:, :1])}
+    write_raw(tmp_path / "model.safetensors", *pack(wrong))
+    message = open_error(tmp_path, cfg)
+    assert str(tmp_path / "model.safetensors") in message and f"{name}.q" in message and "no quantized layout" in message
+    orphan = {**f32(arrays), name: ("F32", stored.dequantize()), "model.norm.weight.scales": ("F16", stored.scales)}
+    write_raw(tmp_path / "model.safetensors", *pack(orphan))
+    assert "holds the scales of no quantized tensor" in open_error(tmp_path, cfg)
 
 
 # --- the LM head ---------------------------------------------------------------------------

@@ -48,8 +48,9 @@ def convert(
     gguf_file: Path = typer.Argument(..., metavar="FILE.gguf", show_default=False, help="A Gemma 3 GGUF file (llama.cpp's format)."),
     folder: Path = typer.Argument(..., metavar="DIR", show_default=False, help="The Hugging Face folder to write; it must not exist."),
 ) -> None:
-    """Write a Gemma 3 GGUF as a Hugging Face folder (config.json, model.safetensors, tokenizer.model)
-    that gemma-batch and transformers load; `run --model FILE.gguf` does this once by itself."""
+    """Write a Gemma 3 GGUF as a Hugging Face folder (config.json, model.safetensors with its quantized
+    blocks carried as gemma-batch's int8 / int4, tokenizer.model) that gemma-batch loads; `run --model
+    FILE.gguf` does this once by itself. (transformers reads the GGUF itself, with gguf_file=.)"""
     if folder.exists():
         typer.echo(f"error: {folder} exists; name a new folder", err=True)
         raise typer.Exit(2)
