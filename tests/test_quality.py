@@ -88,12 +88,12 @@ def test_negative_control_a_4_bit_lm_head_costs_measurably_more(sequences, bf16,
     assert everywhere.perplexity > kept.perplexity
 
 
-@pytest.mark.parametrize("weights, group", [("fp16", 0), ("int8", 0), ("int4", 64)])
+@pytest.mark.parametrize("weights, group", [("fp16", 0), ("int4", 64)])
 def test_the_vulkan_backend_scores_as_the_cpu_backend(sequences, weights, group):
     """Vulkan (fp16 KV, fp16-split matrix products) against the CPU backend on 4 passages of 128
     tokens (llvmpipe is slow): perplexity within 0.1% (the CPU backend with an fp16 KV cache moves
-    it by under 0.001%) and top-1 agreement of at least 99%. (bf16 weights and int4 in groups of
-    32 are tests/test_vulkan_backend.py's and tests/test_vulkan_quant.py's, on every logit.)"""
+    it by under 0.001%) and top-1 agreement of at least 99%. (bf16 weights, int8 and int4 in groups
+    of 32 are tests/test_vulkan_backend.py's and tests/test_vulkan_quant.py's, on every logit.)"""
     from gemma_batch.backends import create_backend
 
     short = [s[:128] for s in sequences[:4]]
@@ -122,8 +122,10 @@ def test_the_vulkan_backend_with_an_int8_kv_cache_scores_as_the_cpu_backend_with
     if path == "fp32 numerics":
         monkeypatch.setenv(INPUTS_ENV, "split")
         monkeypatch.setenv(FLASH_ENV, "0")
-    short = [s[:128] for s in sequences[:4]]
     backend = create_backend("vulkan", CFG, kv_dtype="int8")
+    if path == "default" and not backend.device.coopmat:
+        pytest.skip("without cooperative matrices the default is the fp32 numerics above (llvmpipe in CI)")
+    short = [s[:128] for s in sequences[:4]]
     backend.load_weights(load_converted(Checkpoint.open(DEMO_MODEL, CFG), WeightFormat.parse("bf16"), None).tensors)
     ours, ref = score(backend, short), cpu_scores(short, kv_dtype="int8")
     print(f"{path}: perplexity {ours.perplexity / ref.perplexity - 1:+.2e} relative, top-1 {ours.top1_agreement(ref):.4f}")

@@ -128,13 +128,12 @@ def varied_texts(n: int = 520) -> list[str]:
 
 
 def test_the_gguf_runs_in_its_own_quantization_in_about_its_size(gguf, folder):
-    """Its matrices carried as int8 (Q8_0, Q5_0, Q6_K) and int4 (Q4_K), within 1.15 x the file's tensor bytes."""
-    import gguf as gguf_package
-
-    file_bytes = sum(int(t.n_bytes) for t in gguf_package.GGUFReader(gguf).tensors)
+    """Its matrices carried as int8 (Q8_0, Q5_0, Q6_K) and int4 (Q4_K), within 1.15 x the file's size
+    (its tensors are 235.2 MiB of its 241.4: 262.0 MiB held is 1.11 x them; reading the file's
+    tensor list again would take `gguf` 20 s)."""
     checkpoint = Checkpoint.open(folder, Gemma3Config.from_dir(folder))
     assert {checkpoint.dtype(n) for n in checkpoint.names if len(checkpoint.shape(n)) == 2} == {"int8-g32", "int4-g32+min"}
-    assert checkpoint.nbytes <= 1.15 * file_bytes  # (262.0 MiB against 235.2)
+    assert checkpoint.nbytes <= 1.15 * gguf.stat().st_size
 
 
 def test_tokenizer_ids_equal_transformers_on_varied_texts(real):

@@ -7,6 +7,7 @@ Shapes: T tokens, H hidden, hd head dim, V vocab.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from queue import SimpleQueue
 
 import numpy as np
 
@@ -39,14 +40,22 @@ def matmul_rows(x: np.ndarray, w: Matrix, pool: ThreadPoolExecutor | None = None
     run = max(tiles, 1) if pool is None or blocked else RUN_TILES
     runs = [slice(i, i + run) for i in range(0, tiles, run)]
 
+    spare: SimpleQueue[np.ndarray] = SimpleQueue()  # dequantized blocks' buffers, reused by the threads
+
     def product(work: tuple[slice, slice]) -> None:
         rows, run = work
-        weights = w[rows] if isinstance(w, np.ndarray) else w.dequantize(rows)  # (quantized: made as needed)
+        if isinstance(w, np.ndarray):
+            weights = w[rows]
+        else:  # quantized: made as needed, into a buffer an earlier block used (no fresh pages to fault in)
+            buffer = np.empty((W_ROWS, K), F32) if spare.empty() else spare.get()
+            weights = w.dequantize(rows, out=buffer[: len(range(*rows.indices(N)))])
         # As w @ tile.T, one BLAS call a tile: the tile's rows are the product's columns. OpenBLAS
         # 0.3.31's small-matrix sgemm sums a row of `tile @ w.T` in an order that depends on the
         # row's place in the tile (rows 6-15 differ from row 0 on Haswell); columns of
         # `w @ tile.T` do not, up to 16 of them.
         out[run, :, rows] = np.matmul(weights, padded[run].transpose(0, 2, 1)).transpose(0, 2, 1)
+        if not isinstance(w, np.ndarray):
+            spare.put(buffer)
 
     work = [(rows, run) for rows in blocks for run in runs]
     if pool is None or len(work) == 1:
