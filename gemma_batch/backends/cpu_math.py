@@ -48,7 +48,7 @@ def matmul_rows(x: np.ndarray, w: Matrix, pool: ThreadPoolExecutor | None = None
             weights = w[rows]
         else:  # quantized: made as needed, into a buffer an earlier block used (no fresh pages to fault in)
             buffer = np.empty((W_ROWS, K), F32) if spare.empty() else spare.get()
-            weights = w.dequantize(rows, out=buffer[: len(range(*rows.indices(N)))])
+            weights = w.dequantize(rows, out=buffer[: min(W_ROWS, N - rows.start)])
         # As w @ tile.T, one BLAS call a tile: the tile's rows are the product's columns. OpenBLAS
         # 0.3.31's small-matrix sgemm sums a row of `tile @ w.T` in an order that depends on the
         # row's place in the tile (rows 6-15 differ from row 0 on Haswell); columns of

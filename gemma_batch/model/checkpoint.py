@@ -1,8 +1,9 @@
 """Stream the text weights of a Hugging Face Gemma 3 safetensors checkpoint, one tensor at a time.
 
 Files: `model.safetensors`, or shards listed by `model.safetensors.index.json` (`weight_map`:
-tensor name -> shard file). As in transformers, the single file wins when both exist. Pickle
-checkpoints (`pytorch_model*.bin`, `*.pt`) are refused, never unpickled.
+tensor name -> shard file), found and their headers read by checkpoint_files.py (pickle
+checkpoints are refused there, never unpickled). A quantized matrix (a GGUF's carried blocks) is
+stored as `name.q` and `name.scales` in model/quant.py's layouts and read as a QuantizedTensor.
 
 Names (gemma3_spec.md §4) are mapped to the canonical names of `weights.tensor_shapes`:
 
@@ -17,26 +18,23 @@ before any tensor data is read, so a bad checkpoint fails fast and nothing is ha
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import numpy as np
 
+from .checkpoint_files import CheckpointError, checkpoint_headers
 from .config import Gemma3Config
 from .quant import QuantizedTensor, WeightFormat, stored_format
-from .safetensors_file import SafetensorsError, TensorEntry, read_header, read_tensor
+from .safetensors_file import SafetensorsError, TensorEntry, read_tensor
 from .weights import tensor_shapes
 
 DEMO_MODEL = Path(__file__).resolve().parent.parent.parent / "sample_data" / "demo-model"  # bundled (README)
-SINGLE_FILE = "model.safetensors"
-INDEX_FILE = "model.safetensors.index.json"
 HEAD = "lm_head.weight"
 SUPPORTED_DTYPES = ("BF16", "F16", "F32")  # of a checkpoint's tensors
 CODES, SCALES = ".q", ".scales"  # a quantized matrix `name` is stored as `name.q` and `name.scales` (model/quant.py)
-_PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.ckpt")
 _VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
 # layout -> (prefixes of the decoder tensors, file names of the LM head)
 _LAYOUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -46,10 +44,6 @@ _LAYOUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("language_model.lm_head.weight", HEAD),
     ),
 }
-
-
-class CheckpointError(ValueError):
-    """The checkpoint is missing, corrupt, or does not match the config; the message names the file."""
 
 
 @dataclass(frozen=True)
@@ -134,23 +128,8 @@ class Checkpoint:
     def open(cls, model_dir: str | Path, cfg: Gemma3Config) -> Checkpoint:
         """Find the checkpoint files in `model_dir`, read every header and check it against
         `tensor_shapes(cfg)`. Reads no tensor data. Raises CheckpointError."""
-        model_dir = Path(model_dir)
-        if not model_dir.is_dir():
-            raise CheckpointError(f"model directory {model_dir} does not exist or is not a directory")
-        single, index = model_dir / SINGLE_FILE, model_dir / INDEX_FILE
-        if single.is_file():  # transformers also prefers the single file when both exist
-            return cls._match({single: _header(single)}, cfg, str(single))
-        if not index.is_file():
-            raise CheckpointError(_no_safetensors_message(model_dir))
-        shard_names = _read_index(index)
-        headers = {}
-        for shard in sorted(shard_names):
-            path = model_dir / shard
-            if not path.is_file():
-                raise CheckpointError(f"{index}: shard {shard} (holding {shard_names[shard][0]!r}, ...) is missing")
-            headers[path] = _header(path)
-        _check_index_matches_shards(index, shard_names, headers)
-        return cls._match(headers, cfg, str(index))
+        headers, where = checkpoint_headers(Path(model_dir))
+        return cls._match(headers, cfg, where)
 
     @classmethod
     def _match(cls, headers: dict[Path, list[TensorEntry]], cfg: Gemma3Config, where: str) -> Checkpoint:
@@ -241,15 +220,6 @@ def _quantized_source(path: Path, codes: TensorEntry, scales: TensorEntry, shape
     return _Source(path, codes, scales, fmt)
 
 
-def _header(path: Path) -> list[TensorEntry]:
-    try:
-        return read_header(path)
-    except SafetensorsError as e:
-        raise CheckpointError(str(e)) from None
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot read ({e.strerror or e})") from None
-
-
 def _canonical(file_name: str, prefixes: tuple[str, ...], head_names: tuple[str, ...]) -> str | None:
     if file_name in head_names:
         return HEAD
@@ -257,55 +227,3 @@ def _canonical(file_name: str, prefixes: tuple[str, ...], head_names: tuple[str,
         if file_name.startswith(p) and file_name[len(p) :] != HEAD:  # `model.lm_head.weight` is no head
             return file_name[len(p) :]
     return None
-
-
-def _read_index(index: Path) -> dict[str, list[str]]:
-    """Parse `model.safetensors.index.json`; return shard file -> tensor names it should hold."""
-    try:
-        raw: Any = json.loads(index.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise CheckpointError(f"{index}: malformed index, not valid JSON ({e})") from None
-    weight_map = raw.get("weight_map") if isinstance(raw, dict) else None
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise CheckpointError(f"{index}: malformed index, expected an object with a non-empty 'weight_map'")
-    shards: dict[str, list[str]] = {}
-    for name, shard in weight_map.items():
-        if not isinstance(shard, str) or not shard or "/" in shard or "\\" in shard or shard in (".", ".."):
-            raise CheckpointError(
-                f"{index}: malformed index, weight_map[{name!r}] is {shard!r}; expected a file name in the same folder"
-            )
-        shards.setdefault(shard, []).append(name)
-    return shards
-
-
-def _check_index_matches_shards(
-    index: Path, shard_names: dict[str, list[str]], headers: dict[Path, list[TensorEntry]]
-) -> None:
-    """Every tensor the index lists is in its shard, and every shard holds only what the index lists."""
-    for path, entries in headers.items():
-        listed = set(shard_names[path.name])
-        present = {e.name for e in entries}
-        absent = [n for n in shard_names[path.name] if n not in present]
-        if absent:
-            raise CheckpointError(
-                f"{path}: tensor {absent[0]!r} is listed in {index.name} for this shard but absent from it"
-                + (f" ({len(absent)} such tensors)" if len(absent) > 1 else "")
-            )
-        extra = sorted(present - listed)
-        if extra:
-            raise CheckpointError(
-                f"{path}: holds tensor {extra[0]!r}, which {index.name} does not list for this shard"
-                + (f" ({len(extra)} such tensors)" if len(extra) > 1 else "")
-            )
-
-
-def _no_safetensors_message(model_dir: Path) -> str:
-    pickles = sorted(p.name for pattern in _PICKLE_PATTERNS for p in model_dir.glob(pattern))
-    if pickles:
-        return (
-            f"{model_dir}: no {SINGLE_FILE} or {INDEX_FILE}; found only pickle checkpoint(s) "
-            f"{', '.join(pickles[:3])}{' ...' if len(pickles) > 3 else ''}. These are not loaded, since unpickling "
-            "can run arbitrary code: convert the checkpoint to safetensors (e.g. in a trusted environment, "
-            "transformers' from_pretrained then save_pretrained writes model.safetensors)"
-        )
-    return f"{model_dir}: no {SINGLE_FILE} and no {INDEX_FILE} found"

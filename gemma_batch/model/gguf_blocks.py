@@ -28,11 +28,7 @@ INT4 = WeightFormat.parse("int4", 32)
 _EXACT_INT8 = {"Q8_0": 34, "Q5_0": 22}  # type -> block bytes (an fp16 scale first, per 32 weights)
 _INT4 = {"Q4_0": 18, "Q4_1": 20, "Q4_K": 144}  # per 32 weights (Q4_0, Q4_1) or per 256 (Q4_K)
 EMBEDDINGS = ("embed_tokens.weight", "lm_head.weight")
-
-
-def carried_formats() -> dict[str, WeightFormat]:
-    """The carried formats by name (`GGUFTensor.stored`)."""
-    return {str(INT8): INT8, str(INT4): INT4}
+CARRIED = {str(INT8): INT8, str(INT4): INT4}  # the carried formats by name (`GGUFTensor.stored`)
 
 
 def carried_format(type_name: str, name: str) -> WeightFormat:

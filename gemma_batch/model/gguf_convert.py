@@ -26,7 +26,7 @@ from typing import TextIO
 import numpy as np
 
 from .checkpoint import CODES, SCALES
-from .gguf_blocks import carried_formats
+from .gguf_blocks import CARRIED
 from .gguf_file import GGUFModel, GGUFTensor
 from .quant import WeightFormat, entry_shapes
 from .gguf_tokenizer import sentencepiece_model
@@ -48,12 +48,11 @@ def convert(path: Path, out_dir: Path) -> None:
     try:
         (building / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         _write_tokenizer(model, building)
-        formats = carried_formats()
-        entries = [entry for t in model.tensors for entry in _entries(t, formats.get(t.stored))]
+        entries = [entry for t in model.tensors for entry in _entries(t, CARRIED.get(t.stored))]
         metadata = {"format": "pt", "source": path.name, "gemma_batch_conversion": CONVERSION_VERSION}
         with SafetensorsWriter(building / "model.safetensors", entries, metadata) as writer:
             for tensor in model.tensors:
-                if tensor.stored in formats:
+                if tensor.stored in CARRIED:
                     parts = list(model.carried(tensor))
                     writer.write(f"{tensor.hf_name}{CODES}", np.concatenate([p.q for p in parts]))
                     writer.write(f"{tensor.hf_name}{SCALES}", np.concatenate([p.scales for p in parts]))

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .gguf_blocks import INT8, carried_format, carried_formats, carry
+from .gguf_blocks import CARRIED, INT8, carried_format, carry
 from .quant import QuantizedTensor
 
 ARCH = "gemma3"
@@ -209,7 +209,7 @@ class GGUFModel:
 
     def carried(self, tensor: GGUFTensor) -> Iterator[QuantizedTensor]:
         """A quantized matrix in its carried format (`tensor.stored`), ROWS_AT_ONCE rows at a time."""
-        fmt = carried_formats()[tensor.stored]
+        fmt = CARRIED[tensor.stored]
         data = self._data[tensor.name].data.reshape(tensor.shape[0], -1)
         for start in range(0, data.shape[0], ROWS_AT_ONCE):
             yield carry(np.ascontiguousarray(data[start : start + ROWS_AT_ONCE]), tensor.type_name, fmt)
