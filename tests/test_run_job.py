@@ -65,6 +65,11 @@ def test_the_readme_command_runs_the_sample_dataset_with_no_other_flag(sample_js
     assert "backend: cpu (auto" in done.stderr  # auto says what it picked
     assert f"/{len(rows)} rows (100.0%)" in done.stderr  # plain progress lines off a terminal
     assert "decode" in done.stdout and "tok/s" in done.stdout
+    # the start-up (process start to first step) split into phases that add up to at most it, said once
+    phases = {k: v for k, v in stats.items() if k.startswith("startup_") and k != "startup_seconds"}
+    assert {"startup_imports_s", "startup_model_files_s", "startup_weights_read_s", "startup_kv_cache_s"} <= set(phases)
+    assert all(v >= 0 for v in phases.values()) and 0 < sum(phases.values()) <= stats["startup_seconds"] + 0.02
+    assert done.stderr.count("start-up ") == 1 and f"start-up {stats['startup_seconds']:.1f} s: imports" in done.stderr
     assert not sample_jsonl.with_name("prompts.jsonl.completions.parquet.partial").exists()
 
     again = gemma_batch("run", sample_jsonl)  # a finished job is a no-op

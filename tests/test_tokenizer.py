@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import re
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from transformers import AutoTokenizer
 
 from gemma_batch.model.chat import chat_token_ids, render_chat
 from gemma_batch.model.detokenizer import IncrementalDetokenizer
-from gemma_batch.model.tokenizer import Tokenizer, literal_alternation
+from gemma_batch.model.tokenizer import AddedPieces, Tokenizer
 from gemma_batch.model.tokenizer_build import CHAT_TEMPLATE_FILE, build_gemma_tokenizer
 
 VOCAB_SIZE = 1000
@@ -289,5 +288,7 @@ def test_incremental_detokenizer_matches_decode_on_invalid_bytes(tok: Tokenizer)
 
 
 def test_added_token_matcher_is_leftmost_longest() -> None:
-    pattern = re.compile(literal_alternation(["ab", "abcd", "abc", "b", "x.y"]))
-    assert pattern.findall("abcx abcdd ab bx.y xzy") == ["abc", "abcd", "ab", "b", "x.y"]
+    added = AddedPieces({w: i for i, w in enumerate(["ab", "abcd", "abc", "b", "x.y"])})
+    text = "abcx abcdd ab bx.y xzy"
+    assert [text[s:e] for s, e, _ in added.find(text)] == ["abc", "abcd", "ab", "b", "x.y"]
+    assert [i for _, _, i in added.find(text)] == [2, 1, 0, 3, 4] and list(AddedPieces({}).find(text)) == []

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from ..backends.base import Backend, StepBatch, StepResult
 from ..model.detokenizer import IncrementalDetokenizer
 from ..model.tokenizer import Tokenizer
+from ..startup import phase
 from ..switches import switched_on
 from .choices import ChoiceScores
 from .constraints import step_masks
@@ -87,7 +88,8 @@ class Engine:
                              f"{backend.MAX_IN_FLIGHT - 1} besides the one waited for")
         self.schedule_ahead = schedule_ahead
         self._in_flight: deque[SubmittedStep] = deque()  # submitted ahead by earlier `step`s, not waited for
-        backend.allocate_kv(plan.num_blocks, plan.block_size)
+        with phase("KV cache"):
+            backend.allocate_kv(plan.num_blocks, plan.block_size)
         widths = {g.name: -(-plan.max_model_len // plan.block_size) for g in self.groups}  # tables span every position
         # A step the device cannot hold is never planned: the budget stays within the backend's limit.
         limit = backend.max_step_tokens(max_batch, widths)
@@ -95,7 +97,8 @@ class Engine:
             step_token_budget = max(max_batch, min(step_token_budget, limit))
         small_step = backend.small_step if switched_on(SMALL_STEPS_ENV) else None
         self.scheduler = Scheduler(self.kv, max_batch, step_token_budget, small_step)
-        backend.reserve(step_token_budget, max_batch, widths)
+        with phase("step buffers and recording"):
+            backend.reserve(step_token_budget, max_batch, widths)
 
     @property
     def num_unfinished(self) -> int:

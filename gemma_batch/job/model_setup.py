@@ -23,6 +23,7 @@ from ..model.config import Gemma3Config
 from ..model.quant import weights_label
 from ..model.quant_cache import cache_root, converted_nbytes_by_dtype, load_converted
 from ..model.tokenizer import Tokenizer
+from ..startup import phase, timed
 from .devices import job_backend
 from .row_requests import RowRequests
 from .spec import JobSpec, UsageError, parse_size
@@ -51,8 +52,9 @@ class ModelPlan:
         spec = self.spec
         started = time.perf_counter()
         try:
-            weights = load_converted(self.checkpoint, spec.weight_format, cache_root())
-            self.backend.load_weights(weights.tensors)
+            with phase("weights"):
+                weights = load_converted(self.checkpoint, spec.weight_format, cache_root())
+                self.backend.load_weights(timed(weights.tensors, "weights: read"))
             engine = Engine(self.backend, self.plan, self.tokenizer, spec.max_batch, self.step_tokens,
                             prefix_cache=spec.prefix_cache)
         except (DeviceMemoryError, ValueError) as e:  # (ValueError: weights a backend cannot take, damaged ones)
@@ -94,10 +96,12 @@ def prepare_model(spec: JobSpec, log: TextIO) -> ModelPlan:
     """Open the model, choose the backend and plan the KV cache in the memory the weights will
     leave, saying each on `log`. UsageError for a bad model, plan or flag; JobFailed when the
     device is missing or the weights do not fit."""
-    folder, cfg, tokenizer, checkpoint = open_model(spec.model, log)
+    with phase("model files"):
+        folder, cfg, tokenizer, checkpoint = open_model(spec.model, log)
     fmt = spec.weight_format
     try:
-        backend, why = job_backend(spec, cfg, checkpoint.layout)
+        with phase("device"):
+            backend, why = job_backend(spec, cfg, checkpoint.layout)
     except ValueError as e:
         raise UsageError(str(e)) from None
     except (VulkanUnavailable, DeviceMemoryError) as e:

@@ -22,6 +22,7 @@ from typing import TextIO
 from ..data.rows import InputRow
 from ..engine.engine import Engine, Request
 from ..engine.request import NonFiniteLogits
+from ..startup import Phases, column, phase, phases_line, process_seconds, recording
 from .fingerprint import job_fingerprint, model_fingerprint
 from .incremental import EarlierRows
 from .lifecycle import (complete_stats, finish, non_finite_failure, open_input, open_store, report_kept, run_record,
@@ -48,21 +49,28 @@ def run_job(spec: JobSpec, log: TextIO | None = None, out: TextIO | None = None)
 
 
 def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
-    dataset, schema = open_input(spec)
-    model = prepare_model(spec, log)
+    begun, began = process_seconds(), time.perf_counter()  # (begun: the interpreter's start and the imports)
+    phases = Phases()
+    with recording(phases):
+        with phase("input"):
+            dataset, schema = open_input(spec)
+        model = prepare_model(spec, log)
     backend, plan = model.backend, model.plan
     fingerprint = job_fingerprint(spec, dataset.fingerprint, model_fingerprint(model.folder, model.checkpoint.files),
                                   backend.identity, plan.max_model_len, model.weights_label)
     with OutputLock(spec.output_path):
-        store, earlier = open_store(spec, schema, fingerprint, dataset, log)
+        with recording(phases), phase("output store"):
+            store, earlier = open_store(spec, schema, fingerprint, dataset, log)
         if store.state == "complete":
             return complete_stats(spec, dataset)
         requests = model.requests()
         try:
-            engine = model.load(log)
+            with recording(phases):
+                engine = model.load(log)
         except JobFailed:
             store.abandon()
             raise
+        startup = _startup(phases, begun, began, log)
         progress = Progress(dataset.num_rows, store.num_done, log, settle=spec.max_batch)
         started, done_before = time.perf_counter(), store.num_done
         started_at = datetime.datetime.now(datetime.timezone.utc)
@@ -79,8 +87,22 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
             raise JobStopped(stop.signum, done)
         run = run_record(done, failed, done_before, earlier, started_at, wall)
         figures = {**engine.stats.summary(wall), "backend": backend.identity, "kv_dtype": backend.kv_dtype,
-                   "weights": model.weights_label}
+                   "weights": model.weights_label, **startup}
         return finish(spec, store, dataset, run, figures, out)
+
+
+def _startup(phases: Phases, begun: float | None, began: float, log: TextIO) -> dict:
+    """The start-up's line on `log` and its statistics: `startup_seconds` from the process's start
+    (where the system says it; else from the job's) to the first step, and a `startup_<phase>_s`
+    for each of its phases, the interpreter's start and the imports first (`startup_imports_s`);
+    what no phase covers is the rest."""
+    seconds = dict(phases.seconds)
+    total = time.perf_counter() - began
+    if begun is not None:
+        seconds = {"imports": begun, **seconds}
+        total += begun
+    print(phases_line(seconds, total), file=log)
+    return {"startup_seconds": total, **{f"startup_{column(name)}_s": s for name, s in seconds.items()}}
 
 
 def _stream(

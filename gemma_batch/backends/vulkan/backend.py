@@ -25,6 +25,7 @@ import numpy as np
 from ...model.checkpoint import Tensor
 from ...model.config import Gemma3Config
 from ...model.quant import FORMATS
+from ...startup import phase
 from ..base import Backend, StepBatch, StepResult
 from ..cpu_math import rope_inv_freq
 from ..kv_formats import kv_label, kv_token_bytes
@@ -76,7 +77,8 @@ class VulkanBackend(Backend):
         self.profile = profile
         self.attention_chunk = attention_chunk
         self.coop_min_chunk = coop_min_chunk
-        self.device = Device(device)
+        with phase("device: Vulkan"):
+            self.device = Device(device)
         self.mem = Memory(self.device, memory_limit)
         self.kernels = fragment_order.model_kernels(
             Kernels.for_model(self.device, cfg, coopmat.split_inputs(kv_dtype)), self.mem, cfg)

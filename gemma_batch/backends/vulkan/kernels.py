@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ...startup import phase
+
 from .device import Device
 from .push_constants import PUSH, PUSH_BYTES, SPECIALIZED
 from .variants import (ATTENTION_MAX_GROUP, GATED_SPLIT_MAX_ROW, POST_NORM_MAX_ROW, POST_NORM_WG, VARIANTS,
@@ -87,28 +89,33 @@ class Kernels:
         """Kernel `name`'s pipeline, `special` (its SPECIALIZED values) the constants after `constants`."""
         key = f"{name}@{','.join(map(str, special))}" if special else name
         if key not in self.pipelines:
-            vk = self.vk
-            path = VARIANTS[name].spv
-            try:
-                code = path.read_bytes()
-            except OSError as e:
-                raise FileNotFoundError(f"shader {path} is missing ({e.strerror}); run `python shaders/build.py`") from None
-            module = vk.vkCreateShaderModule(self.dev.device, vk.VkShaderModuleCreateInfo(
-                sType=vk.VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, codeSize=len(code), pCode=code), None)
-            self._modules.append(module)
-            values = (*self.constants, *special)
-            constants = np.array(values, np.uint32).tobytes()
-            info = vk.VkSpecializationInfo(
-                mapEntryCount=len(values),
-                pMapEntries=[vk.VkSpecializationMapEntry(constantID=i, offset=4 * i, size=4) for i in range(len(values))],
-                dataSize=len(constants), pData=vk.ffi.from_buffer(constants))
-            stage = vk.VkPipelineShaderStageCreateInfo(
-                sType=vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, stage=vk.VK_SHADER_STAGE_COMPUTE_BIT,
-                module=module, pName="main", pSpecializationInfo=info)
-            flags = vk.VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR if self.dev.statistics else 0  # (pipeline_stats.py)
-            self.pipelines[key] = vk.vkCreateComputePipelines(self.dev.device, None, 1, [vk.VkComputePipelineCreateInfo(
-                sType=vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, flags=flags, stage=stage, layout=self.layout)], None)[0]
+            with phase("pipelines"):
+                self._create(name, key, special)
         return self.pipelines[key]
+
+    def _create(self, name: str, key: str, special: tuple[int, ...]) -> None:
+        """Compile kernel `name`'s pipeline (its SPIR-V with the constants and `special`) as `key`."""
+        vk = self.vk
+        path = VARIANTS[name].spv
+        try:
+            code = path.read_bytes()
+        except OSError as e:
+            raise FileNotFoundError(f"shader {path} is missing ({e.strerror}); run `python shaders/build.py`") from None
+        module = vk.vkCreateShaderModule(self.dev.device, vk.VkShaderModuleCreateInfo(
+            sType=vk.VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, codeSize=len(code), pCode=code), None)
+        self._modules.append(module)
+        values = (*self.constants, *special)
+        constants = np.array(values, np.uint32).tobytes()
+        info = vk.VkSpecializationInfo(
+            mapEntryCount=len(values),
+            pMapEntries=[vk.VkSpecializationMapEntry(constantID=i, offset=4 * i, size=4) for i in range(len(values))],
+            dataSize=len(constants), pData=vk.ffi.from_buffer(constants))
+        stage = vk.VkPipelineShaderStageCreateInfo(
+            sType=vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, stage=vk.VK_SHADER_STAGE_COMPUTE_BIT,
+            module=module, pName="main", pSpecializationInfo=info)
+        flags = vk.VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR if self.dev.statistics else 0  # (pipeline_stats.py)
+        self.pipelines[key] = vk.vkCreateComputePipelines(self.dev.device, None, 1, [vk.VkComputePipelineCreateInfo(
+            sType=vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, flags=flags, stage=stage, layout=self.layout)], None)[0]
 
     def descriptor_set(self, buffers: dict[int, object], dummy) -> object:
         """A descriptor set binding `buffers` (binding -> Buffer); unused bindings get `dummy`."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from collections import deque
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from ...model.checkpoint import Tensor, to_float32
 from ...model.config import Gemma3Config
 from ...model.quant import QuantizedTensor, to_fp16
 from ...model.weights import tensor_shapes
+from ...startup import phase
 from ..placement import Segment, held_tensors
 from .coop_tiles import coop_fits
 from .fragment_order import to_fragment_order
@@ -217,15 +218,23 @@ class DeviceWeights:
                 for start in range(0, len(tensor.data), _TILE_BLOCK_ROWS):
                     pending.append((start, pool.submit(convert, start)))
                     if len(pending) > 2 * _TILE_WORKERS:  # bounds the converted blocks held
-                        done, tiles = pending.popleft()
-                        self.mem.upload(buf, tiles.result(), (first_row + done) * code_row)
+                        self._upload_tiles(buf, *pending.popleft(), first_row, code_row)
                 for done, tiles in pending:
-                    self.mem.upload(buf, tiles.result(), (first_row + done) * code_row)
-        elif isinstance(tensor, QuantizedTensor):
-            self.mem.upload(buf, tensor.q, first_row * code_row)
-            self.mem.upload(buf, tensor.scales, rows * code_row + first_row * scale_row)
+                    self._upload_tiles(buf, done, tiles, first_row, code_row)
         else:
-            self.mem.upload(buf, tensor.data, first_row * code_row)
+            with phase("weights: upload"):
+                if isinstance(tensor, QuantizedTensor):
+                    self.mem.upload(buf, tensor.q, first_row * code_row)
+                    self.mem.upload(buf, tensor.scales, rows * code_row + first_row * scale_row)
+                else:
+                    self.mem.upload(buf, tensor.data, first_row * code_row)
+
+    def _upload_tiles(self, buf: Buffer, done: int, tiles: Future, first_row: int, code_row: int) -> None:
+        """Upload a block of strips once converted (the wait counted as conversion: the upload overlaps the rest)."""
+        with phase("weights: fp16 tiles"):
+            converted = tiles.result()
+        with phase("weights: upload"):
+            self.mem.upload(buf, converted, (first_row + done) * code_row)
 
     def _fp32(self, values: np.ndarray, name: str) -> Buffer:
         buf = self.mem.alloc(values.nbytes, name)
