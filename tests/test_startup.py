@@ -1,10 +1,13 @@
 """The start-up's phases (gemma_batch/startup.py): exclusive times that add up, a lazy reader
-timed, nothing recorded outside a recording."""
+timed, nothing recorded outside a recording; the weights read ahead on a thread (model/read_ahead.py)."""
 
 from __future__ import annotations
 
 import time
 
+import pytest
+
+from gemma_batch.model.read_ahead import read_ahead
 from gemma_batch.startup import Phases, column, phase, phases_line, process_seconds, recording, timed
 
 
@@ -57,3 +60,30 @@ def test_the_line_and_the_columns():
     assert column("weights: fp16 tiles") == "weights_fp16_tiles" and column("KV cache") == "kv_cache"
     age = process_seconds()
     assert age is None or 0 < age < 3600  # (this test process started less than an hour ago)
+
+
+def test_reading_ahead_gives_every_item_in_order_and_stops_with_its_consumer():
+    made = []
+
+    def items():
+        for i in range(50):
+            made.append(i)
+            yield i
+
+    assert list(read_ahead(items())) == list(range(50))
+    made.clear()
+    reader = read_ahead(items(), depth=1)
+    assert [next(reader) for _ in range(3)] == [0, 1, 2]
+    reader.close()  # the thread stops: at most the held item and one more were made past the consumer
+    assert len(made) <= 5
+
+
+def test_an_error_while_reading_ahead_comes_where_its_item_would_have():
+    def items():
+        yield 1
+        raise OSError("disk gone")
+
+    reader = read_ahead(items())
+    assert next(reader) == 1
+    with pytest.raises(OSError, match="disk gone"):
+        next(reader)

@@ -11,7 +11,9 @@ import pytest
 
 from gemma_batch.backends.vulkan.device import Device
 from gemma_batch.backends.vulkan.fragment_order import ORDER
+from gemma_batch.backends.vulkan.kernels import Kernels
 from gemma_batch.backends.vulkan.memory import Memory
+from gemma_batch.backends.vulkan.tile_upload import TileUpload
 from gemma_batch.backends.vulkan.weights import DeviceWeights, fp16_bits, fp16_tiles
 from gemma_batch.job.spec import DEMO_MODEL
 from gemma_batch.model.checkpoint import Checkpoint, Tensor, to_float32
@@ -141,3 +143,35 @@ def test_the_embedding_lookup_reads_rows_out_of_tiles(fragment_order):
         x = d.download(x).view(np.float32).reshape(len(tokens), H)
     expected = to_float32(bf16(table)).astype(np.float16).astype(np.float32)[tokens] * np.float32(scale)
     assert np.array_equal(x, expected)
+
+
+@pytest.mark.parametrize("fragment_order", [False, True])
+def test_tiles_made_on_the_device_are_the_hosts_bit_for_bit(fragment_order):
+    """tiles.comp (tile_upload.py) against fp16_tiles: every bf16 bit pattern but NaN and the
+    infinities (the fp16 subnormals rounded to nearest even, the clamp beyond 65504), in both
+    tile orders, into rows of a fused buffer after others; fp16 rows copied as they are."""
+    every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    finite = every[~np.isnan(to_float32(Tensor("BF16", every))) & np.isfinite(to_float32(Tensor("BF16", every)))]
+    rows = np.resize(finite, 48 * 1408).reshape(48, 1408)  # 67,584 values: every finite pattern at least once
+    halves = np.random.default_rng(5).standard_normal((32, 1408)).astype(np.float16)
+    device = Device()
+    mem = Memory(device)
+    kernels = Kernels.for_model(device, Gemma3Config.from_dir(DEMO_MODEL), x_lo=True)
+    try:
+        upload = TileUpload(kernels, mem, fragment_order)
+        buf = mem.alloc(96 * 1408 * 2, "tiles")
+        upload.upload(buf, rows, True, 16, "rows")
+        upload.upload(buf, halves.view(np.uint16), False, 64, "halves")
+        got = mem.download(buf).view(np.uint16).reshape(96, 1408)
+        assert np.array_equal(got[16:64].reshape(-1), fp16_tiles(Tensor("BF16", rows), fragment_order).view(np.uint16).reshape(-1))
+        assert np.array_equal(got[64:].reshape(-1), fp16_tiles(Tensor("F16", halves), fragment_order).view(np.uint16).reshape(-1))
+        for bad in (0x7F80, 0xFFC1):  # +inf, a NaN
+            broken = rows[:16].copy()
+            broken[7, 1000] = bad
+            with pytest.raises(ValueError, match="broken holds 1 NaN or infinite value"):
+                upload.upload(buf, broken, True, 0, "broken")
+        upload.close()
+    finally:
+        kernels.close()
+        mem.close()
+        device.close()

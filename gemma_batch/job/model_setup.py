@@ -21,6 +21,7 @@ from ..model import sources
 from ..model.checkpoint import Checkpoint
 from ..model.config import Gemma3Config
 from ..model.quant import weights_label
+from ..model.read_ahead import read_ahead
 from ..model.quant_cache import cache_root, converted_nbytes_by_dtype, load_converted
 from ..model.tokenizer import Tokenizer
 from ..startup import phase, timed
@@ -54,7 +55,7 @@ class ModelPlan:
         try:
             with phase("weights"):
                 weights = load_converted(self.checkpoint, spec.weight_format, cache_root())
-                self.backend.load_weights(timed(weights.tensors, "weights: read"))
+                self.backend.load_weights(timed(read_ahead(weights.tensors), "weights: read"))
             engine = Engine(self.backend, self.plan, self.tokenizer, spec.max_batch, self.step_tokens,
                             prefix_cache=spec.prefix_cache)
         except (DeviceMemoryError, ValueError) as e:  # (ValueError: weights a backend cannot take, damaged ones)

@@ -83,7 +83,7 @@ class VulkanBackend(Backend):
         self.kernels = fragment_order.model_kernels(
             Kernels.for_model(self.device, cfg, coopmat.split_inputs(kv_dtype)), self.mem, cfg)
         self.weights = DeviceWeights(cfg, self.mem, tiles=self.device.coopmat, fragment_order=self.kernels.fragment_loads,
-                                     segments=segments)
+                                     segments=segments, kernels=self.kernels)
         self.small_step = COOP_FOLD_ROWS if self.device.coopmat else None  # steps up to it run on the decode tiles
         self.flash = self.device.coopmat and flash.flash_fits(cfg, kv_dtype) and flash.wanted()  # prompt tokens' attention
         self.prompt_tile = self.device.coopmat and coop_tiles.prompt_tile_wanted()  # ... and products (coop_tiles)

@@ -66,6 +66,7 @@ class Kernels:
         self._modules: list = []
         self._pools: list = []
         self._pool_left = 0
+        self._barriers: dict[tuple[int, int], object] = {}  # (src, dst access masks) -> a VkMemoryBarrier[1]
 
     @property
     def x_lo(self) -> bool:
@@ -130,14 +131,18 @@ class Kernels:
         dset = vk.vkAllocateDescriptorSets(self.dev.device, vk.VkDescriptorSetAllocateInfo(
             sType=vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, descriptorPool=self._pools[-1],
             descriptorSetCount=1, pSetLayouts=[self.set_layout]))[0]
-        writes = []
+        # The writes as plain C structs: the `vulkan` package's struct classes cost about 20 us a
+        # field, 3.5 s of a 4b job's start-up over its 9,925 sets.
+        writes = vk.ffi.new("VkWriteDescriptorSet[]", NUM_BINDINGS)
+        infos = vk.ffi.new("VkDescriptorBufferInfo[]", NUM_BINDINGS)
         for binding in range(NUM_BINDINGS):
             buf = buffers.get(binding, dummy)
-            writes.append(vk.VkWriteDescriptorSet(
-                sType=vk.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, dstSet=dset, dstBinding=binding, descriptorCount=1,
-                descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                pBufferInfo=[vk.VkDescriptorBufferInfo(buffer=buf.handle, offset=0, range=buf.size)]))
-        vk.vkUpdateDescriptorSets(self.dev.device, len(writes), writes, 0, None)
+            info, write = infos[binding], writes[binding]
+            info.buffer, info.offset, info.range = buf.handle, 0, buf.size
+            write.sType, write.dstSet, write.dstBinding = vk.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, dset, binding
+            write.descriptorCount, write.descriptorType = 1, vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
+            write.pBufferInfo = infos + binding
+        vk.vkUpdateDescriptorSets(self.dev.device, NUM_BINDINGS, writes, 0, vk.ffi.NULL)
         return dset
 
     def record(self, cb, name: str, dset, push: dict[str, float | int], indirect, indirect_offset: int,
@@ -145,14 +150,14 @@ class Kernels:
         """Record one dispatch of kernel `name` whose grid is read from `indirect` at the offset;
         `specialize`: with its SPECIALIZED push constants' values built into the pipeline too."""
         self._bind(cb, name, dset, push, specialize)
-        self.vk.vkCmdDispatchIndirect(cb, indirect.handle, indirect_offset)
+        self.vk.lib.vkCmdDispatchIndirect(cb, indirect.handle, indirect_offset)
         self._barrier(cb)
 
     def record_direct(self, cb, name: str, dset, push: dict[str, float | int], groups: int,
                       specialize: bool = False) -> None:
         """Record one dispatch of kernel `name` over a fixed number of workgroups (`specialize` as `record`)."""
         self._bind(cb, name, dset, push, specialize)
-        self.vk.vkCmdDispatch(cb, groups, 1, 1)
+        self.vk.lib.vkCmdDispatch(cb, groups, 1, 1)
         self._barrier(cb)
 
     def _bind(self, cb, name: str, dset, push: dict[str, float | int], specialize: bool) -> None:
@@ -169,18 +174,23 @@ class Kernels:
         raw = values.tobytes()
         if len(raw) > PUSH_BYTES:
             raise ValueError(f"kernel {name}: {len(raw)} bytes of push constants exceed {PUSH_BYTES}")
-        vk.vkCmdBindPipeline(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, self.pipeline(name, special))
-        vk.vkCmdBindDescriptorSets(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, self.layout, 0, 1, [dset], 0, None)
-        vk.vkCmdPushConstants(cb, self.layout, vk.VK_SHADER_STAGE_COMPUTE_BIT, 0, len(raw), vk.ffi.from_buffer(raw))
+        # (the C functions themselves: the `vulkan` package's wrappers cost more than recording)
+        lib, ffi = vk.lib, vk.ffi
+        lib.vkCmdBindPipeline(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, self.pipeline(name, special))
+        lib.vkCmdBindDescriptorSets(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, self.layout, 0, 1,
+                                    ffi.new("VkDescriptorSet[1]", [dset]), 0, ffi.NULL)
+        lib.vkCmdPushConstants(cb, self.layout, vk.VK_SHADER_STAGE_COMPUTE_BIT, 0, len(raw), ffi.from_buffer(raw))
 
     def _barrier(self, cb, src_stage=None, src=None, dst_stage=None, dst=None) -> None:
         """Later dispatches see this one's writes (by default: shader writes, then shader reads and writes)."""
         vk = self.vk
         shader, access = vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
-        barrier = vk.VkMemoryBarrier(sType=vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-                                     srcAccessMask=vk.VK_ACCESS_SHADER_WRITE_BIT if src is None else src,
-                                     dstAccessMask=access if dst is None else dst)
-        vk.vkCmdPipelineBarrier(cb, src_stage or shader, dst_stage or shader, 0, 1, [barrier], 0, None, 0, None)
+        masks = (vk.VK_ACCESS_SHADER_WRITE_BIT if src is None else src, access if dst is None else dst)
+        barrier = self._barriers.get(masks)
+        if barrier is None:
+            barrier = self._barriers[masks] = vk.ffi.new("VkMemoryBarrier[1]", [{
+                "sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER, "srcAccessMask": masks[0], "dstAccessMask": masks[1]}])
+        vk.lib.vkCmdPipelineBarrier(cb, src_stage or shader, dst_stage or shader, 0, 1, barrier, 0, vk.ffi.NULL, 0, vk.ffi.NULL)
 
     def wait_host(self, cb, event) -> None:
         """Later dispatches wait until the host sets `event` (vkSetEvent), and see what the host

@@ -27,6 +27,7 @@ PUSH = {
     "row_scores": np.dtype([("row_stride", _u)]),
     "read_bandwidth": np.dtype([("n", _u), ("iterations", _u)]),
     "coop_fragment_probe": np.dtype([("words", _u)]),
+    "tiles": np.dtype([("words", _u), ("K", _u), ("dst_word", _u), ("fragment", _u), ("bf16", _u)]),
     "matmul_coop": _COOP_PUSH,
     "matmul_coop_direct": _COOP_PUSH,  # the same layout: the graph dispatches either with one push
     "split": np.dtype([("K", _u), ("eps", _f)]),

@@ -90,7 +90,8 @@ class Variant:
 
 
 def _variants() -> dict[str, Variant]:
-    out = [Variant("sample", "sample"), Variant("row_scores", "row_scores"), Variant("read_bandwidth", "read_bandwidth")]
+    out = [Variant("sample", "sample"), Variant("row_scores", "row_scores"), Variant("read_bandwidth", "read_bandwidth"),
+           Variant("tiles", "tiles")]
     out.append(Variant("coop_fragment_probe", "coop_fragment_probe", compiler="glslang"))
     for dtype in EMBED_DTYPES:
         out.append(Variant(f"embed_{dtype.lower()}", "embed", (WEIGHT_DEFINES[dtype],)))

@@ -38,7 +38,9 @@ from .coop_tiles import coop_fits
 from .fragment_order import to_fragment_order
 from .coopmat import TILE
 from .variants import EMBED_DTYPES
+from .kernels import Kernels
 from .memory import Buffer, Memory
+from . import tile_upload
 
 _QKV = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight")
 _QK_NORM = ("self_attn.q_norm.weight", "self_attn.k_norm.weight")
@@ -106,9 +108,12 @@ class DeviceWeights:
     matrix units' fragment order (fragment_order.py)."""
 
     def __init__(self, cfg: Gemma3Config, memory: Memory, tiles: bool = False, fragment_order: bool = False,
-                 segments: Sequence[Segment] | None = None) -> None:
-        """`segments`: a pipeline stage's parts, whose tensors alone it holds (None: every tensor)."""
+                 segments: Sequence[Segment] | None = None, kernels: Kernels | None = None) -> None:
+        """`segments`: a pipeline stage's parts, whose tensors alone it holds (None: every tensor).
+        `kernels`: make the tiles on the device with them (tile_upload.py; None: on the host)."""
         self.cfg = cfg
+        self.kernels = kernels if tile_upload.wanted() else None
+        self._tile_upload: tile_upload.TileUpload | None = None  # while `load` runs
         self.segments = segments
         self.mem = memory
         self.tiles = tiles
@@ -129,16 +134,16 @@ class DeviceWeights:
         expected = tensor_shapes(cfg) if self.segments is None else held_tensors(
             tensor_shapes(cfg), self.segments, cfg.num_layers, cfg.tie_word_embeddings)
         seen: set[str] = set()
-        for name, tensor in tensors:
-            seen.add(name)
-            if name in ("embed_tokens.weight", "lm_head.weight"):
-                key = "embed" if name == "embed_tokens.weight" else "lm_head"
-                self.globals[key] = self._matrix(-1, key, tensor, name)
-            elif name == "norm.weight":
-                self.globals["norm"] = self._fp32(to_float32(tensor), name)
-            else:
-                _, index, suffix = name.split(".", 2)
-                self._layer_tensor(int(index), suffix, tensor, name)
+        if self.tiles and self.kernels is not None:
+            self._tile_upload = tile_upload.TileUpload(self.kernels, self.mem, self.fragment_order)
+        try:
+            for name, tensor in tensors:
+                seen.add(name)
+                self._tensor(name, tensor)
+        finally:
+            if self._tile_upload is not None:
+                self._tile_upload.close()
+                self._tile_upload = None
         missing = sorted(set(expected) - seen)
         if missing:
             raise ValueError(f"backend received no tensor for {', '.join(missing[:5])} ({len(missing)} missing)")
@@ -148,6 +153,16 @@ class DeviceWeights:
         if "lm_head" not in self.globals and "embed" in self.globals:
             self.globals["lm_head"] = self.globals["embed"]
             self.dtypes[(-1, "lm_head")] = self.dtypes[(-1, "embed")]
+
+    def _tensor(self, name: str, tensor: Matrix) -> None:
+        if name in ("embed_tokens.weight", "lm_head.weight"):
+            key = "embed" if name == "embed_tokens.weight" else "lm_head"
+            self.globals[key] = self._matrix(-1, key, tensor, name)
+        elif name == "norm.weight":
+            self.globals["norm"] = self._fp32(to_float32(tensor), name)
+        else:
+            _, index, suffix = name.split(".", 2)
+            self._layer_tensor(int(index), suffix, tensor, name)
 
     def _layer_tensor(self, layer: int, suffix: str, tensor: Matrix, name: str) -> None:
         cfg, slots = self.cfg, self.layers[layer]
@@ -206,7 +221,9 @@ class DeviceWeights:
         """Put `tensor` (`name`)'s rows at row `first_row` of the [rows, K] matrix held in `buf`:
         codes in the codes' part, scales in the scales' part, or as fp16 tiles (see the module doc)."""
         code_row, scale_row = _row_bytes(tensor)
-        if tiled:  # a strip of 16 rows occupies the bytes its rows would: upload blocks of strips
+        if tiled and self._tile_upload is not None:
+            self._tile_upload.upload(buf, tensor.data.view(np.uint16), tensor.dtype == "BF16", first_row, name)
+        elif tiled:  # a strip of 16 rows occupies the bytes its rows would: upload blocks of strips
             def convert(start: int) -> np.ndarray:
                 try:
                     return fp16_tiles(Tensor(tensor.dtype, tensor.data[start:start + _TILE_BLOCK_ROWS]), self.fragment_order)
