@@ -28,8 +28,9 @@ class KVPlan:
     max_model_len: int  # prompt + completion bound, possibly lowered to fit the budget
     budget_bytes: int
     used_bytes: int
-    full_length_seqs: int  # sequences of max_model_len that fit at once
+    full_length_seqs: int  # sequences of max_model_len that fit at once (of sized_for's tokens, where set)
     notice: str | None = None  # set when max_model_len was lowered
+    sized_for: tuple[int, int] | None = None  # (sequences, tokens): the job's rows (`fit_to_rows`), not max_model_len
 
     def describe(self, groups: tuple[KVGroup, ...]) -> str:
         """One line for the job's start: what fits in the cache."""
@@ -37,6 +38,10 @@ class KVPlan:
         tokens = min(self.num_blocks[g.name] * self.block_size for g in groups if g.window is None) if any(
             g.window is None for g in groups) else None
         held = f"holds {tokens} tokens of context, " if tokens is not None else ""
+        if self.sized_for is not None:
+            seqs, length = self.sized_for
+            return (f"KV cache: {self.used_bytes / 2**20:.1f} MiB in {', '.join(parts)} of {self.block_size} tokens; "
+                    f"{held}sized for this job: {seqs} row(s) at once of up to {length} tokens (bounded by their bytes)")
         return (
             f"KV cache: {self.used_bytes / 2**20:.1f} MiB in {', '.join(parts)} of {self.block_size} tokens; "
             f"{held}fits {self.full_length_seqs} sequence(s) of {self.max_model_len} tokens at once "
@@ -112,3 +117,16 @@ def plan_kv(
         (num_blocks[g.name] // per_seq[g.name] for g in groups if per_seq[g.name]), default=max_batch
     )
     return KVPlan(block_size, num_blocks, max_model_len, budget_bytes, used, full_length_seqs, notice)
+
+
+def fit_to_rows(plan: KVPlan, groups: tuple[KVGroup, ...], bytes_per_token: Mapping[str, int], rows: int, tokens: int,
+                max_batch: int, max_chunk: int) -> KVPlan:
+    """`plan` cut to what a job of `rows` rows of at most `tokens` tokens each holds at once:
+    min(rows, max_batch) of them (never more blocks than `plan` has, never fewer than one such
+    row needs). `max_model_len` stays `plan`'s: it bounds the rows, the cache only their sum."""
+    length, seqs = min(max(tokens, 1), plan.max_model_len), max(1, min(rows, max_batch))
+    per_seq = {g.name: blocks_per_sequence(g, length, plan.block_size, max_chunk) for g in groups}
+    num_blocks = {g.name: min(plan.num_blocks[g.name], max(per_seq[g.name], seqs * per_seq[g.name])) for g in groups}
+    used = sum(n * bytes_per_token[name] * plan.block_size for name, n in num_blocks.items())
+    fits = min((num_blocks[g.name] // per_seq[g.name] for g in groups if per_seq[g.name]), default=seqs)
+    return KVPlan(plan.block_size, num_blocks, plan.max_model_len, plan.budget_bytes, used, fits, plan.notice, (fits, length))

@@ -16,7 +16,7 @@ from ..backends.base import Backend
 from ..backends.pipeline import PipelineBackend
 from ..backends.vulkan.errors import DeviceMemoryError, VulkanUnavailable
 from ..engine.engine import Engine
-from ..engine.kv_plan import KVPlan, plan_kv
+from ..engine.kv_plan import KVPlan, fit_to_rows, plan_kv
 from ..model import sources
 from ..model.checkpoint import Checkpoint
 from ..model.config import Gemma3Config
@@ -26,6 +26,7 @@ from ..model.quant_cache import cache_root, converted_nbytes_by_dtype, load_conv
 from ..model.tokenizer import Tokenizer
 from ..startup import phase, timed
 from .devices import job_backend
+from .row_bound import RowBound
 from .row_requests import RowRequests
 from .spec import JobSpec, UsageError, parse_size
 
@@ -93,9 +94,9 @@ def open_model(model: Path, log: TextIO) -> tuple[Path, Gemma3Config, Tokenizer,
         raise UsageError(str(e)) from None
 
 
-def prepare_model(spec: JobSpec, log: TextIO) -> ModelPlan:
+def prepare_model(spec: JobSpec, log: TextIO, rows: RowBound | None = None) -> ModelPlan:
     """Open the model, choose the backend and plan the KV cache in the memory the weights will
-    leave, saying each on `log`. UsageError for a bad model, plan or flag; JobFailed when the
+    leave (cut to `rows`, the job's rows, where known: row_bound.py), saying each on `log`. UsageError for a bad model, plan or flag; JobFailed when the
     device is missing or the weights do not fit."""
     with phase("model files"):
         folder, cfg, tokenizer, checkpoint = open_model(spec.model, log)
@@ -135,5 +136,8 @@ def prepare_model(spec: JobSpec, log: TextIO) -> ModelPlan:
     )
     if plan.notice:
         print(f"notice: {plan.notice}", file=log)
+    if rows is not None:
+        plan = fit_to_rows(plan, groups, {g.name: backend.kv_bytes_per_token(g.name) for g in groups}, rows.rows,
+                           rows.tokens, spec.max_batch, step_tokens)
     print(plan.describe(groups), file=log)
     return ModelPlan(spec, folder, cfg, tokenizer, checkpoint, backend, plan, step_tokens)

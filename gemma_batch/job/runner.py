@@ -30,6 +30,7 @@ from .lifecycle import (complete_stats, finish, non_finite_failure, open_input, 
 from .lock import OutputLock
 from .model_setup import JobFailed, prepare_model
 from .progress import Progress
+from .row_bound import PRESCAN_ROWS, row_bound
 from .row_requests import RowFailure, RowRequests, error_row, output_row
 from .signals import JobStopped, StopOnSignal
 from .spec import JobSpec, UsageError
@@ -54,7 +55,8 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
     with recording(phases):
         with phase("input"):
             dataset, schema = open_input(spec)
-        model = prepare_model(spec, log)
+            rows = row_bound(dataset.rows(), spec.max_tokens, spec.choices) if dataset.num_rows <= PRESCAN_ROWS else None
+        model = prepare_model(spec, log, rows)
     backend, plan = model.backend, model.plan
     fingerprint = job_fingerprint(spec, dataset.fingerprint, model_fingerprint(model.folder, model.checkpoint.files),
                                   backend.identity, plan.max_model_len, model.weights_label)

@@ -14,6 +14,8 @@ goes away when the caller drops the array. `SafetensorsWriter` writes a file one
 from __future__ import annotations
 
 import json
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -32,6 +34,8 @@ NUMPY_DTYPES: dict[str, np.dtype] = {"BF16": np.dtype("<u2"), "F16": np.dtype("<
                                      "I8": np.dtype("i1"), "U8": np.dtype("u1")}
 _MAX_HEADER = 100_000_000  # the safetensors library's own limit; real headers are well under 1 MB
 _READ_CHUNK = 1 << 30  # Linux returns at most ~2 GiB per read(); a 27B embedding table is 2.8 GB
+_READ_PIECE = 64 << 20  # bytes a reading thread takes at a time
+READ_THREADS = 4
 
 
 class SafetensorsError(ValueError):
@@ -105,23 +109,44 @@ def read_header(path: Path) -> list[TensorEntry]:
 def read_tensor(f: BinaryIO, entry: TensorEntry) -> np.ndarray:
     """Read one tensor of dtype BF16 (as uint16 bits), F16, F32, I8 or U8 from the open file `f`.
 
-    The bytes go straight into a new numpy buffer (`readinto`), which nothing else references.
+    The bytes go straight into a new numpy buffer, which nothing else references: a large tensor
+    in pieces read by READ_THREADS threads at once (`os.preadv`, where the system has it), since
+    one thread copies from the page cache at about 4.4 GB/s (1.8 s of a 4b job's start-up).
     """
     if entry.dtype not in NUMPY_DTYPES:
         raise SafetensorsError(f"{f.name}: tensor {entry.name!r}: cannot read dtype {entry.dtype}")
     buf = np.empty(entry.nbytes, dtype=np.uint8)
     view = memoryview(buf)
-    f.seek(entry.start)
-    done = 0
-    while done < entry.nbytes:
-        got = f.readinto(view[done : done + _READ_CHUNK])
-        if not got:
-            raise SafetensorsError(
-                f"{f.name}: file is truncated: tensor {entry.name!r} needs bytes {entry.start}..{entry.end}, "
-                f"but the file ends at {entry.start + done}"
-            )
-        done += got
+    pieces = [(start, min(start + _READ_PIECE, entry.nbytes)) for start in range(0, entry.nbytes, _READ_PIECE)]
+    if len(pieces) > 1 and hasattr(os, "preadv"):
+        with ThreadPoolExecutor(READ_THREADS) as pool:
+            ends = list(pool.map(lambda piece: _pread(f, view, entry.start, *piece), pieces))
+    else:
+        pieces = [(0, entry.nbytes)]
+        ends = [_pread(f, view, entry.start, 0, entry.nbytes)]
+    done = next((got for got, (_, end) in zip(ends, pieces) if got < end), entry.nbytes)  # where a short read stopped
+    if done < entry.nbytes:
+        raise SafetensorsError(
+            f"{f.name}: file is truncated: tensor {entry.name!r} needs bytes {entry.start}..{entry.end}, "
+            f"but the file ends at {entry.start + done}"
+        )
     return buf.view(NUMPY_DTYPES[entry.dtype]).reshape(entry.shape)
+
+
+def _pread(f: BinaryIO, view: memoryview, base: int, start: int, end: int) -> int:
+    """Read file bytes base + [start, end) into view[start:end]; the offset where they stopped (end when whole)."""
+    done = start
+    while done < end:
+        n = min(end, done + _READ_CHUNK) - done
+        if hasattr(os, "preadv"):
+            got = os.preadv(f.fileno(), [view[done : done + n]], base + done)
+        else:
+            f.seek(base + done)
+            got = f.readinto(view[done : done + n])
+        if not got:
+            return done
+        done += got
+    return end
 
 
 def _entry(path: Path, name: str, info: Any, data_start: int) -> TensorEntry:
