@@ -135,3 +135,25 @@ def test_version_and_a_non_finite_temperature():
         prompts = Path(__file__).resolve().parent.parent / "sample_data" / "prompts.jsonl"
         bad = run_cli("run", str(prompts), "--temperature", value, "--output", "/tmp/never.parquet")
         assert bad.returncode == 2 and "temperature must be finite" in bad.stderr, bad.stderr
+
+
+def test_the_cache_command_lists_what_is_cached_and_clears_it(tmp_path):
+    """What a run caches is listed by part with its size; --clear removes the parts (and nothing else
+    in the folder); the cache off is said."""
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights" / "a.safetensors").write_bytes(b"x" * 3 * 2**20)
+    (tmp_path / "gguf" / "f-v2").mkdir(parents=True)
+    (tmp_path / "gguf" / "f-v2" / "model.safetensors").write_bytes(b"y" * 2**20)
+    (tmp_path / "mine.txt").write_text("not gemma-batch's")
+    env = {**os.environ, "GEMMA_BATCH_CACHE_DIR": str(tmp_path)}
+    listed = subprocess.run([*GEMMA_BATCH, "cache"], capture_output=True, text=True, env=env, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert f"{tmp_path / 'weights'}: 3.0 MiB in 1 entry" in listed.stdout and f"{tmp_path / 'gguf'}: 1.0 MiB" in listed.stdout
+    assert "4.0 MiB in all" in listed.stdout
+    cleared = subprocess.run([*GEMMA_BATCH, "cache", "--clear"], capture_output=True, text=True, env=env, timeout=60)
+    assert "removed 4.0 MiB" in cleared.stdout and sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
+    empty = subprocess.run([*GEMMA_BATCH, "cache"], capture_output=True, text=True, env=env, timeout=60)
+    assert "nothing cached" in empty.stdout
+    off = subprocess.run([*GEMMA_BATCH, "cache"], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "GEMMA_BATCH_CACHE_DIR": "off"})
+    assert "the cache is off" in off.stdout

@@ -16,6 +16,7 @@ import importlib.metadata
 import typer
 
 from ..job.spec import DEMO_MODEL
+from .cache import cache
 from .help import Command, Group
 from .inspect import inspect
 from .perplexity import perplexity
@@ -38,7 +39,7 @@ def main(version: bool = typer.Option(False, "--version", callback=_version, is_
     """Batch text generation with Gemma 3 models."""
 
 
-for command in (run, generate, inspect, perplexity, convert, bench, devices):
+for command in (run, generate, inspect, perplexity, convert, bench, devices, cache):
     app.command(cls=Command)(command)
 
 __all__ = ["DEMO_MODEL", "app"]

@@ -101,7 +101,7 @@ def converted(path: Path, folders: Path, digest: str, log: TextIO) -> Path:
     if (folder / "model.safetensors").is_file():
         return folder
     started = time.perf_counter()
-    print(f"converting {path} to a Hugging Face folder in {folder} (once; GEMMA_BATCH_CACHE_DIR moves the cache)",
+    print(f"converting {path} to a Hugging Face folder in {folder} (once; GEMMA_BATCH_CACHE_DIR moves the cache, `gemma-batch cache --clear` empties it)",
           file=log)
     convert(path, folder)
     print(f"  converted in {time.perf_counter() - started:.1f} s", file=log)

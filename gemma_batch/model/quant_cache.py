@@ -233,5 +233,5 @@ def _convert_and_cache(checkpoint: Checkpoint, fmt: WeightFormat, path: Path | N
             writer.abort()
         if tmp is not None:
             tmp.unlink(missing_ok=True)
-    where = f", cached at {path}" if path is not None else " (cache off)"
+    where = f", cached at {path} (once; `gemma-batch cache --clear` empties the cache)" if path is not None else " (cache off)"
     note.append(f"weights converted to {fmt} in {time.perf_counter() - started:.1f} s{where}")

@@ -6,16 +6,15 @@ which starts at byte `8 + N`), plus an optional `"__metadata__"` object of strin
 section is tiled exactly by the tensors: no holes, no overlaps, nothing after the last one.
 
 `read_header` checks all of that against the file size and reads no tensor data; `read_tensor`
-then reads one tensor's bytes into a fresh numpy buffer (a plain read, no mmap), so the memory
-goes away when the caller drops the array. `SafetensorsWriter` writes a file one tensor at a time
+then maps one tensor's bytes (read-only, no copy), unmapped when the caller drops the array. `SafetensorsWriter` writes a file one tensor at a time
 (the safetensors library writes only from a dict held whole in memory).
 """
 
 from __future__ import annotations
 
 import json
+import mmap
 import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -33,9 +32,6 @@ DTYPE_SIZES: dict[str, int] = {
 NUMPY_DTYPES: dict[str, np.dtype] = {"BF16": np.dtype("<u2"), "F16": np.dtype("<f2"), "F32": np.dtype("<f4"),
                                      "I8": np.dtype("i1"), "U8": np.dtype("u1")}
 _MAX_HEADER = 100_000_000  # the safetensors library's own limit; real headers are well under 1 MB
-_READ_CHUNK = 1 << 30  # Linux returns at most ~2 GiB per read(); a 27B embedding table is 2.8 GB
-_READ_PIECE = 64 << 20  # bytes a reading thread takes at a time
-READ_THREADS = 4
 
 
 class SafetensorsError(ValueError):
@@ -107,46 +103,29 @@ def read_header(path: Path) -> list[TensorEntry]:
 
 
 def read_tensor(f: BinaryIO, entry: TensorEntry) -> np.ndarray:
-    """Read one tensor of dtype BF16 (as uint16 bits), F16, F32, I8 or U8 from the open file `f`.
-
-    The bytes go straight into a new numpy buffer, which nothing else references: a large tensor
-    in pieces read by READ_THREADS threads at once (`os.preadv`, where the system has it), since
-    one thread copies from the page cache at about 4.4 GB/s (1.8 s of a 4b job's start-up).
-    """
+    """One tensor of dtype BF16 (as uint16 bits), F16, F32, I8 or U8 of the open file `f`, as a
+    read-only array over the file's pages (a memory map of its bytes, unmapped when the array
+    goes): nothing is copied until used, so a backend that keeps the tensor as it is (the CPU's
+    int8 and int4 blocks) never copies it, and one that converts or uploads it reads each page
+    once. Reading a 270M checkpoint's 262 MB this way took 0.03 s against 0.13-0.85 s read into
+    fresh buffers. A file cut short since `read_header` checked it fails here, naming the tensor
+(one cut while its tensors are in use would end the process: SIGBUS)."""
     if entry.dtype not in NUMPY_DTYPES:
         raise SafetensorsError(f"{f.name}: tensor {entry.name!r}: cannot read dtype {entry.dtype}")
-    buf = np.empty(entry.nbytes, dtype=np.uint8)
-    view = memoryview(buf)
-    pieces = [(start, min(start + _READ_PIECE, entry.nbytes)) for start in range(0, entry.nbytes, _READ_PIECE)]
-    if len(pieces) > 1 and hasattr(os, "preadv"):
-        with ThreadPoolExecutor(READ_THREADS) as pool:
-            ends = list(pool.map(lambda piece: _pread(f, view, entry.start, *piece), pieces))
-    else:
-        pieces = [(0, entry.nbytes)]
-        ends = [_pread(f, view, entry.start, 0, entry.nbytes)]
-    done = next((got for got, (_, end) in zip(ends, pieces) if got < end), entry.nbytes)  # where a short read stopped
-    if done < entry.nbytes:
-        raise SafetensorsError(
-            f"{f.name}: file is truncated: tensor {entry.name!r} needs bytes {entry.start}..{entry.end}, "
-            f"but the file ends at {entry.start + done}"
-        )
-    return buf.view(NUMPY_DTYPES[entry.dtype]).reshape(entry.shape)
-
-
-def _pread(f: BinaryIO, view: memoryview, base: int, start: int, end: int) -> int:
-    """Read file bytes base + [start, end) into view[start:end]; the offset where they stopped (end when whole)."""
-    done = start
-    while done < end:
-        n = min(end, done + _READ_CHUNK) - done
-        if hasattr(os, "preadv"):
-            got = os.preadv(f.fileno(), [view[done : done + n]], base + done)
-        else:
-            f.seek(base + done)
-            got = f.readinto(view[done : done + n])
-        if not got:
-            return done
-        done += got
-    return end
+    dtype = np.dtype(NUMPY_DTYPES[entry.dtype])
+    if entry.nbytes == 0:
+        return np.empty(entry.shape, dtype)
+    size = os.fstat(f.fileno()).st_size  # (a file cut short since its header was read: an error, not SIGBUS)
+    if size < entry.end:
+        raise SafetensorsError(f"{f.name}: file is truncated: tensor {entry.name!r} needs bytes {entry.start}..{entry.end}, "
+                               f"but the file ends at {size}")
+    first = entry.start - entry.start % mmap.ALLOCATIONGRANULARITY
+    try:
+        mapped = mmap.mmap(f.fileno(), entry.end - first, access=mmap.ACCESS_READ, offset=first)
+    except (OSError, ValueError) as e:
+        raise SafetensorsError(f"{f.name}: tensor {entry.name!r} (bytes {entry.start}..{entry.end}) could not be "
+                               f"mapped: {e}") from None
+    return np.frombuffer(mapped, dtype, entry.nbytes // dtype.itemsize, entry.start - first).reshape(entry.shape)
 
 
 def _entry(path: Path, name: str, info: Any, data_start: int) -> TensorEntry:
