@@ -22,6 +22,7 @@ from typing import TextIO
 from ..data.rows import InputRow
 from ..engine.engine import Engine, Request
 from ..engine.request import NonFiniteLogits
+from ..model.read_ahead import read_ahead
 from ..startup import Phases, column, phase, phases_line, process_seconds, recording
 from .fingerprint import job_fingerprint, model_fingerprint
 from .incremental import EarlierRows
@@ -31,7 +32,7 @@ from .lock import OutputLock
 from .model_setup import JobFailed, prepare_model
 from .progress import Progress
 from .row_bound import PRESCAN_ROWS, row_bound
-from .row_requests import RowFailure, RowRequests, error_row, output_row
+from .row_requests import RowFailure, error_row, output_row
 from .signals import JobStopped, StopOnSignal
 from .spec import JobSpec, UsageError
 from .store import ResultStore
@@ -66,10 +67,14 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
         if store.state == "complete":
             return complete_stats(spec, dataset)
         requests = model.requests()
+        # The rows' requests (tokenizing) made on a thread from now on: while the weights load, then
+        # while the device runs the steps.
+        made = read_ahead(((row, requests.request(row)) for row in dataset.rows()), LOOKAHEAD)
         try:
             with recording(phases):
                 engine = model.load(log)
         except JobFailed:
+            made.close()
             store.abandon()
             raise
         startup = _startup(phases, begun, began, log)
@@ -77,11 +82,13 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
         started, done_before = time.perf_counter(), store.num_done
         started_at = datetime.datetime.now(datetime.timezone.utc)
         try:
-            done, failed = _stream(dataset.rows(), store, engine, requests, progress, spec.max_batch, stop, earlier)
+            done, failed = _stream(made, store, engine, requests.score_only, progress, spec.max_batch, stop, earlier)
         except OSError as e:
             raise write_failed(e, store) from None
         except NonFiniteLogits as e:
             raise non_finite_failure(e, model.checkpoint, store, log) from None
+        finally:
+            made.close()  # (rows left when a signal stopped the job: the thread stops)
         wall = time.perf_counter() - started
         progress.close()
         report_kept(earlier, done, log)
@@ -108,15 +115,16 @@ def _startup(phases: Phases, begun: float | None, began: float, log: TextIO) -> 
 
 
 def _stream(
-    rows: Iterator[InputRow], store: ResultStore, engine: Engine, requests: RowRequests, progress: Progress, max_batch: int,
-    stop: StopOnSignal, earlier: EarlierRows,
+    rows: Iterator[tuple[InputRow, Request | RowFailure]], store: ResultStore, engine: Engine, score_only: bool,
+    progress: Progress, max_batch: int, stop: StopOnSignal, earlier: EarlierRows,
 ) -> tuple[int, int]:
-    """Feed rows to the engine and commit each finished row, until the rows end or a signal asks
-    to stop (checked at each step boundary); a row whose request an earlier job finished is
-    committed from `earlier` instead. Returns (rows committed, error rows)."""
+    """Feed rows (each with its request, or why it cannot run) to the engine and commit each
+    finished row, until the rows end or a signal asks to stop (checked at each step boundary); a
+    row whose request an earlier job finished is committed from `earlier` instead. Returns (rows
+    committed, error rows)."""
     in_flight: dict[int, tuple[InputRow, Request]] = {}
     order: deque[int] = deque()  # indices admitted to the engine, in input order
-    held: InputRow | None = None  # next row, waiting for the lookahead window to move
+    held: tuple[InputRow, Request | RowFailure] | None = None  # next row, waiting for the lookahead window to move
     caching = engine.kv.prefix_seed is not None  # (the progress line gives the hit rate only with the cache on)
     done = failed = 0
     exhausted = False
@@ -124,19 +132,19 @@ def _stream(
         while not exhausted and engine.num_unfinished < 2 * max_batch:
             while order and order[0] not in in_flight:
                 order.popleft()
-            row = held if held is not None else next(rows, None)
+            pair = held if held is not None else next(rows, None)
             held = None
-            if row is None:
+            if pair is None:
                 exhausted = True
                 break
+            row, request = pair
             if order and row.index - order[0] >= LOOKAHEAD:
-                held = row
+                held = pair
                 break
             settled = settle(row, store, earlier, progress)
             if settled is not None:
                 done += settled == "kept"
                 continue
-            request = requests.request(row)
             if isinstance(request, RowFailure):
                 store.commit(error_row(row, request))
                 progress.update(1)
@@ -149,7 +157,7 @@ def _stream(
             return done, failed
         for completion in engine.step():
             row, request = in_flight.pop(completion.request_id)
-            store.commit(output_row(row, request, completion, requests.score_only))
+            store.commit(output_row(row, request, completion, score_only))
             progress.update(1, len(completion.token_ids),
                             prompt=(completion.num_prompt_tokens, completion.cached_prompt_tokens) if caching else (0, 0))
             done += 1
