@@ -11,7 +11,8 @@ DIR gets the checkpoint (`model-SHAPE/`, written once: `gemma_batch.bench.random
 random text of the demo tokenizer's pieces (the real model's own, with --model), LEN tokens
 each with the BOS, the first N of them the same in every row with --shared-prefix N), and per budget the job's output, its stats and its log. Each job is a fresh
 `gemma-batch run --force` process with default flags but those named here. Prints, per budget, the
-job's wall time (the stats' `wall_seconds`: from the first row read to the file written), prompt
+job's wall time (the stats' `wall_seconds`: from the first row read to the file written), its
+start-up (the stats' `startup_seconds`: from the process's start to the first step), prompt
 and generated tokens over that time (`prefill_tokens` over it, and the stats'
 `generated_tokens_per_s`), and generated tokens over the process's whole time (model loading included), and writes them with
 the whole stats row to DIR/job_bench.json. `--flags` (repeatable) runs each budget once per set of
@@ -124,11 +125,12 @@ def main(argv: list[str]) -> None:
     (args.out / "job_bench.json").write_text(json.dumps({"shape": args.shape, "model": args.model, "rows": args.rows,
                                                          "prompt_len": args.prompt_len, "shared_prefix": args.shared_prefix,
                                                          "runs": runs}, indent=1))
-    table = [["max step tokens", "flags", "job s", "rows/s", "process s", "rows/s (process)", "prompt tok/s (job)",
-              "generated tok/s (job)", "generated tok/s (process)", "prefix cache", "backend"]]
+    table = [["max step tokens", "flags", "job s", "rows/s", "process s", "start-up s", "rows/s (process)",
+              "prompt tok/s (job)", "generated tok/s (job)", "generated tok/s (process)", "prefix cache", "backend"]]
     for r in runs:
+        startup = f"{r['startup_seconds']:.2f}" if "startup_seconds" in r else "-"
         table.append([str(r["max_step_tokens"]), r["flags"] or "-", f"{r['wall_seconds']:.2f}", f"{r['rows_per_s']:,.2f}",
-                      f"{r['process_s']:.2f}", f"{r['rows_total'] / r['process_s']:,.2f}",
+                      f"{r['process_s']:.2f}", startup, f"{r['rows_total'] / r['process_s']:,.2f}",
                       f"{r['prefill_tokens'] / r['wall_seconds']:,.1f}", f"{r['generated_tokens_per_s']:,.1f}",
                       f"{r['generated_tokens_per_s_process']:,.1f}", f"{100 * r.get('prefix_hit_rate', 0):.0f}%",
                       str(r.get("backend"))])
