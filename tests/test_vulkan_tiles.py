@@ -175,23 +175,3 @@ def test_tiles_made_on_the_device_are_the_hosts_bit_for_bit(fragment_order):
         kernels.close()
         mem.close()
         device.close()
-
-
-def test_an_upload_of_several_staging_pieces_arrives_whole(monkeypatch):
-    """Memory.upload fills one staging buffer while the device copies the other: 5.5 pieces (of
-    1 MiB here), each staging buffer filled again once its copy is done, at an offset, read back
-    the same."""
-    from gemma_batch.backends.vulkan import memory
-
-    monkeypatch.setattr(memory, "STAGING_BYTES", 2**20)
-    data = np.random.default_rng(7).integers(0, 256, int(5.5 * 2**20), dtype=np.uint8)
-    device = Device()
-    mem = Memory(device)
-    try:
-        buf = mem.alloc(data.nbytes + 4096, "several pieces")
-        mem.upload(buf, data, 4096)
-        assert len(mem._staging) == 2
-        assert np.array_equal(mem.download(buf, data.nbytes, 4096), data)
-    finally:
-        mem.close()
-        device.close()

@@ -121,11 +121,7 @@ def read_tensor(f: BinaryIO, entry: TensorEntry) -> np.ndarray:
                                f"but the file ends at {size}")
     first = entry.start - entry.start % mmap.ALLOCATIONGRANULARITY
     try:
-        if hasattr(mmap, "MAP_POPULATE"):  # (Linux: the pages mapped now, on the reader's thread, not as first touched)
-            mapped = mmap.mmap(f.fileno(), entry.end - first, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE,
-                               prot=mmap.PROT_READ, offset=first)
-        else:
-            mapped = mmap.mmap(f.fileno(), entry.end - first, access=mmap.ACCESS_READ, offset=first)
+        mapped = mmap.mmap(f.fileno(), entry.end - first, access=mmap.ACCESS_READ, offset=first)
     except (OSError, ValueError) as e:
         raise SafetensorsError(f"{f.name}: tensor {entry.name!r} (bytes {entry.start}..{entry.end}) could not be "
                                f"mapped: {e}") from None

@@ -19,7 +19,6 @@ from .device import Device
 from .errors import DeviceMemoryError
 
 STAGING_BYTES = 64 * 2**20
-UPLOAD_FENCES = (-2, -3)  # the fences of the two staging buffers' copies (device.SYNC_FENCE is -1, steps 0, 1, ...)
 _USAGE = "VK_BUFFER_USAGE_STORAGE_BUFFER_BIT VK_BUFFER_USAGE_TRANSFER_SRC_BIT VK_BUFFER_USAGE_TRANSFER_DST_BIT VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT"
 
 
@@ -40,8 +39,7 @@ class Memory:
         self.allocated = 0
         self.peak = 0  # most bytes allocated at once
         self.buffers: list[Buffer] = []
-        self._staging: list[Buffer] = []  # up to two, filled in turn (`upload`)
-        self._upload_cbs: list = []  # a command buffer per staging buffer
+        self._staging: Buffer | None = None
         self._readback: Buffer | None = None  # staging for downloads, in cached memory (`alloc_host(readback=True)`)
         self._copy_cb = device.command_buffer()
 
@@ -132,11 +130,10 @@ class Memory:
         self.buffers.remove(buf)
 
     # -- copies -------------------------------------------------------------------------------
-    def _staging_buffer(self, slot: int = 0) -> Buffer:
-        while len(self._staging) <= slot:
-            self._staging.append(self.alloc_host(STAGING_BYTES, f"staging {len(self._staging)}"))
-            self._upload_cbs.append(self.dev.command_buffer())
-        return self._staging[slot]
+    def _staging_buffer(self) -> Buffer:
+        if self._staging is None:
+            self._staging = self.alloc_host(STAGING_BYTES, "staging")
+        return self._staging
 
     def _readback_buffer(self) -> Buffer:
         if self._readback is None:
@@ -152,39 +149,18 @@ class Memory:
         self.dev.submit_and_wait(cb)
 
     def upload(self, dst: Buffer, data: np.ndarray, offset: int = 0) -> None:
-        """Copy `data`'s bytes into `dst` at byte `offset`, in staging-sized pieces: the host fills
-        one staging buffer while the device copies the other (a 27b's 54 GB went up at 6 GB/s one
-        piece at a time)."""
+        """Copy `data`'s bytes into `dst` at byte `offset`, in staging-sized pieces."""
         raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         if offset + raw.nbytes > dst.size:
             raise ValueError(f"upload of {raw.nbytes} bytes at {offset} overruns {dst.label} ({dst.size} bytes)")
         if dst.array is not None:
             dst.array[offset : offset + raw.nbytes] = raw
             return
-        busy = [False, False]  # a copy out of staging buffer i is in flight
-        try:
-            for n, start in enumerate(range(0, raw.nbytes, STAGING_BYTES)):
-                slot = n % 2 if raw.nbytes > STAGING_BYTES else 0
-                staging = self._staging_buffer(slot)
-                if busy[slot]:
-                    self.dev.wait(UPLOAD_FENCES[slot])
-                    busy[slot] = False
-                piece = raw[start : start + STAGING_BYTES]
-                staging.array[: piece.nbytes] = piece
-                self._start_copy(slot, staging.handle, dst.handle, offset + start, piece.nbytes)
-                busy[slot] = True
-        finally:
-            for slot, running in enumerate(busy):
-                if running:
-                    self.dev.wait(UPLOAD_FENCES[slot])
-
-    def _start_copy(self, slot: int, src, dst, dst_offset: int, size: int) -> None:
-        vk, cb = self.vk, self._upload_cbs[slot]
-        vk.vkBeginCommandBuffer(cb, vk.VkCommandBufferBeginInfo(
-            sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO, flags=vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT))
-        vk.vkCmdCopyBuffer(cb, src, dst, 1, [vk.VkBufferCopy(srcOffset=0, dstOffset=dst_offset, size=size)])
-        vk.vkEndCommandBuffer(cb)
-        self.dev.submit(cb, UPLOAD_FENCES[slot])
+        staging = self._staging_buffer()
+        for start in range(0, raw.nbytes, STAGING_BYTES):
+            piece = raw[start : start + STAGING_BYTES]
+            staging.array[: piece.nbytes] = piece
+            self._copy(staging.handle, dst.handle, 0, offset + start, piece.nbytes)
 
     def download(self, src: Buffer, size: int | None = None, offset: int = 0) -> np.ndarray:
         """`size` bytes of `src` from byte `offset`, as a new uint8 array."""
