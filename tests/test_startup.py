@@ -74,8 +74,13 @@ def test_reading_ahead_gives_every_item_in_order_and_stops_with_its_consumer():
     made.clear()
     reader = read_ahead(items(), depth=1)
     assert [next(reader) for _ in range(3)] == [0, 1, 2]
-    reader.close()  # the thread stops: at most the held item and one more were made past the consumer
-    assert len(made) <= 5
+    reader.close()  # the thread stops: at most depth + 1 items were made past the consumer's
+    assert len(made) <= 5 and list(reader) == []
+    made.clear()
+    started = read_ahead(items(), depth=2)
+    time.sleep(0.2)  # nothing asked for yet: the thread has made what its depth allows
+    assert made == [0, 1, 2]
+    started.close()
 
 
 def test_an_error_while_reading_ahead_comes_where_its_item_would_have():

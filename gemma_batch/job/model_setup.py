@@ -56,7 +56,11 @@ class ModelPlan:
         try:
             with phase("weights"):
                 weights = load_converted(self.checkpoint, spec.weight_format, cache_root())
-                self.backend.load_weights(timed(read_ahead(weights.tensors), "weights: read"))
+                reader = read_ahead(weights.tensors)
+                try:
+                    self.backend.load_weights(timed(reader, "weights: read"))
+                finally:
+                    reader.close()
             engine = Engine(self.backend, self.plan, self.tokenizer, spec.max_batch, self.step_tokens,
                             prefix_cache=spec.prefix_cache)
         except (DeviceMemoryError, ValueError) as e:  # (ValueError: weights a backend cannot take, damaged ones)

@@ -70,25 +70,25 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
         # The rows' requests (tokenizing) made on a thread from now on: while the weights load, then
         # while the device runs the steps.
         made = read_ahead(((row, requests.request(row)) for row in dataset.rows()), LOOKAHEAD)
-        try:
-            with recording(phases):
-                engine = model.load(log)
-        except JobFailed:
-            made.close()
-            store.abandon()
-            raise
-        startup = _startup(phases, begun, began, log)
-        progress = Progress(dataset.num_rows, store.num_done, log, settle=spec.max_batch)
-        started, done_before = time.perf_counter(), store.num_done
-        started_at = datetime.datetime.now(datetime.timezone.utc)
-        try:
-            done, failed = _stream(made, store, engine, requests.score_only, progress, spec.max_batch, stop, earlier)
-        except OSError as e:
-            raise write_failed(e, store) from None
-        except NonFiniteLogits as e:
-            raise non_finite_failure(e, model.checkpoint, store, log) from None
+        try:  # (made.close(): rows left when the job stops early, the thread stops)
+            try:
+                with recording(phases):
+                    engine = model.load(log)
+            except JobFailed:
+                store.abandon()
+                raise
+            startup = _startup(phases, begun, began, log)
+            progress = Progress(dataset.num_rows, store.num_done, log, settle=spec.max_batch)
+            started, done_before = time.perf_counter(), store.num_done
+            started_at = datetime.datetime.now(datetime.timezone.utc)
+            try:
+                done, failed = _stream(made, store, engine, requests.score_only, progress, spec.max_batch, stop, earlier)
+            except OSError as e:
+                raise write_failed(e, store) from None
+            except NonFiniteLogits as e:
+                raise non_finite_failure(e, model.checkpoint, store, log) from None
         finally:
-            made.close()  # (rows left when a signal stopped the job: the thread stops)
+            made.close()
         wall = time.perf_counter() - started
         progress.close()
         report_kept(earlier, done, log)
