@@ -1,9 +1,12 @@
 """`gemma-batch run`: a prompt dataset in, a completion dataset out, resumable at any moment.
 
 Order of work, so that file-level problems stop the job before anything is written:
-open and check the dataset, load and check the model, plan the KV cache, take the output lock,
-open the result store (fresh, resume, or already complete); then stream rows through the engine,
-committing each finished row as it completes, and write the final file atomically.
+open and check the dataset (and, for up to row_bound.PRESCAN_ROWS rows, bound their lengths),
+load and check the model, plan the KV cache, take the output lock, open the result store (fresh,
+resume, or already complete); start making the rows' requests on a thread, load the weights;
+then stream rows through the engine, committing each finished row as it completes, and write
+the final file atomically. The log's `start-up` line and the statistics' `startup_*` columns
+say where the time before the first step went (gemma_batch/startup.py).
 
 Rows are admitted in input order, at most `LOOKAHEAD` rows past the oldest unfinished one, so
 memory stays bounded however long the dataset and however uneven the completions.
