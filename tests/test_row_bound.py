@@ -38,7 +38,7 @@ def test_the_cut_plan_holds_the_rows_at_once_and_never_grows():
     per_token = {g.name: 1024 for g in groups}
     plan = plan_kv(groups, per_token, 2**30, 16, 2048, 32, 512)
     cut = fit_to_rows(plan, groups, per_token, rows=5, tokens=300, max_batch=32, max_chunk=512)
-    assert cut.max_model_len == plan.max_model_len and cut.sized_for == (5, 300)
+    assert cut.max_model_len == plan.max_model_len and cut.sized_for == 300 and cut.full_length_seqs == 5
     for g in groups:
         assert cut.num_blocks[g.name] == 5 * blocks_per_sequence(g, 300, 16, 512) <= plan.num_blocks[g.name]
     assert cut.used_bytes == sum(n * 1024 * 16 for n in cut.num_blocks.values()) < plan.used_bytes

@@ -28,9 +28,9 @@ class KVPlan:
     max_model_len: int  # prompt + completion bound, possibly lowered to fit the budget
     budget_bytes: int
     used_bytes: int
-    full_length_seqs: int  # sequences of max_model_len that fit at once (of sized_for's tokens, where set)
+    full_length_seqs: int  # sequences of max_model_len that fit at once (of `sized_for` tokens, where set)
     notice: str | None = None  # set when max_model_len was lowered
-    sized_for: tuple[int, int] | None = None  # (sequences, tokens): the job's rows (`fit_to_rows`), not max_model_len
+    sized_for: int | None = None  # the most tokens of the job's rows, where the plan was cut to them (`fit_to_rows`)
 
     def describe(self, groups: tuple[KVGroup, ...]) -> str:
         """One line for the job's start: what fits in the cache."""
@@ -38,15 +38,12 @@ class KVPlan:
         tokens = min(self.num_blocks[g.name] * self.block_size for g in groups if g.window is None) if any(
             g.window is None for g in groups) else None
         held = f"holds {tokens} tokens of context, " if tokens is not None else ""
+        head = f"KV cache: {self.used_bytes / 2**20:.1f} MiB in {', '.join(parts)} of {self.block_size} tokens; {held}"
         if self.sized_for is not None:
-            seqs, length = self.sized_for
-            return (f"KV cache: {self.used_bytes / 2**20:.1f} MiB in {', '.join(parts)} of {self.block_size} tokens; "
-                    f"{held}sized for this job: {seqs} row(s) at once of up to {length} tokens (bounded by their bytes)")
-        return (
-            f"KV cache: {self.used_bytes / 2**20:.1f} MiB in {', '.join(parts)} of {self.block_size} tokens; "
-            f"{held}fits {self.full_length_seqs} sequence(s) of {self.max_model_len} tokens at once "
-            f"(shorter sequences share it, up to --max-batch)"
-        )
+            return (f"{head}sized for this job: {self.full_length_seqs} row(s) at once of up to {self.sized_for} tokens "
+                    "(bounded by their bytes)")
+        return (f"{head}fits {self.full_length_seqs} sequence(s) of {self.max_model_len} tokens at once "
+                "(shorter sequences share it, up to --max-batch)")
 
 
 def blocks_per_sequence(group: KVGroup, length: int, block_size: int, max_chunk: int) -> int:
@@ -129,4 +126,4 @@ def fit_to_rows(plan: KVPlan, groups: tuple[KVGroup, ...], bytes_per_token: Mapp
     num_blocks = {g.name: min(plan.num_blocks[g.name], max(per_seq[g.name], seqs * per_seq[g.name])) for g in groups}
     used = sum(n * bytes_per_token[name] * plan.block_size for name, n in num_blocks.items())
     fits = min((num_blocks[g.name] // per_seq[g.name] for g in groups if per_seq[g.name]), default=seqs)
-    return KVPlan(plan.block_size, num_blocks, plan.max_model_len, plan.budget_bytes, used, fits, plan.notice, (fits, length))
+    return KVPlan(plan.block_size, num_blocks, plan.max_model_len, plan.budget_bytes, used, fits, plan.notice, length)

@@ -100,8 +100,9 @@ def open_model(model: Path, log: TextIO) -> tuple[Path, Gemma3Config, Tokenizer,
 
 def prepare_model(spec: JobSpec, log: TextIO, rows: RowBound | None = None) -> ModelPlan:
     """Open the model, choose the backend and plan the KV cache in the memory the weights will
-    leave (cut to `rows`, the job's rows, where known: row_bound.py), saying each on `log`. UsageError for a bad model, plan or flag; JobFailed when the
-    device is missing or the weights do not fit."""
+    leave (cut to `rows`, the job's rows, where known: row_bound.py), saying each on `log`.
+    UsageError for a bad model, plan or flag; JobFailed when the device is missing or the weights
+    do not fit."""
     with phase("model files"):
         folder, cfg, tokenizer, checkpoint = open_model(spec.model, log)
     fmt = spec.weight_format
@@ -133,15 +134,14 @@ def prepare_model(spec: JobSpec, log: TextIO, rows: RowBound | None = None) -> M
     budget = parse_size(spec.kv_memory, available - weight_bytes)
     step_tokens = spec.max_step_tokens or max(spec.max_batch, backend.default_step_tokens)
     groups = cfg.kv_groups()
+    per_token = {g.name: backend.kv_bytes_per_token(g.name) for g in groups}
     plan = plan_kv(
-        groups, {g.name: backend.kv_bytes_per_token(g.name) for g in groups}, budget,
-        spec.block_size, max_model_len, spec.max_batch, step_tokens,
+        groups, per_token, budget, spec.block_size, max_model_len, spec.max_batch, step_tokens,
         {g.name: backend.max_kv_blocks(g.name, spec.block_size) for g in groups},
     )
     if plan.notice:
         print(f"notice: {plan.notice}", file=log)
     if rows is not None:
-        plan = fit_to_rows(plan, groups, {g.name: backend.kv_bytes_per_token(g.name) for g in groups}, rows.rows,
-                           rows.tokens, spec.max_batch, step_tokens)
+        plan = fit_to_rows(plan, groups, per_token, rows.rows, rows.tokens, spec.max_batch, step_tokens)
     print(plan.describe(groups), file=log)
     return ModelPlan(spec, folder, cfg, tokenizer, checkpoint, backend, plan, step_tokens)

@@ -47,25 +47,25 @@ def run_job(spec: JobSpec, log: TextIO | None = None, out: TextIO | None = None)
     """Run a job to its final file; return its statistics. Raises JobFailed / UsageError, and
     JobStopped when SIGTERM or SIGINT came while it ran (from the start: a job still loading
     stops before its first step; signals.py)."""
-    with StopOnSignal() as stop, warnings.catch_warnings():
+    begun = process_seconds()  # (the interpreter's start and the imports)
+    with StopOnSignal() as stop, warnings.catch_warnings(), recording(Phases()) as phases:
         # numpy's overflow warnings say less than the engine's own check (NonFiniteLogits)
         warnings.filterwarnings("ignore", r"(overflow|invalid value) encountered", RuntimeWarning)
-        return _run(spec, log or sys.stderr, out or sys.stdout, stop)
+        return _run(spec, log or sys.stderr, out or sys.stdout, stop, phases, begun)
 
 
-def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
-    begun, began = process_seconds(), time.perf_counter()  # (begun: the interpreter's start and the imports)
-    phases = Phases()
-    with recording(phases):
-        with phase("input"):
-            dataset, schema = open_input(spec)
-            rows = row_bound(dataset.rows(), spec.max_tokens, spec.choices) if dataset.num_rows <= PRESCAN_ROWS else None
-        model = prepare_model(spec, log, rows)
+def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal, phases: Phases, begun: float | None) -> dict:
+    """The job, its start-up timed into `phases` (recording), `begun` seconds after the process's start."""
+    began = time.perf_counter()
+    with phase("input"):
+        dataset, schema = open_input(spec)
+        rows = row_bound(dataset.rows(), spec.max_tokens, spec.choices) if dataset.num_rows <= PRESCAN_ROWS else None
+    model = prepare_model(spec, log, rows)
     backend, plan = model.backend, model.plan
     fingerprint = job_fingerprint(spec, dataset.fingerprint, model_fingerprint(model.folder, model.checkpoint.files),
                                   backend.identity, plan.max_model_len, model.weights_label)
     with OutputLock(spec.output_path):
-        with recording(phases), phase("output store"):
+        with phase("output store"):
             store, earlier = open_store(spec, schema, fingerprint, dataset, log)
         if store.state == "complete":
             return complete_stats(spec, dataset)
@@ -75,8 +75,7 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal) -> dict:
         made = read_ahead(((row, requests.request(row)) for row in dataset.rows()), LOOKAHEAD)
         try:  # (made.close(): rows left when the job stops early, the thread stops)
             try:
-                with recording(phases):
-                    engine = model.load(log)
+                engine = model.load(log)
             except JobFailed:
                 store.abandon()
                 raise

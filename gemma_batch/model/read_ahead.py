@@ -15,8 +15,9 @@ _END = object()
 
 class ReadAhead(Iterator[T], Generic[T]):
     """`items`, each made on a thread as soon as fewer than `depth` wait for the consumer (so at
-    most depth + 2 are alive at once: those waiting, the one the thread holds, the consumer's). An error of `items` is raised where its item would have
-    come; `close` stops the thread (call it when not reading to the end)."""
+    most depth + 2 are alive at once: those waiting, the one the thread holds, the consumer's).
+    An error of `items` is raised where its item would have come; `close` stops the thread (call
+    it when not reading to the end)."""
 
     def __init__(self, items: Iterable[T], depth: int = 1) -> None:
         self._ready: queue.Queue = queue.Queue(maxsize=depth)

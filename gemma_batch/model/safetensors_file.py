@@ -6,8 +6,9 @@ which starts at byte `8 + N`), plus an optional `"__metadata__"` object of strin
 section is tiled exactly by the tensors: no holes, no overlaps, nothing after the last one.
 
 `read_header` checks all of that against the file size and reads no tensor data; `read_tensor`
-then maps one tensor's bytes (read-only, no copy), unmapped when the caller drops the array. `SafetensorsWriter` writes a file one tensor at a time
-(the safetensors library writes only from a dict held whole in memory).
+then maps one tensor's bytes (read-only, no copy), unmapped when the caller drops the array.
+`SafetensorsWriter` writes a file one tensor at a time (the safetensors library writes only from
+a dict held whole in memory).
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def read_tensor(f: BinaryIO, entry: TensorEntry) -> np.ndarray:
     int8 and int4 blocks) never copies it, and one that converts or uploads it reads each page
     once. Reading a 270M checkpoint's 262 MB this way took 0.03 s against 0.13-0.85 s read into
     fresh buffers. A file cut short since `read_header` checked it fails here, naming the tensor
-(one cut while its tensors are in use would end the process: SIGBUS)."""
+    (one cut while its tensors are in use would end the process: SIGBUS)."""
     if entry.dtype not in NUMPY_DTYPES:
         raise SafetensorsError(f"{f.name}: tensor {entry.name!r}: cannot read dtype {entry.dtype}")
     dtype = np.dtype(NUMPY_DTYPES[entry.dtype])

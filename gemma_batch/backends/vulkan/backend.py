@@ -95,11 +95,9 @@ class VulkanBackend(Backend):
         self._in_flight: deque[InFlight] = deque()  # submitted steps, oldest first
         self._next_slot = 0  # the input set the next step writes
         self._last_profile: dict[str, float] = {}  # GPU seconds of the last step `wait` returned
-        self.inv_freq = {}
-        for name, spec in cfg.rope.items():  # the CPU reference's fp32 inv_freq, bit for bit
-            values = rope_inv_freq(cfg.head_dim, spec)
-            self.inv_freq[name] = self.mem.alloc(values.nbytes, f"{name} RoPE frequencies")
-            self.mem.upload(self.inv_freq[name], values.astype(np.float32))
+        self.inv_freq = {  # the CPU reference's fp32 inv_freq, bit for bit
+            name: self.mem.uploaded(rope_inv_freq(cfg.head_dim, spec).astype(np.float32), f"{name} RoPE frequencies")
+            for name, spec in cfg.rope.items()}
 
     @property
     def identity(self) -> str:

@@ -62,21 +62,12 @@ def read_order(kernels: Kernels, mem: Memory) -> np.ndarray:
     component i at 1 + 8 l + i."""
     tile = np.arange(TILE * TILE, dtype=np.float16)
     words = 1 + TILE * TILE
-    dev, vk = kernels.dev, kernels.vk
-    src = mem.alloc(tile.nbytes, "fragment probe tile")
-    out = mem.alloc(4 * words, "fragment probe output")
-    cb = dev.command_buffer()
+    src = mem.uploaded(tile, "fragment probe tile")
+    out = mem.uploaded(np.full(words, 0xFFFFFFFF, np.uint32), "fragment probe output")
     try:
-        mem.upload(src, tile)
-        mem.upload(out, np.full(words, 0xFFFFFFFF, np.uint32))
-        dset = kernels.descriptor_set({0: src, 1: out}, out)
-        vk.vkBeginCommandBuffer(cb, vk.VkCommandBufferBeginInfo(sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO))
-        kernels.record_direct(cb, "coop_fragment_probe", dset, {"words": words}, 1)
-        vk.vkEndCommandBuffer(cb)
-        dev.submit_and_wait(cb)
+        kernels.run_direct("coop_fragment_probe", kernels.descriptor_set({0: src, 1: out}, out), {"words": words}, 1)
         got = mem.download(out).view(np.uint32)
     finally:
-        vk.vkFreeCommandBuffers(dev.device, dev.command_pool, 1, [cb])
         mem.free(src)
         mem.free(out)
     return got

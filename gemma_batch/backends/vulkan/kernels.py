@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...startup import phase
-
 from .device import Device
 from .push_constants import PUSH, PUSH_BYTES, SPECIALIZED
 from .variants import (ATTENTION_MAX_GROUP, GATED_SPLIT_MAX_ROW, POST_NORM_MAX_ROW, POST_NORM_WG, VARIANTS,
@@ -159,6 +158,19 @@ class Kernels:
         self._bind(cb, name, dset, push, specialize)
         self.vk.lib.vkCmdDispatch(cb, groups, 1, 1)
         self._barrier(cb)
+
+    def run_direct(self, name: str, dset, push: dict[str, float | int], groups: int) -> None:
+        """Run one dispatch of kernel `name` now, in a command buffer of its own, and wait for it
+        (work outside the recorded step: a probe, a conversion at load)."""
+        vk, dev = self.vk, self.dev
+        cb = dev.command_buffer()
+        try:
+            vk.vkBeginCommandBuffer(cb, vk.VkCommandBufferBeginInfo(sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO))
+            self.record_direct(cb, name, dset, push, groups)
+            vk.vkEndCommandBuffer(cb)
+            dev.submit_and_wait(cb)
+        finally:
+            vk.vkFreeCommandBuffers(dev.device, dev.command_pool, 1, [cb])
 
     def _bind(self, cb, name: str, dset, push: dict[str, float | int], specialize: bool) -> None:
         vk = self.vk

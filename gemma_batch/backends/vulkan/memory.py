@@ -114,6 +114,12 @@ class Memory:
         """A device-local buffer of `size` bytes; `label` names it in errors."""
         return self._create(size, label, host=False)
 
+    def uploaded(self, values: np.ndarray, label: str) -> Buffer:
+        """A device-local buffer holding `values`' bytes."""
+        buf = self.alloc(values.nbytes, label)
+        self.upload(buf, values)
+        return buf
+
     def alloc_host(self, size: int, label: str, readback: bool = False) -> Buffer:
         """A host-visible, mapped buffer (`.array` is its bytes); `readback`: one the CPU reads, in
         cached memory where the device has it."""

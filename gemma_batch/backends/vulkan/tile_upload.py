@@ -43,29 +43,19 @@ class TileUpload:
         block = max(TILE, BLOCK_BYTES // (2 * k) // TILE * TILE)
         scratch = self._scratch_for(min(rows, block) * k * 2)
         self.mem.upload(self._bad, np.zeros(1, np.uint32))
+        dset = self.kernels.descriptor_set({0: scratch, 1: dst, 2: self._bad}, self._bad)
         for start in range(0, rows, block):
             piece = values[start:start + block]
             with phase("weights: upload"):
                 self.mem.upload(scratch, piece)
             with phase("weights: fp16 tiles"):
-                self._convert(scratch, dst, piece.size // 2, k, (first_row + start) * k // 2, bf16)
+                push = {"words": piece.size // 2, "K": k, "dst_word": (first_row + start) * k // 2,
+                        "fragment": int(self.fragment_order), "bf16": int(bf16)}
+                self.kernels.run_direct("tiles", dset, push, -(-push["words"] // WG))
         bad = int(self.mem.download(self._bad, 4).view(np.uint32)[0])
         if bad:
             raise ValueError(f"{name} holds {bad} NaN or infinite value(s): the checkpoint is damaged "
                              "(gemma-batch inspect MODEL --verify lists every such tensor)")
-
-    def _convert(self, src: Buffer, dst: Buffer, words: int, k: int, dst_word: int, bf16: bool) -> None:
-        kernels, vk, dev = self.kernels, self.kernels.vk, self.kernels.dev
-        dset = kernels.descriptor_set({0: src, 1: dst, 2: self._bad}, self._bad)
-        push = {"words": words, "K": k, "dst_word": dst_word, "fragment": int(self.fragment_order), "bf16": int(bf16)}
-        cb = dev.command_buffer()
-        try:
-            vk.vkBeginCommandBuffer(cb, vk.VkCommandBufferBeginInfo(sType=vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO))
-            kernels.record_direct(cb, "tiles", dset, push, -(-words // WG))
-            vk.vkEndCommandBuffer(cb)
-            dev.submit_and_wait(cb)
-        finally:
-            vk.vkFreeCommandBuffers(dev.device, dev.command_pool, 1, [cb])
 
     def _scratch_for(self, nbytes: int) -> Buffer:
         if self._scratch is None or self._scratch.size < nbytes:

@@ -159,7 +159,7 @@ class DeviceWeights:
             key = "embed" if name == "embed_tokens.weight" else "lm_head"
             self.globals[key] = self._matrix(-1, key, tensor, name)
         elif name == "norm.weight":
-            self.globals["norm"] = self._fp32(to_float32(tensor), name)
+            self.globals["norm"] = self.mem.uploaded(to_float32(tensor), name)
         else:
             _, index, suffix = name.split(".", 2)
             self._layer_tensor(int(index), suffix, tensor, name)
@@ -187,7 +187,7 @@ class DeviceWeights:
             key = suffix.split(".")[1]
             slots[key] = self._matrix(layer, key, tensor, name)
         elif suffix in _NORMS:
-            slots[suffix.split(".")[0]] = self._fp32(to_float32(tensor), name)
+            slots[suffix.split(".")[0]] = self.mem.uploaded(to_float32(tensor), name)
         else:
             raise ValueError(f"unexpected tensor {name}")
 
@@ -252,11 +252,6 @@ class DeviceWeights:
             converted = tiles.result()
         with phase("weights: upload"):
             self.mem.upload(buf, converted, (first_row + done) * code_row)
-
-    def _fp32(self, values: np.ndarray, name: str) -> Buffer:
-        buf = self.mem.alloc(values.nbytes, name)
-        self.mem.upload(buf, values.astype(np.float32))
-        return buf
 
     @property
     def nbytes(self) -> int:
