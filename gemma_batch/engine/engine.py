@@ -108,10 +108,7 @@ class Engine:
     def add(self, request: Request) -> None:
         if request.request_id in self._live:
             raise ValueError(f"request {request.request_id} is already in the engine")
-        max_new = request.params.max_tokens if request.max_new_tokens is None else request.max_new_tokens
-        if request.choices is not None:
-            max_new = request.choices.longest
-        seq = Sequence.from_prompt(request.request_id, request.prompt_ids, max_new, request.stop_token_ids)
+        seq = Sequence.from_prompt(request.request_id, request.prompt_ids, request.max_new, request.stop_token_ids)
         if request.choices is not None:
             scores = self._scores[seq.seq_id] = ChoiceScores(request.choices, seq.num_prompt_tokens)
             if scores.first_choice():

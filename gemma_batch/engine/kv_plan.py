@@ -31,6 +31,7 @@ class KVPlan:
     full_length_seqs: int  # sequences of max_model_len that fit at once (of `sized_for` tokens, where set)
     notice: str | None = None  # set when max_model_len was lowered
     sized_for: int | None = None  # the most tokens of the job's rows, where the plan was cut to them (`fit_to_rows`)
+    counted: bool = False  # `sized_for` counted from the rows' tokens, not bounded by their bytes
 
     def describe(self, groups: tuple[KVGroup, ...]) -> str:
         """One line for the job's start: what fits in the cache."""
@@ -41,7 +42,7 @@ class KVPlan:
         head = f"KV cache: {self.used_bytes / 2**20:.1f} MiB in {', '.join(parts)} of {self.block_size} tokens; {held}"
         if self.sized_for is not None:
             return (f"{head}sized for this job: {self.full_length_seqs} row(s) at once of up to {self.sized_for} tokens "
-                    "(bounded by their bytes)")
+                    f"({'counted' if self.counted else 'bounded by their bytes'})")
         return (f"{head}fits {self.full_length_seqs} sequence(s) of {self.max_model_len} tokens at once "
                 "(shorter sequences share it, up to --max-batch)")
 
@@ -117,13 +118,15 @@ def plan_kv(
 
 
 def fit_to_rows(plan: KVPlan, groups: tuple[KVGroup, ...], bytes_per_token: Mapping[str, int], rows: int, tokens: int,
-                max_batch: int, max_chunk: int) -> KVPlan:
+                max_batch: int, max_chunk: int, counted: bool = False) -> KVPlan:
     """`plan` cut to what a job of `rows` rows of at most `tokens` tokens each holds at once:
     min(rows, max_batch) of them (never more blocks than `plan` has, never fewer than one such
-    row needs). `max_model_len` stays `plan`'s: it bounds the rows, the cache only their sum."""
+    row needs). `max_model_len` stays `plan`'s: it bounds the rows, the cache only their sum.
+    `counted`: `tokens` is the rows' count (said by `describe`)."""
     length, seqs = min(max(tokens, 1), plan.max_model_len), max(1, min(rows, max_batch))
     per_seq = {g.name: blocks_per_sequence(g, length, plan.block_size, max_chunk) for g in groups}
     num_blocks = {g.name: min(plan.num_blocks[g.name], max(per_seq[g.name], seqs * per_seq[g.name])) for g in groups}
     used = sum(n * bytes_per_token[name] * plan.block_size for name, n in num_blocks.items())
     fits = min((num_blocks[g.name] // per_seq[g.name] for g in groups if per_seq[g.name]), default=seqs)
-    return KVPlan(plan.block_size, num_blocks, plan.max_model_len, plan.budget_bytes, used, fits, plan.notice, length)
+    return KVPlan(plan.block_size, num_blocks, plan.max_model_len, plan.budget_bytes, used, fits, plan.notice, length,
+                  counted)

@@ -33,6 +33,13 @@ class Request:
     matcher: Matcher | None = None  # a constrained completion's grammar (`engine.constraints`)
     choices: Choices | None = None  # the answer is one of these, scored (`engine.choices`)
 
+    @property
+    def max_new(self) -> int:
+        """The most tokens its sequence adds to the prompt: its longest choice, where scored."""
+        if self.choices is not None:
+            return self.choices.longest
+        return self.params.max_tokens if self.max_new_tokens is None else self.max_new_tokens
+
 
 @dataclass
 class Completion:

@@ -26,7 +26,7 @@ from ..model.quant_cache import cache_root, converted_nbytes_by_dtype, load_conv
 from ..model.tokenizer import Tokenizer
 from ..startup import phase, timed
 from .devices import job_backend
-from .row_bound import RowBound
+from .row_bound import CountedRows, RowBound
 from .row_requests import RowRequests
 from .spec import JobSpec, UsageError, parse_size
 
@@ -48,9 +48,10 @@ class ModelPlan:
     plan: KVPlan
     step_tokens: int
 
-    def load(self, log: TextIO) -> Engine:
-        """Read the weights onto the backend and allocate the KV cache. JobFailed when the device
-        runs out of memory or refuses a weight (a damaged one: a NaN the GPU's fp16 tiles would hide)."""
+    def load(self, log: TextIO, counted: CountedRows | None = None) -> Engine:
+        """Read the weights onto the backend and allocate the KV cache, cut to the rows `counted`
+        meanwhile where given (`prepare_model`'s `recount`). JobFailed when the device runs out of
+        memory or refuses a weight (a damaged one: a NaN the GPU's fp16 tiles would hide)."""
         spec = self.spec
         started = time.perf_counter()
         try:
@@ -61,6 +62,9 @@ class ModelPlan:
                     self.backend.load_weights(timed(reader, "weights: read"))
                 finally:
                     reader.close()
+            if counted is not None:
+                with phase("input: counting"):
+                    self._fit(counted.bound(), log)
             engine = Engine(self.backend, self.plan, self.tokenizer, spec.max_batch, self.step_tokens,
                             prefix_cache=spec.prefix_cache)
         except (DeviceMemoryError, ValueError) as e:  # (ValueError: weights a backend cannot take, damaged ones)
@@ -74,6 +78,15 @@ class ModelPlan:
         for line in weights.note:
             print(f"  {line}", file=log)
         return engine
+
+    def _fit(self, rows: RowBound | None, log: TextIO) -> None:
+        """The KV plan cut to `rows` (None: left as it is), and said."""
+        groups = self.cfg.kv_groups()
+        if rows is not None:
+            per_token = {g.name: self.backend.kv_bytes_per_token(g.name) for g in groups}
+            self.plan = fit_to_rows(self.plan, groups, per_token, rows.rows, rows.tokens, self.spec.max_batch,
+                                    self.step_tokens, rows.counted)
+        print(self.plan.describe(groups), file=log)
 
     @property
     def weights_label(self) -> str:
@@ -98,11 +111,11 @@ def open_model(model: Path, log: TextIO) -> tuple[Path, Gemma3Config, Tokenizer,
         raise UsageError(str(e)) from None
 
 
-def prepare_model(spec: JobSpec, log: TextIO, rows: RowBound | None = None) -> ModelPlan:
+def prepare_model(spec: JobSpec, log: TextIO, rows: RowBound | None = None, recount: bool = False) -> ModelPlan:
     """Open the model, choose the backend and plan the KV cache in the memory the weights will
-    leave (cut to `rows`, the job's rows, where known: row_bound.py), saying each on `log`.
-    UsageError for a bad model, plan or flag; JobFailed when the device is missing or the weights
-    do not fit."""
+    leave (cut to `rows`, the job's rows, where known: row_bound.py), saying each on `log` (the
+    plan at `load` instead, with `recount`: the rows are to be counted meanwhile). UsageError for
+    a bad model, plan or flag; JobFailed when the device is missing or the weights do not fit."""
     with phase("model files"):
         folder, cfg, tokenizer, checkpoint = open_model(spec.model, log)
     fmt = spec.weight_format
@@ -141,7 +154,9 @@ def prepare_model(spec: JobSpec, log: TextIO, rows: RowBound | None = None) -> M
     )
     if plan.notice:
         print(f"notice: {plan.notice}", file=log)
-    if rows is not None:
-        plan = fit_to_rows(plan, groups, per_token, rows.rows, rows.tokens, spec.max_batch, step_tokens)
-    print(plan.describe(groups), file=log)
-    return ModelPlan(spec, folder, cfg, tokenizer, checkpoint, backend, plan, step_tokens)
+    model = ModelPlan(spec, folder, cfg, tokenizer, checkpoint, backend, plan, step_tokens)
+    if not recount:
+        model._fit(rows, log)
+    elif rows is not None:  # (the bound by bytes, should the count stop early)
+        model.plan = fit_to_rows(plan, groups, per_token, rows.rows, rows.tokens, spec.max_batch, step_tokens)
+    return model

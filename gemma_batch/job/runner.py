@@ -3,7 +3,8 @@
 Order of work, so that file-level problems stop the job before anything is written:
 open and check the dataset (and, for up to row_bound.PRESCAN_ROWS rows, bound their lengths),
 load and check the model, plan the KV cache, take the output lock, open the result store (fresh,
-resume, or already complete); start making the rows' requests on a thread, load the weights;
+resume, or already complete); start making the rows' requests on a thread, load the weights
+(and, for a small input, cut the KV cache to the rows' token counts: row_bound.CountedRows);
 then stream rows through the engine, committing each finished row as it completes, and write
 the final file atomically. The log's `start-up` line and the statistics' `startup_*` columns
 say where the time before the first step went (gemma_batch/startup.py).
@@ -34,13 +35,14 @@ from .lifecycle import (complete_stats, finish, non_finite_failure, open_input, 
 from .lock import OutputLock
 from .model_setup import JobFailed, prepare_model
 from .progress import Progress
-from .row_bound import PRESCAN_ROWS, row_bound
+from .row_bound import COUNTED_ROWS, PRESCAN_ROWS, CountedRows, row_bound
 from .row_requests import RowFailure, error_row, output_row
 from .signals import JobStopped, StopOnSignal
 from .spec import JobSpec, UsageError
 from .store import ResultStore
 
 LOOKAHEAD = 4096  # rows admitted past the oldest unfinished row
+assert COUNTED_ROWS <= LOOKAHEAD  # (rows to count all fit the read-ahead before the first is taken)
 
 
 def run_job(spec: JobSpec, log: TextIO | None = None, out: TextIO | None = None) -> dict:
@@ -60,7 +62,8 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal, phases: Ph
     with phase("input"):
         dataset, schema = open_input(spec)
         rows = row_bound(dataset.rows(), spec.max_tokens, spec.choices) if dataset.num_rows <= PRESCAN_ROWS else None
-    model = prepare_model(spec, log, rows)
+    counted = CountedRows() if rows is not None and rows.countable(dataset.num_rows) else None
+    model = prepare_model(spec, log, rows, recount=counted is not None)
     backend, plan = model.backend, model.plan
     fingerprint = job_fingerprint(spec, dataset.fingerprint, model_fingerprint(model.folder, model.checkpoint.files),
                                   backend.identity, plan.max_model_len, model.weights_label)
@@ -72,10 +75,11 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal, phases: Ph
         requests = model.requests()
         # The rows' requests (tokenizing) made on a thread from now on: while the weights load, then
         # while the device runs the steps.
-        made = read_ahead(((row, requests.request(row)) for row in dataset.rows()), LOOKAHEAD)
+        made = ((row, requests.request(row)) for row in dataset.rows())
+        made = read_ahead(made if counted is None else counted.count(made), LOOKAHEAD)
         try:  # (made.close(): rows left when the job stops early, the thread stops)
             try:
-                engine = model.load(log)
+                engine = model.load(log, counted)
             except JobFailed:
                 store.abandon()
                 raise

@@ -35,6 +35,7 @@ from .bandwidth import measure_read_bandwidth
 from . import coop_tiles, coopmat, flash, fragment_order
 from .device import Device
 from .graph import StepGraph
+from .grids import DispatchGrids
 from .in_flight import InFlight, StepRows, read_result, step_rows, write_step
 from .coop_tiles import COOP_FOLD_ROWS, COOP_MIN_CHUNK
 from .kernels import Kernels
@@ -140,10 +141,9 @@ class VulkanBackend(Backend):
         self.block_size = block_size
 
     def reserve(self, max_tokens: int, max_seqs: int, max_blocks: Mapping[str, int]) -> None:
-        """Size the step buffers and record the steps for the whole run: a step that outgrows them
-        waits while every step is recorded again (about 2 s at 4b on the H100; docs/EXPERIMENTS.md,
-        "Steps recorded once per run"). Logits rows for ROWS_PER_SEQ a sequence: its sampled row,
-        and rows for scored choices or log-probabilities (`StepBatch.logit_rows`)."""
+        """Size the step buffers for the whole run: a step that outgrows them waits while they are
+        made and its steps recorded again (EXPERIMENTS.md, "Steps recorded once per run"). Logits rows
+        for ROWS_PER_SEQ a sequence: its sampled row, and rows for scored choices or logprobs."""
         need = Capacity(max_tokens, max_seqs, ROWS_PER_SEQ * max_seqs, tuple(sorted(max_blocks.items())))
         if self._outgrown(need):
             self._ensure(need)
@@ -189,15 +189,16 @@ class VulkanBackend(Backend):
             self._ensure(layout.capacity)
         slot = self._next_slot
         self._next_slot = (slot + 1) % self.MAX_IN_FLIGHT
-        step, prompt = self._write_step(batch, token_ids, layout, slot)
+        recording = self.graphs[slot].command_buffer(batch.num_tokens, batch.num_seqs, bool(batch.prompt_mask().any()))
+        step = self._write_step(batch, token_ids, layout, slot)  # (its grids counted once its recording is made)
         if step.masks_due:
             self.graphs[slot].masks_ready.reset()
-        self.device.submit(self.graphs[slot].command_buffer(batch.num_tokens, batch.num_seqs, prompt), slot)
+        self.device.submit(recording, slot)
         self._in_flight.append(step)
 
-    def _write_step(self, batch: StepBatch, token_ids: np.ndarray, layout: StepRows, slot: int) -> tuple[InFlight, bool]:
-        return write_step(batch, token_ids, layout, slot, self.buffers.inputs[slot], self.cfg, self.graphs[0].grids,
-                          self.flash, self.prompt_tile)
+    def _write_step(self, batch: StepBatch, token_ids: np.ndarray, layout: StepRows, slot: int) -> InFlight:
+        inputs = self.buffers.inputs[slot]
+        return write_step(batch, token_ids, layout, slot, inputs, self.cfg, self.graphs[0].grids, self.flash, self.prompt_tile)
 
     def allow(self, allowed: np.ndarray) -> None:
         """The masks go into the step's input set, and the step, held before its sampler since
@@ -266,16 +267,18 @@ class VulkanBackend(Backend):
         self._build(capacity, self.coop_min_chunk if self.device.coopmat else None)
 
     def _build(self, capacity: Capacity, coop: int | None) -> None:
-        """The step buffers and their recordings: an input set and a recording per step in flight."""
+        """The step buffers and their graphs: an input set and a graph per step in flight, with one
+        layout of grids (graph.py)."""
         self.buffers = StepBuffers(self.cfg, self.mem, capacity, self.block_size, self.attention_chunk, coop,
                                    sets=self.MAX_IN_FLIGHT, sm_count=self.device.info.sm_count)
-        self.graphs = [self._graph(coop, slot) for slot in range(self.MAX_IN_FLIGHT)]
+        grids = DispatchGrids(self.cfg, self.attention_chunk, self.device.info.sm_count)
+        self.graphs = [self._graph(coop, slot, grids) for slot in range(self.MAX_IN_FLIGHT)]
 
-    def _graph(self, coop: int | None, slot: int, **options) -> StepGraph:
-        """The recording of input set `slot` (`options`: StepGraph's segment and grid slots)."""
+    def _graph(self, coop: int | None, slot: int, grid_slots: DispatchGrids, **options) -> StepGraph:
+        """The recordings of input set `slot` (`options`: StepGraph's segment)."""
         return StepGraph(self.cfg, self.kernels, self.weights, self.buffers, self.k_pages, self.v_pages, self.inv_freq,
-                         KV_VARIANTS[self.kv_dtype], self.block_size, self.attention_chunk, self.profile, coop, slot,
-                         self.flash, **options)
+                         KV_VARIANTS[self.kv_dtype], self.block_size, self.attention_chunk, grid_slots, self.profile,
+                         coop, slot, self.flash, **options)
 
     def _drop_graph(self) -> None:
         """Free the recorded steps and their buffers; the next step records them again."""

@@ -5,9 +5,9 @@ GPU timestamps bracket the step; with `profile` one more follows each dispatch
 
 Nothing in the recording depends on the step's size: kernels read T, S and R from the step
 header and every dispatch takes its grid from the indirect buffer, which the host fills per step
-(`grids`, grids.py). The command buffer is recorded again only when the step buffers grow. (The
-cooperative path records several: by step size, prompt tokens and decode steps, recordings.py;
-`command_buffer` picks.) The backend keeps a graph per input set (step_buffers.StepInputs), so
+(`grids`, grids.py). The command buffer is recorded when a step first needs it, and again only
+when the step buffers grow. (The cooperative path records several: by step size, prompt tokens
+and decode steps, recordings.py; `command_buffer` picks.) The backend keeps a graph per input set (step_buffers.StepInputs), so
 that a step can be submitted while the one before it runs; a barrier at the start of each
 recording orders it after that step.
 
@@ -97,20 +97,22 @@ class StepGraph(CoopMatmul):
         kv_dtype: str,
         block_size: int,
         attention_chunk: int,
+        grid_slots: DispatchGrids,
         profile: bool = False,
         coop_min_chunk: int | None = None,
         slot: int = 0,
         flash: bool = False,
         segment: tuple[int, int] | None = None,
-        grid_slots: DispatchGrids | None = None,
     ) -> None:
         """`coop_min_chunk`: the cooperative-matrix path's shortest K chunk (coop_tiles.coop_chunks),
         None to run every matmul on matmul.comp. `slot`: which of the buffers' input sets
         this recording reads (the previous set's sampled ids feed its sourced tokens). `flash`:
         prompt tokens run attention_flash.comp (flash.py; needs the cooperative path). `segment`:
         the parts (first, last) of the path a pipeline stage runs (placement.py; None: all), from
-        and to the buffers' hand-over (`_record`); `grid_slots`, where the indirect grids sit,
-        shared by recordings that one input set's grids serve (a stage's segments)."""
+        and to the buffers' hand-over (`_record`). `grid_slots`: where the indirect grids sit, one
+        layout for all the recordings whose grids one count serves (every input set's, a stage's
+        segments); a recording adds its grids as it is made (`command_buffer`), so a step's grids
+        are counted after its recording is made."""
         self.cfg, self.kernels, self.w, self.b = cfg, kernels, weights, buffers
         self.inp, self.prev_ids = buffers.inputs[slot], buffers.inputs[slot - 1].ids
         self.attention_chunk = attention_chunk  # the smallest chunk span (attention.py)
@@ -119,26 +121,31 @@ class StepGraph(CoopMatmul):
         self.block_size = block_size
         self.plan = CoopPlan(cfg, weights, coop_min_chunk)  # (holds coop_min_chunk)
         self.chunk_tile = chunk_tile_wanted()  # the chunk tile for prefill tiles' K chunks (coop_tiles)
-        self.grid_slots = grid_slots or DispatchGrids(cfg, attention_chunk, kernels.dev.info.sm_count)
+        self.grid_slots = grid_slots
         self.profile = profile
         self.segment = (0, 2 * cfg.num_layers + 1) if segment is None else segment
         self.stamps = Timestamps(kernels.dev, STAMPS_PER_LAYER * cfg.num_layers + 16)
-        self._recorded: dict[str, tuple[object, list[str]]] = {}  # recordings.py: the modes
         self.masks_ready = HostEvent(kernels.dev)  # reset for a step whose masks come while it runs
         heads_in_attention = any(self.plan.layer(layer).heads_in_attention for layer in range(cfg.num_layers)
                                  if self._runs(2 * layer + 1))
-        for mode in recording_modes(coop_min_chunk is not None, flash, heads_in_attention):
-            self.mode = mode.removesuffix(FLASH)  # which one `_record` is recording
-            self.flash = mode.endswith(FLASH)
-            self.cb = kernels.dev.command_buffer()
-            self.stamped: list[str] = []  # the kernel before each timestamp after the first
-            self._record()
-            self._recorded[mode] = (self.cb, self.stamped)
+        self.modes = recording_modes(coop_min_chunk is not None, flash, heads_in_attention)  # recordings.py
+        self._recorded: dict[str, tuple[object, list[str]]] = {}  # those made so far: each on its first step
+        self.cb, self.stamped = None, []
 
     def command_buffer(self, num_tokens: int, num_seqs: int, prompt: bool = False):
         """The recording to submit for a step of `num_tokens` tokens of `num_seqs` sequences, with
-        prompt tokens or none (`profile_seconds` then reads its timestamps)."""
-        self.cb, self.stamped = self._recorded[recording_for(num_tokens, num_seqs, prompt, self._recorded)]
+        prompt tokens or none (`profile_seconds` then reads its timestamps). Each recording is made
+        when a step first needs it: a job records the modes its steps use, not all (at 4b on the
+        H200, about 0.1 s a recording; a 32-row job of long prompts uses two of the six)."""
+        mode = recording_for(num_tokens, num_seqs, prompt, self.modes)
+        if mode not in self._recorded:
+            self.mode = mode.removesuffix(FLASH)  # which one `_record` is recording
+            self.flash = mode.endswith(FLASH)
+            self.cb = self.kernels.dev.command_buffer()
+            self.stamped = []  # the kernel before each timestamp after the first
+            self._record()
+            self._recorded[mode] = (self.cb, self.stamped)
+        self.cb, self.stamped = self._recorded[mode]
         return self.cb
 
     def grids(self, num_tokens: int, num_rows: int, positions: np.ndarray, flash_tiles: int = 0,

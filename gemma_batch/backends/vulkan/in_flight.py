@@ -93,10 +93,10 @@ def step_rows(batch: StepBatch) -> StepRows:
 
 
 def write_step(batch: StepBatch, token_ids: np.ndarray, layout: StepRows, slot: int, inputs: StepInputs,
-               cfg: Gemma3Config, grids: Callable[..., np.ndarray], flash: bool, prompt_tile: bool) -> tuple[InFlight, bool]:
-    """Write the step's inputs into input set `slot` (`inputs`; `grids`: StepGraph.grids): the
-    step as submitted, and whether it has prompt tokens (which recording runs it). `flash`,
-    `prompt_tile`: whether the device runs prompt tokens on those kernels (prompt_rows.py)."""
+               cfg: Gemma3Config, grids: Callable[..., np.ndarray], flash: bool, prompt_tile: bool) -> InFlight:
+    """Write the step's inputs into input set `slot` (`inputs`; `grids`: StepGraph.grids, once the
+    step's recording is made): the step as submitted. `flash`, `prompt_tile`: whether the device
+    runs prompt tokens on those kernels (prompt_rows.py)."""
     rows, scored, s = layout.rows, layout.scored, batch.sampling
     pairs = 0 if batch.score_tokens is None else len(batch.score_tokens)
     vocab_limit = s.vocab_size if s is not None and s.vocab_size else cfg.vocab_size
@@ -107,4 +107,4 @@ def write_step(batch: StepBatch, token_ids: np.ndarray, layout: StepRows, slot: 
     if s is not None and s.allowed is not None:  # (given already)
         inputs.write_masks(s.allowed, batch.sample, layout.id_rows)
     masks_due = s is not None and s.masks_follow and s.allowed is None
-    return InFlight(slot, batch, rows, layout.id_rows, masks_due, len(scored), order), p.any
+    return InFlight(slot, batch, rows, layout.id_rows, masks_due, len(scored), order)

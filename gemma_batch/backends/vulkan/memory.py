@@ -13,12 +13,20 @@ Every allocation is counted; `free_bytes` is what the device could still give.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from .device import Device
 from .errors import DeviceMemoryError
 
 STAGING_BYTES = 64 * 2**20
+# Threads that fill the staging buffer, each a slice (numpy lets the GIL go while it copies): one
+# copies from the page cache at about 8 GB/s on the H200's host, the bound of a 4b load's 1.1 s of
+# upload (docs/EXPERIMENTS.md, "Two staging buffers and pre-mapped pages"). 1: the caller alone.
+COPY_THREADS_ENV = "GEMMA_BATCH_VK_COPY_THREADS"
+SPLIT_BYTES = 4 * 2**20  # smaller copies are not split
 _USAGE = "VK_BUFFER_USAGE_STORAGE_BUFFER_BIT VK_BUFFER_USAGE_TRANSFER_SRC_BIT VK_BUFFER_USAGE_TRANSFER_DST_BIT VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT"
 
 
@@ -42,6 +50,24 @@ class Memory:
         self._staging: Buffer | None = None
         self._readback: Buffer | None = None  # staging for downloads, in cached memory (`alloc_host(readback=True)`)
         self._copy_cb = device.command_buffer()
+        self._copiers: ThreadPoolExecutor | None = None  # made on the first large upload
+
+    def _fill(self, dst: np.ndarray, src: np.ndarray) -> None:
+        """dst[:len(src)] = src (uint8), split over COPY_THREADS_ENV threads."""
+        threads = int(os.environ.get(COPY_THREADS_ENV) or min(8, os.cpu_count() or 1))
+        if threads <= 1 or src.nbytes < SPLIT_BYTES:
+            dst[: src.nbytes] = src
+            return
+        if self._copiers is None:
+            self._copiers = ThreadPoolExecutor(threads, thread_name_prefix="staging copy")
+        step = -(-src.nbytes // threads)
+
+        def piece(start: int) -> None:
+            part = src[start : start + step]
+            dst[start : start + part.nbytes] = part
+
+        for done in [self._copiers.submit(piece, start) for start in range(0, src.nbytes, step)]:
+            done.result()
 
     # -- budget -------------------------------------------------------------------------------
     def free_bytes(self) -> int:
@@ -165,7 +191,7 @@ class Memory:
         staging = self._staging_buffer()
         for start in range(0, raw.nbytes, STAGING_BYTES):
             piece = raw[start : start + STAGING_BYTES]
-            staging.array[: piece.nbytes] = piece
+            self._fill(staging.array, piece)
             self._copy(staging.handle, dst.handle, 0, offset + start, piece.nbytes)
 
     def download(self, src: Buffer, size: int | None = None, offset: int = 0) -> np.ndarray:
@@ -184,3 +210,6 @@ class Memory:
     def close(self) -> None:
         for buf in list(self.buffers):
             self.free(buf)
+        if self._copiers is not None:
+            self._copiers.shutdown()
+            self._copiers = None

@@ -15,7 +15,6 @@ from . import flash
 
 @dataclass(frozen=True)
 class PromptRows:
-    any: bool  # the step has prompt tokens (never a decode recording: recordings.recording_for)
     start: int | None  # the first token on the prompt tile (None: none)
     flash: np.ndarray | None  # [T] bool, the tokens on attention_flash.comp (None: none)
     tiles: np.ndarray | None  # their tiles (flash.step_tiles)
@@ -28,5 +27,5 @@ def prompt_rows(batch: StepBatch, cfg: Gemma3Config, on_flash: bool, prompt_tile
     has = bool(prompt.any())
     start = batch.prompt_start(prompt) if prompt_tile and has else None
     if not (on_flash and has):
-        return PromptRows(has, start, None, None, batch.positions)
-    return PromptRows(has, start, prompt, flash.step_tiles(batch, cfg, prompt), batch.positions[~prompt])
+        return PromptRows(start, None, None, batch.positions)
+    return PromptRows(start, prompt, flash.step_tiles(batch, cfg, prompt), batch.positions[~prompt])

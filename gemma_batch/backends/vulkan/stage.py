@@ -42,7 +42,7 @@ class VulkanStage(VulkanBackend):
         self.buffers = StepBuffers(self.cfg, self.mem, capacity, self.block_size, self.attention_chunk, coop,
                                    sets=1, sm_count=self.device.info.sm_count, crossing=True)
         slots = DispatchGrids(self.cfg, self.attention_chunk, self.device.info.sm_count)
-        self.graphs = [self._graph(coop, 0, segment=(s.first, s.last), grid_slots=slots) for s in self.segments]
+        self.graphs = [self._graph(coop, 0, slots, segment=(s.first, s.last)) for s in self.segments]
 
     def stream_in(self, batch: StepBatch) -> np.ndarray:
         """The input set's x_in, [T, H] (its step buffers first grown to the batch: `_prepare`)."""
@@ -57,7 +57,10 @@ class VulkanStage(VulkanBackend):
             layout = step_rows(batch)
             if self._outgrown(layout.capacity):
                 self._ensure(layout.capacity)
-            self._step, self._prompt = self._write_step(batch, batch.token_ids, layout, 0)
+            self._prompt = bool(batch.prompt_mask().any())
+            for graph in self.graphs:  # (their recordings made before the step's grids are counted: graph.py)
+                graph.command_buffer(batch.num_tokens, batch.num_seqs, self._prompt)
+            self._step = self._write_step(batch, batch.token_ids, layout, 0)
             self._batch, self._last_profile = batch, {}
 
     def run_segment(self, index: int, batch: StepBatch, x: np.ndarray | None,
