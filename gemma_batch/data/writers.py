@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +32,15 @@ import pyarrow.types as pt
 ROW_GROUP_ROWS = 8192
 FINGERPRINT_KEY = b"gemma_batch"  # Parquet schema metadata key holding the job fingerprint (JSON)
 _PARQUET_OPTIONS = {"compression": "zstd"}
+
+
+def set_up_arrow_meanwhile() -> threading.Thread:
+    """pyarrow's one-time set-up for what the final file's write does, on a thread from now on (a
+    job starts it while its steps run): its first array of Python values imports pandas where
+    pandas is installed (0.2-0.4 s), its first cast pyarrow.compute (about 0.1 s)."""
+    thread = threading.Thread(target=lambda: pa.array([], pa.int32()).cast(pa.int64()), name="pyarrow set-up")
+    thread.start()
+    return thread
 
 
 def tmp_path(path: Path) -> Path:

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from typing import TextIO
 
 from ..data.rows import InputRow
+from ..data.writers import set_up_arrow_meanwhile
 from ..engine.engine import Engine, Request
 from ..engine.request import NonFiniteLogits
 from ..model.read_ahead import read_ahead
@@ -85,6 +86,7 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal, phases: Ph
                 raise
             startup = _startup(phases, begun, began, log)
             progress = Progress(dataset.num_rows, store.num_done, log, settle=spec.max_batch)
+            set_up_arrow_meanwhile()  # (for the final file, while the steps run)
             started, done_before = time.perf_counter(), store.num_done
             started_at = datetime.datetime.now(datetime.timezone.utc)
             try:

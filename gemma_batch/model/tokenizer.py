@@ -103,7 +103,8 @@ class Tokenizer:
     END_OF_TURN_ID = END_OF_TURN_ID
 
     def __init__(self, proto: sp_pb2.ModelProto, source: str) -> None:
-        """Wrap a parsed `ModelProto`; `source` names the file in error messages."""
+        """Wrap a parsed `ModelProto` (taken: its normalizer is changed); `source` names the file
+        in error messages."""
         self.source = source
         pieces = proto.pieces
         if proto.trainer_spec.model_type != _BPE or not proto.trainer_spec.byte_fallback:
@@ -115,15 +116,14 @@ class Tokenizer:
                     f"{source} is not a Gemma 3 tokenizer: piece {piece!r} expected at id {want}, "
                     f"found {found!r} ({len(pieces)} pieces in the file)"
                 )
-        # (one pass over the protobuf: reading its fields costs more than anything done with them;
-        # the rest is made when first asked for)
-        self._entries = [(p.piece, p.type) for p in pieces]
-        self._added = AddedPieces({piece: i for i, (piece, kind) in enumerate(self._entries) if kind in _ADDED_TYPES})
+        # (reading the protobuf's fields costs more than anything done with them: the types in one
+        # pass, the added pieces' strings; every piece's string from SentencePiece when first asked)
+        self._kinds = [p.type for p in pieces]
+        self._added = AddedPieces({pieces[i].piece: i for i, kind in enumerate(self._kinds) if kind in _ADDED_TYPES})
         self._skip_ids = frozenset(i for i in map(self._added.ids.get, _NAMED_SPECIAL_PIECES) if i is not None)  # (all added)
         self._bytes: dict[int, bytes] = {}  # id -> UTF-8 bytes ("▁" already a space), made as first decoded
         # transformers' converted tokenizer normalizes only " " -> "▁"; make SentencePiece do the same.
-        spec = sp_pb2.ModelProto()
-        spec.CopyFrom(proto)
+        spec = proto
         norm = spec.normalizer_spec
         norm.name = "identity"
         norm.precompiled_charsmap = b""
@@ -169,7 +169,7 @@ class Tokenizer:
     @property
     def vocab_size(self) -> int:
         """Number of pieces in the file (ids 0..vocab_size-1)."""
-        return len(self._entries)
+        return len(self._kinds)
 
     @property
     def stop_ids(self) -> frozenset[int]:
@@ -178,7 +178,9 @@ class Tokenizer:
 
     def id_to_piece(self, token_id: int) -> str:
         """The piece string of `token_id` (e.g. "▁the", "<0x0A>", "<bos>")."""
-        return self._entries[token_id][0]
+        if not 0 <= token_id < len(self._kinds):
+            raise IndexError(f"token id {token_id} is outside the vocabulary (0..{len(self._kinds) - 1})")
+        return self._sp.id_to_piece(token_id)
 
     def piece_to_id(self, piece: str) -> int | None:
         """The id of `piece`, or None if the vocabulary lacks it."""
@@ -186,7 +188,7 @@ class Tokenizer:
 
     @cached_property
     def _piece_ids(self) -> dict[str, int]:
-        return {piece: i for i, (piece, _) in reversed(list(enumerate(self._entries)))}  # first id wins
+        return {piece: i for i, piece in reversed(list(enumerate(self._sp.id_to_piece(list(range(self.vocab_size))))))}  # first id wins
 
     def is_skipped(self, token_id: int) -> bool:
         """Whether decode drops `token_id` (pad, eos, bos, unk, mask)."""
@@ -200,8 +202,9 @@ class Tokenizer:
         """The bytes of `token_id`'s piece, special pieces spelled out (b"<eos>")."""
         made = self._bytes.get(token_id)
         if made is None:
-            piece, kind = self._entries[token_id]
-            made = self._bytes[token_id] = bytes([int(piece[3:5], 16)]) if kind == _BYTE else piece.replace("▁", " ").encode()
+            piece = self.id_to_piece(token_id)
+            made = self._bytes[token_id] = (bytes([int(piece[3:5], 16)]) if self._kinds[token_id] == _BYTE
+                                            else piece.replace("▁", " ").encode())
         return made
 
     @property
