@@ -65,6 +65,7 @@ class Kernels:
         self._modules: list = []
         self._pools: list = []
         self._pool_left = 0
+        self._sets: dict[tuple, object] = {}  # the buffers of every binding -> their set, made once
         self._barriers: dict[tuple[int, int], object] = {}  # (src, dst access masks) -> a VkMemoryBarrier[1]
 
     @property
@@ -118,7 +119,13 @@ class Kernels:
             sType=vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, flags=flags, stage=stage, layout=self.layout)], None)[0]
 
     def descriptor_set(self, buffers: dict[int, object], dummy) -> object:
-        """A descriptor set binding `buffers` (binding -> Buffer); unused bindings get `dummy`."""
+        """A descriptor set binding `buffers` (binding -> Buffer); unused bindings get `dummy`. The
+        same buffers get the same set: a step's recordings (recordings.py) bind mostly the same
+        buffers, and making a set costs more than the rest of a dispatch's recording."""
+        key = tuple(buffers.get(binding, dummy) for binding in range(NUM_BINDINGS))
+        made = self._sets.get(key)
+        if made is not None:
+            return made
         vk = self.vk
         if self._pool_left == 0:
             size = 256
@@ -142,6 +149,7 @@ class Kernels:
             write.descriptorCount, write.descriptorType = 1, vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
             write.pBufferInfo = infos + binding
         vk.vkUpdateDescriptorSets(self.dev.device, NUM_BINDINGS, writes, 0, vk.ffi.NULL)
+        self._sets[key] = dset
         return dset
 
     def record(self, cb, name: str, dset, push: dict[str, float | int], indirect, indirect_offset: int,
@@ -240,7 +248,7 @@ class Kernels:
         """Free every descriptor set (before the backend builds them again for larger buffers)."""
         for pool in self._pools:
             self.vk.vkDestroyDescriptorPool(self.dev.device, pool, None)
-        self._pools, self._pool_left = [], 0
+        self._pools, self._pool_left, self._sets = [], 0, {}
 
     def close(self) -> None:
         vk, dev = self.vk, self.dev.device
