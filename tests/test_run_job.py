@@ -121,24 +121,26 @@ def test_bad_rows_become_error_rows_and_the_job_goes_on(tmp_path):
         {"id": "long", "prompt": long_prompt},
         {"id": "chat", "messages": [{"role": "user"}]},
         {"id": "surrogate", "prompt": "half a pair \ud800 here"},
+        {"id": "many", "prompt": "x", "max_tokens": "many"},  # (also read before the model loads: row_bound.py)
         {"id": "ok2", "prompt": "Once upon a time"},
     ])
     done = gemma_batch("run", src, "--max-tokens", "8", "--max-model-len", "128")
     assert done.returncode == 0, done.stderr
     rows = read_rows(tmp_path / "bad.jsonl.completions.parquet")
-    assert [r["finish_reason"] == "error" for r in rows] == [False] + [True] * 9 + [False]
+    assert [r["finish_reason"] == "error" for r in rows] == [False] + [True] * 10 + [False]
     errors = [r["error"] or "" for r in rows]
     for i, fragment in [(1, "null"), (2, "string"), (3, "whitespace"), (4, "JSON"), (5, "duplicate id 'ok'"),
-                        (6, "temperature"), (7, "context is 128 tokens"), (8, "content"), (9, "surrogate")]:
+                        (6, "temperature"), (7, "context is 128 tokens"), (8, "content"), (9, "surrogate"),
+                        (10, "max_tokens")]:
         assert fragment in errors[i] and f"row {i}" in errors[i], errors[i]
-    assert rows[0]["completion"] is not None and rows[10]["completion"] is not None
+    assert rows[0]["completion"] is not None and rows[11]["completion"] is not None
     assert rows[4]["id"] is None and rows[4]["row"] == 4  # unreadable: no id, never a row number posing as one
     assert rows[7]["prompt_tokens"] > 128 and f"prompt is {rows[7]['prompt_tokens']} tokens" in rows[7]["error"]
 
     strict = gemma_batch("run", src, "--max-tokens", "8", "--max-model-len", "128", "--fail-on-row-error",
                          "--output", tmp_path / "strict.parquet")
-    assert strict.returncode == 1 and "9 row(s) failed" in strict.stderr
-    assert len(read_rows(tmp_path / "strict.parquet")) == 11  # the output is still written
+    assert strict.returncode == 1 and "10 row(s) failed" in strict.stderr
+    assert len(read_rows(tmp_path / "strict.parquet")) == 12  # the output is still written
     rerun = gemma_batch("run", src, "--max-tokens", "8", "--max-model-len", "128", "--fail-on-row-error",
                         "--output", tmp_path / "strict.parquet")
     assert rerun.returncode == 1 and "already complete" in rerun.stderr  # the verdict does not change

@@ -50,13 +50,13 @@ def row_bound(rows: Iterable[InputRow], max_tokens: int, choices: tuple[str, ...
     for row in rows:
         if row.error is not None:
             continue
+        labels = row.choices or choices
         try:
             text = render_chat(row.messages) if row.messages is not None else row.prompt or ""
+            new = max(len(label.encode("utf-8", "surrogatepass")) + 1 for label in labels) if labels else int(
+                row.params.get("max_tokens", max_tokens))
         except (ValueError, TypeError, KeyError):  # (the row fails when its request is made)
             continue
-        labels = row.choices or choices
-        new = max(len(label.encode("utf-8", "surrogatepass")) + 1 for label in labels) if labels else int(
-            row.params.get("max_tokens", max_tokens))
         size = len(text.encode("utf-8", "surrogatepass"))
         count, total = count + 1, total + size
         longest = max(longest, size + 1 + new)

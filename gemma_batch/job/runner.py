@@ -76,7 +76,7 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal, phases: Ph
         requests = model.requests()
         # The rows' requests (tokenizing) made on a thread from now on: while the weights load, then
         # while the device runs the steps.
-        made = ((row, requests.request(row)) for row in dataset.rows())
+        made = requests.requests(dataset.rows())
         made = read_ahead(made if counted is None else counted.count(made), LOOKAHEAD)
         try:  # (made.close(): rows left when the job stops early, the thread stops)
             try:

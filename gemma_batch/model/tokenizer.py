@@ -216,16 +216,43 @@ class Tokenizer:
     def encode(self, text: str, add_bos: bool = True) -> list[int]:
         """Token ids of `text`, equal to transformers' `tokenizer(text).input_ids` (with
         `add_special_tokens=add_bos`). Special-token strings in the text become their ids."""
-        ids = [BOS_ID] if add_bos else []
+        return self.encode_batch([text], add_bos)[0]
+
+    def encode_batch(self, texts: Sequence[str], add_bos: bool = True, threads: int = 1) -> list[list[int]]:
+        """`encode` of each of `texts`, their plain stretches in one call to SentencePiece on
+        `threads` threads (which lets other Python threads run meanwhile). UnicodeEncodeError (a
+        ValueError) for a text that is not Unicode (a lone surrogate)."""
+        split = [self._split(text) for text in texts]
+        plain = [part for parts in split for part in parts if isinstance(part, str)]
+        try:
+            encoded = iter(self._sp.encode(plain, num_threads=threads) if plain else ())
+        except (TypeError, RuntimeError):  # (SentencePiece's words for it say nothing of the text)
+            for part in plain:
+                part.encode("utf-8")
+            raise
+        out = []
+        for parts in split:
+            ids = [BOS_ID] if add_bos else []
+            for part in parts:
+                if isinstance(part, str):
+                    ids += next(encoded)
+                else:
+                    ids.append(part)
+            out.append(ids)
+        return out
+
+    def _split(self, text: str) -> list[str | int]:
+        """`text` as its plain stretches (str) and added pieces (their ids), in order."""
+        parts: list[str | int] = []
         pos = 0
         for start, end, token_id in self._added.find(text):
             if start > pos:
-                ids += self._sp.encode(text[pos:start])
-            ids.append(token_id)
+                parts.append(text[pos:start])
+            parts.append(token_id)
             pos = end
         if pos < len(text):
-            ids += self._sp.encode(text[pos:])
-        return ids
+            parts.append(text[pos:])
+        return parts
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of `ids`, skipping pad/eos/bos/unk/mask, like transformers'
