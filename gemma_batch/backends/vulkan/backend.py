@@ -141,9 +141,8 @@ class VulkanBackend(Backend):
         self.block_size = block_size
 
     def reserve(self, max_tokens: int, max_seqs: int, max_blocks: Mapping[str, int]) -> None:
-        """Size the step buffers for the whole run: a step that outgrows them waits while they are
-        made and its steps recorded again (EXPERIMENTS.md, "Steps recorded once per run"). Logits rows
-        for ROWS_PER_SEQ a sequence: its sampled row, and rows for scored choices or logprobs."""
+        """Size the step buffers for the whole run (a step that outgrows them waits while they are made
+        again: EXPERIMENTS.md, "Steps recorded once per run"); logits rows for ROWS_PER_SEQ a sequence."""
         need = Capacity(max_tokens, max_seqs, ROWS_PER_SEQ * max_seqs, tuple(sorted(max_blocks.items())))
         if self._outgrown(need):
             self._ensure(need)
@@ -197,8 +196,8 @@ class VulkanBackend(Backend):
         self._in_flight.append(step)
 
     def _write_step(self, batch: StepBatch, token_ids: np.ndarray, layout: StepRows, slot: int) -> InFlight:
-        inputs = self.buffers.inputs[slot]
-        return write_step(batch, token_ids, layout, slot, inputs, self.cfg, self.graphs[0].grids, self.flash, self.prompt_tile)
+        return write_step(batch, token_ids, layout, slot, self.buffers.inputs[slot], self.cfg, self.graphs[0].grids,
+                          self.flash, self.prompt_tile)
 
     def allow(self, allowed: np.ndarray) -> None:
         """The masks go into the step's input set, and the step, held before its sampler since
@@ -267,8 +266,7 @@ class VulkanBackend(Backend):
         self._build(capacity, self.coop_min_chunk if self.device.coopmat else None)
 
     def _build(self, capacity: Capacity, coop: int | None) -> None:
-        """The step buffers and their graphs: an input set and a graph per step in flight, with one
-        layout of grids (graph.py)."""
+        """The step buffers: an input set and a graph per step in flight, one layout of grids (graph.py)."""
         self.buffers = StepBuffers(self.cfg, self.mem, capacity, self.block_size, self.attention_chunk, coop,
                                    sets=self.MAX_IN_FLIGHT, sm_count=self.device.info.sm_count)
         grids = DispatchGrids(self.cfg, self.attention_chunk, self.device.info.sm_count)
