@@ -73,3 +73,18 @@ def test_the_counted_bound_is_the_longest_request_and_none_when_cut_short():
     with pytest.raises(OSError):
         list(cut.count(failing()))
     assert cut.bound() is None
+
+
+def test_rows_settled_before_the_run_are_not_tokenized():
+    """A resumed or incremental job's finished rows need no request: none is made for them (the
+    tokenizer never sees their texts), and the others' are as before."""
+    requests = _requests()
+    rows = [InputRow(i, f"r{i}", prompt=f"prompt number {i}") for i in range(TOKENIZE_ROWS + 23)]
+    seen: list[str] = []
+    encode_batch = requests.tokenizer.encode_batch
+    requests.tokenizer.encode_batch = lambda texts, **kw: (seen.extend(texts), encode_batch(texts, **kw))[1]
+    made = list(requests.requests(rows, settled=lambda row: row.index % 3 == 0))
+    assert sorted(seen) == sorted(row.prompt for row in rows if row.index % 3)
+    assert [row for row, _ in made] == rows
+    for row, request in made:
+        assert request is None if row.index % 3 == 0 else request == requests.request(row), row

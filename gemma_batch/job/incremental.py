@@ -86,6 +86,10 @@ class EarlierRows:
         self.total = len(self._where)  # distinct earlier rows that could be kept
         self.kept = 0
 
+    def holds(self, row: InputRow, key: str) -> bool:
+        """Whether `take` would give `row` an earlier output row (taking nothing)."""
+        return (row.id, key) in self._where
+
     def take(self, row: InputRow, key: str) -> dict[str, Any] | None:
         """The output row of `row` (with this input's row number and kept columns) if an earlier
         job finished the same request, else None."""

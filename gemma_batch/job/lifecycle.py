@@ -94,6 +94,13 @@ def _dated_earlier(spec: JobSpec, output: Path, fingerprint: dict, log: TextIO) 
     return []
 
 
+def settled_before(row: InputRow, store: ResultStore, earlier: EarlierRows) -> bool:
+    """Whether `settle` will find the row done or kept, so that it needs no request; safe to ask on
+    another thread before `settle` reaches the row (rows done stay done; earlier rows are taken
+    only by `settle`)."""
+    return store.is_done(row.index) or bool(earlier.total and row.error is None and earlier.holds(row, request_hash(row)))
+
+
 def settle(row: InputRow, store: ResultStore, earlier: EarlierRows, progress: Progress) -> str | None:
     """What a row needs before it runs: "done" (committed already), "kept" (an earlier job's
     output row for the same request, committed now and counted), or None: it must run."""

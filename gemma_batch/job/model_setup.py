@@ -64,7 +64,8 @@ class ModelPlan:
                     reader.close()
             if counted is not None:
                 with phase("input: counting"):
-                    self._fit(counted.bound(), log)
+                    self._fit(counted.bound())
+                print(self.plan.describe(self.cfg.kv_groups()), file=log)
             engine = Engine(self.backend, self.plan, self.tokenizer, spec.max_batch, self.step_tokens,
                             prefix_cache=spec.prefix_cache)
         except (DeviceMemoryError, ValueError) as e:  # (ValueError: weights a backend cannot take, damaged ones)
@@ -79,14 +80,13 @@ class ModelPlan:
             print(f"  {line}", file=log)
         return engine
 
-    def _fit(self, rows: RowBound | None, log: TextIO) -> None:
-        """The KV plan cut to `rows` (None: left as it is), and said."""
-        groups = self.cfg.kv_groups()
+    def _fit(self, rows: RowBound | None) -> None:
+        """The KV plan cut to `rows` (None: left as it is)."""
         if rows is not None:
+            groups = self.cfg.kv_groups()
             per_token = {g.name: self.backend.kv_bytes_per_token(g.name) for g in groups}
             self.plan = fit_to_rows(self.plan, groups, per_token, rows.rows, rows.tokens, self.spec.max_batch,
                                     self.step_tokens, rows.counted)
-        print(self.plan.describe(groups), file=log)
 
     @property
     def weights_label(self) -> str:
@@ -154,9 +154,8 @@ def prepare_model(spec: JobSpec, log: TextIO, rows: RowBound | None = None, reco
     )
     if plan.notice:
         print(f"notice: {plan.notice}", file=log)
-    model = ModelPlan(spec, folder, cfg, tokenizer, checkpoint, backend, plan, step_tokens)
+    if rows is not None:  # (with `recount`, the bound by bytes stands should the count stop early)
+        plan = fit_to_rows(plan, groups, per_token, rows.rows, rows.tokens, spec.max_batch, step_tokens)
     if not recount:
-        model._fit(rows, log)
-    elif rows is not None:  # (the bound by bytes, should the count stop early)
-        model.plan = fit_to_rows(plan, groups, per_token, rows.rows, rows.tokens, spec.max_batch, step_tokens)
-    return model
+        print(plan.describe(groups), file=log)
+    return ModelPlan(spec, folder, cfg, tokenizer, checkpoint, backend, plan, step_tokens)

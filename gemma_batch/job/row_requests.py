@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
@@ -57,13 +57,17 @@ class RowRequests:
         """The row's request, or why it cannot run."""
         return self._requests([row], 1)[0]
 
-    def requests(self, rows: Iterable[InputRow]) -> Iterator[tuple[InputRow, Request | RowFailure]]:
-        """Each of `rows` with its request (or why it cannot run), in order, their texts tokenized
-        TOKENIZE_ROWS at a time on TOKENIZE_THREADS threads: one at a time, tokenizing was what a
-        labelling job of short rows waited for (2,000 rows of 290 tokens: 2 s on one thread)."""
+    def requests(self, rows: Iterable[InputRow], settled: Callable[[InputRow], bool] = lambda row: False,
+                 ) -> Iterator[tuple[InputRow, Request | RowFailure | None]]:
+        """Each of `rows` with its request (or why it cannot run; None for a row `settled` says
+        needs none: finished before), in order, their texts tokenized TOKENIZE_ROWS at a time on
+        TOKENIZE_THREADS threads: one at a time, tokenizing was what a labelling job of short rows
+        waited for (2,000 rows of 290 tokens: 2 s on one thread)."""
         rows = iter(rows)
         while chunk := list(islice(rows, TOKENIZE_ROWS)):
-            yield from zip(chunk, self._requests(chunk, TOKENIZE_THREADS))
+            runs = [row for row in chunk if not settled(row)]
+            made = dict(zip((row.index for row in runs), self._requests(runs, TOKENIZE_THREADS)))
+            yield from ((row, made.get(row.index)) for row in chunk)
 
     def _requests(self, rows: list[InputRow], threads: int) -> list[Request | RowFailure]:
         prepared = [self._text(row) for row in rows]

@@ -32,7 +32,7 @@ from ..startup import Phases, column, phase, phases_line, process_seconds, recor
 from .fingerprint import job_fingerprint, model_fingerprint
 from .incremental import EarlierRows
 from .lifecycle import (complete_stats, finish, non_finite_failure, open_input, open_store, report_kept, run_record,
-                        settle, write_failed)
+                        settle, settled_before, write_failed)
 from .lock import OutputLock
 from .model_setup import JobFailed, prepare_model
 from .progress import Progress
@@ -76,7 +76,7 @@ def _run(spec: JobSpec, log: TextIO, out: TextIO, stop: StopOnSignal, phases: Ph
         requests = model.requests()
         # The rows' requests (tokenizing) made on a thread from now on: while the weights load, then
         # while the device runs the steps.
-        made = requests.requests(dataset.rows())
+        made = requests.requests(dataset.rows(), lambda row: settled_before(row, store, earlier))
         made = read_ahead(made if counted is None else counted.count(made), LOOKAHEAD)
         try:  # (made.close(): rows left when the job stops early, the thread stops)
             try:
@@ -123,16 +123,16 @@ def _startup(phases: Phases, begun: float | None, began: float, log: TextIO) -> 
 
 
 def _stream(
-    rows: Iterator[tuple[InputRow, Request | RowFailure]], store: ResultStore, engine: Engine, score_only: bool,
+    rows: Iterator[tuple[InputRow, Request | RowFailure | None]], store: ResultStore, engine: Engine, score_only: bool,
     progress: Progress, max_batch: int, stop: StopOnSignal, earlier: EarlierRows,
 ) -> tuple[int, int]:
-    """Feed rows (each with its request, or why it cannot run) to the engine and commit each
-    finished row, until the rows end or a signal asks to stop (checked at each step boundary); a
-    row whose request an earlier job finished is committed from `earlier` instead. Returns (rows
-    committed, error rows)."""
+    """Feed rows (each with its request, or why it cannot run; None for one settled before the run,
+    lifecycle.settled_before) to the engine and commit each finished row, until the rows end or a
+    signal asks to stop (checked at each step boundary); a row whose request an earlier job
+    finished is committed from `earlier` instead. Returns (rows committed, error rows)."""
     in_flight: dict[int, tuple[InputRow, Request]] = {}
     order: deque[int] = deque()  # indices admitted to the engine, in input order
-    held: tuple[InputRow, Request | RowFailure] | None = None  # next row, waiting for the lookahead window to move
+    held: tuple[InputRow, Request | RowFailure | None] | None = None  # next row, waiting for the lookahead window to move
     caching = engine.kv.prefix_seed is not None  # (the progress line gives the hit rate only with the cache on)
     done = failed = 0
     exhausted = False

@@ -188,7 +188,8 @@ class Tokenizer:
 
     @cached_property
     def _piece_ids(self) -> dict[str, int]:
-        return {piece: i for i, piece in reversed(list(enumerate(self._sp.id_to_piece(list(range(self.vocab_size))))))}  # first id wins
+        pieces = self._sp.id_to_piece(list(range(self.vocab_size)))
+        return {piece: i for i, piece in reversed(list(enumerate(pieces)))}  # first id wins
 
     def is_skipped(self, token_id: int) -> bool:
         """Whether decode drops `token_id` (pad, eos, bos, unk, mask)."""

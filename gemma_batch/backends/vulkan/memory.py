@@ -50,11 +50,12 @@ class Memory:
         self._staging: Buffer | None = None
         self._readback: Buffer | None = None  # staging for downloads, in cached memory (`alloc_host(readback=True)`)
         self._copy_cb = device.command_buffer()
+        self._copy_threads = int(os.environ.get(COPY_THREADS_ENV) or min(8, os.cpu_count() or 1))
         self._copiers: ThreadPoolExecutor | None = None  # made on the first large upload
 
     def _fill(self, dst: np.ndarray, src: np.ndarray) -> None:
         """dst[:len(src)] = src (uint8), split over COPY_THREADS_ENV threads."""
-        threads = int(os.environ.get(COPY_THREADS_ENV) or min(8, os.cpu_count() or 1))
+        threads = self._copy_threads
         if threads <= 1 or src.nbytes < SPLIT_BYTES:
             dst[: src.nbytes] = src
             return
