@@ -399,6 +399,25 @@ def test_quantized_weights_are_converted_once_then_read_from_the_cache(tmp_path,
     assert bad.returncode == 2 and "weights 'int3'" in bad.stderr
 
 
+def test_an_int4_job_records_its_calibration_and_refuses_another(tmp_path, sample_jsonl, monkeypatch):
+    """int4's rounding is weighted by a calibration text (quantize/calibration.py): the weights'
+    label carries its digest, so resuming under another text (or none) is refused, and a bad text
+    stops the job before anything is written, naming the file."""
+    monkeypatch.setenv("GEMMA_BATCH_CACHE_DIR", str(tmp_path / "cache"))
+    flags = ("--weights", "int4", "--max-tokens", "4", "--backend", "cpu", "--output", tmp_path / "out.parquet")
+    first = gemma_batch("run", sample_jsonl, *flags)
+    assert first.returncode == 0, first.stderr
+    assert "int4 grid weighted by" in first.stderr and "tokens of the bundled text" in first.stderr
+    label = pq.read_table(tmp_path / "out.stats.parquet").column("weights")[0].as_py()
+    assert label.startswith("int4-g32+min weighted:")
+    text = write_jsonl(tmp_path / "calibration.txt", ["Another text to weigh the rounding by."] * 20)
+    other = gemma_batch("run", sample_jsonl, *flags, env={"GEMMA_BATCH_CALIBRATION": str(text)})
+    assert other.returncode == 2 and "params.weights" in other.stderr, other.stderr
+    missing = gemma_batch("run", sample_jsonl, *flags[:-1], tmp_path / "m.parquet",
+                          env={"GEMMA_BATCH_CALIBRATION": str(tmp_path / "nowhere.txt")})
+    assert missing.returncode == 2 and "nowhere.txt" in missing.stderr and not (tmp_path / "m.parquet").exists()
+
+
 @pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
 def test_a_signal_stops_at_a_step_boundary_and_the_rerun_completes_the_same_file(tmp_path, signum):
     """The first SIGTERM / SIGINT: the job stops at the next step with its finished rows saved,

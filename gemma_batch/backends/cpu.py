@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -43,6 +43,9 @@ from .placement import Segment, held_tensors
 from .sampler import sample_tokens, scores
 
 
+Observer = Callable[[int, str, np.ndarray], None]
+
+
 class CpuBackend(Backend):
     """Gemma 3 in numpy float32 over a paged KV cache."""
 
@@ -51,16 +54,20 @@ class CpuBackend(Backend):
     default_kv_dtype = "fp32"
 
     def __init__(self, cfg: Gemma3Config, kv_dtype: str = default_kv_dtype, threads: int | None = None,
-                 segments: Sequence[Segment] | None = None) -> None:
+                 segments: Sequence[Segment] | None = None, observe: Observer | None = None) -> None:
         """`threads`: how many of the products' blocks run at once (default: the CPUs this process
         may use, at most MAX_THREADS). BLAS itself runs one thread during a step: its own threads
         wait by spinning, and on a machine with other work running they made the README job 4-11x
         slower (docs/EXPERIMENTS.md, "The CPU backend on a busy machine"); the backend's threads
         take whole blocks and wait without spinning. The bits do not depend on the count.
-        `segments`: the parts this backend runs as a pipeline stage (`Backend.run_segment`)."""
+        `segments`: the parts this backend runs as a pipeline stage (`Backend.run_segment`).
+        `observe(layer, input, rows)` sees the rows [T, K] that each of a layer's products takes
+        (`input`: "qkv", "o", "gate_up" or "down"), from the backend's threads, a part of the rows
+        at a time (`quantize.calibration` sums them)."""
         super().__init__(cfg, segments)
         kv_slot_bytes(kv_dtype, 1, 1)  # checks the name
         self.kv_dtype = kv_dtype
+        self.observe = observe
         usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         self.threads = threads or min(MAX_THREADS, usable)
         self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="gemma-batch-cpu") if self.threads > 1 else None
@@ -215,6 +222,8 @@ class CpuBackend(Backend):
         def qkv(rows: slice) -> np.ndarray:
             T = rows.stop - rows.start
             a = rms_norm(x[rows], w["input_layernorm.weight"], eps)
+            if self.observe:
+                self.observe(layer, "qkv", a)
             q = matmul_rows(a, w["self_attn.q_proj.weight"], pool).reshape(T, cfg.num_heads, cfg.head_dim)
             k = matmul_rows(a, w["self_attn.k_proj.weight"], pool).reshape(T, cfg.num_kv_heads, cfg.head_dim)
             v = matmul_rows(a, w["self_attn.v_proj.weight"], pool).reshape(T, cfg.num_kv_heads, cfg.head_dim)
@@ -229,8 +238,10 @@ class CpuBackend(Backend):
 
         def rest(rows: slice, q: np.ndarray) -> None:
             T = rows.stop - rows.start
-            o = attend(q, self.k_cache[layer], self.v_cache[layer], plan.rows(rows), cfg)
-            attn = matmul_rows(o.reshape(T, cfg.q_width), w["self_attn.o_proj.weight"], pool)  # [T, H]
+            o = attend(q, self.k_cache[layer], self.v_cache[layer], plan.rows(rows), cfg).reshape(T, cfg.q_width)
+            if self.observe:
+                self.observe(layer, "o", o)
+            attn = matmul_rows(o, w["self_attn.o_proj.weight"], pool)  # [T, H]
             np.add(x[rows], rms_norm(attn, w["post_attention_layernorm.weight"], eps), out=result[rows])
 
         if len(parts) == 1:
@@ -252,8 +263,11 @@ class CpuBackend(Backend):
         def ffn(rows: slice) -> None:
             b = rms_norm(h[rows], w["pre_feedforward_layernorm.weight"], eps)
             gate = gelu_tanh(matmul_rows(b, w["mlp.gate_proj.weight"], pool))  # [T, I]
-            up = matmul_rows(b, w["mlp.up_proj.weight"], pool)
-            mlp = matmul_rows(gate * up, w["mlp.down_proj.weight"], pool)  # [T, H]
+            gated = gate * matmul_rows(b, w["mlp.up_proj.weight"], pool)
+            if self.observe:
+                self.observe(layer, "gate_up", b)
+                self.observe(layer, "down", gated)
+            mlp = matmul_rows(gated, w["mlp.down_proj.weight"], pool)  # [T, H]
             np.add(h[rows], rms_norm(mlp, w["post_feedforward_layernorm.weight"], eps), out=result[rows])
 
         if len(parts) == 1:

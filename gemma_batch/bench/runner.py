@@ -36,6 +36,7 @@ from ..model.checkpoint import Tensor
 from ..model.config import Gemma3Config
 from ..model.quant import QuantizedTensor, WeightFormat, weights_label
 from ..model.quant_cache import cache_root, converted_nbytes_by_dtype, load_converted
+from ..quantize.calibration import int4_calibration
 from ..model.sources import open_model
 from .metrics import CaseRun, StepTiming, case_metrics, prefill_flops
 from .random_weights import layout as random_layout
@@ -107,9 +108,9 @@ def bench_weights(options: BenchOptions, log: TextIO) -> BenchWeights:
         layout = random_layout(cfg)
         return BenchWeights(options.shape, "random", cfg, layout, weights_label(fmt, layout), SHAPES[options.shape],
                             lambda: random_tensors(cfg, options.seed, fmt))
-    _, cfg, _, checkpoint = open_model(options.model, log)
-    return BenchWeights(options.model, "checkpoint", cfg, checkpoint.layout, weights_label(fmt, checkpoint.layout),
-                        hf_fields(cfg), lambda: load_converted(checkpoint, fmt, cache_root()).tensors)
+    _, cfg, tokenizer, checkpoint = open_model(options.model, log)
+    return BenchWeights(options.model, "checkpoint", cfg, checkpoint.layout, weights_label(fmt, checkpoint.layout), hf_fields(cfg),
+                        lambda: load_converted(checkpoint, fmt, cache_root(), int4_calibration(fmt, tokenizer, cfg)).tensors)
 
 
 def run_bench(options: BenchOptions, command: str = "", log: TextIO | None = None) -> dict:

@@ -12,6 +12,7 @@ from ..model.quant import WeightFormat, weights_label
 from ..model.quant_cache import cache_root, load_converted
 from ..model.sources import open_model
 from ..model.tokenizer import Tokenizer
+from ..quantize.calibration import calibrated_label, int4_calibration
 from .generate import generate_greedy
 
 Messages = list[dict[str, str]]
@@ -32,11 +33,17 @@ class LLM:
         `weights`: a format of `model.quant` (converted at load, cached as `gemma-batch run`
         caches it; `int4_group` its group size); `kv_dtype`: the KV cache's storage
         (`backends.kv_formats`; None: the backend's)."""
-        self.model_dir, self.config, self.tokenizer, checkpoint = open_model(model, log or sys.stderr)
+        log = log or sys.stderr
+        self.model_dir, self.config, self.tokenizer, checkpoint = open_model(model, log)
         fmt = WeightFormat.parse(weights, int4_group)
-        self.weights = weights_label(fmt, checkpoint.layout)  # as they run: fp32 for a float32 checkpoint's "bf16"
+        calibration = int4_calibration(fmt, self.tokenizer, self.config)
+        # as they run: fp32 for a float32 checkpoint's "bf16"; int4 with its calibration's digest
+        self.weights = calibrated_label(weights_label(fmt, checkpoint.layout), calibration)
         self.backend = create_backend(resolve_backend(backend, device)[0], self.config, device, kv_dtype, fmt.name)
-        self.backend.load_weights(load_converted(checkpoint, fmt, cache_root()).tensors)
+        loaded = load_converted(checkpoint, fmt, cache_root(), calibration)
+        self.backend.load_weights(loaded.tensors)
+        for line in loaded.note:  # (a conversion, or the cache it was read from)
+            print(line, file=log)
 
     def encode(self, prompt: str | Messages) -> list[int]:
         """Token ids of a plain prompt (with <bos>) or of a chat (template with generation prompt)."""

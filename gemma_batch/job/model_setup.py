@@ -24,6 +24,7 @@ from ..model.quant import weights_label
 from ..model.read_ahead import read_ahead
 from ..model.quant_cache import cache_root, converted_nbytes_by_dtype, load_converted
 from ..model.tokenizer import Tokenizer
+from ..quantize.calibration import Calibration, calibrated_label, int4_calibration
 from ..startup import phase, timed
 from .devices import job_backend
 from .row_bound import CountedRows, RowBound
@@ -47,6 +48,7 @@ class ModelPlan:
     backend: Backend
     plan: KVPlan
     step_tokens: int
+    calibration: Calibration | None  # what int4's rounding is weighted by (quantize/calibration.py)
 
     def load(self, log: TextIO, counted: CountedRows | None = None) -> Engine:
         """Read the weights onto the backend and allocate the KV cache, cut to the rows `counted`
@@ -56,7 +58,7 @@ class ModelPlan:
         started = time.perf_counter()
         try:
             with phase("weights"):
-                weights = load_converted(self.checkpoint, spec.weight_format, cache_root())
+                weights = load_converted(self.checkpoint, spec.weight_format, cache_root(), self.calibration)
                 reader = read_ahead(weights.tensors)
                 try:
                     self.backend.load_weights(timed(reader, "weights: read"))
@@ -90,8 +92,9 @@ class ModelPlan:
 
     @property
     def weights_label(self) -> str:
-        """What the run's matrices are (model.quant.weights_label): fp32 for a float32 checkpoint."""
-        return weights_label(self.spec.weight_format, self.checkpoint.layout)
+        """What the run's matrices are (model.quant.weights_label: fp32 for a float32 checkpoint), with
+        int4's calibration (`calibrated_label`): the statistics and the job's fingerprint record it."""
+        return calibrated_label(weights_label(self.spec.weight_format, self.checkpoint.layout), self.calibration)
 
     def requests(self) -> RowRequests:
         """What turns this job's rows into engine requests (made before `load`: the grammar view
@@ -158,4 +161,8 @@ def prepare_model(spec: JobSpec, log: TextIO, rows: RowBound | None = None, reco
         plan = fit_to_rows(plan, groups, per_token, rows.rows, rows.tokens, spec.max_batch, step_tokens)
     if not recount:
         print(plan.describe(groups), file=log)
-    return ModelPlan(spec, folder, cfg, tokenizer, checkpoint, backend, plan, step_tokens)
+    try:
+        calibration = int4_calibration(fmt, tokenizer, cfg)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return ModelPlan(spec, folder, cfg, tokenizer, checkpoint, backend, plan, step_tokens, calibration)

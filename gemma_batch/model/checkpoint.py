@@ -18,7 +18,7 @@ before any tensor data is read, so a bad checkpoint fails fast and nothing is ha
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -185,15 +185,17 @@ class Checkpoint:
             raise CheckpointError(f"{where}: {len(missing)} text tensor(s) missing: {shown}{more}")
         return cls(sources, has_untied_head=has_head)
 
-    def tensors(self) -> Iterator[tuple[str, Tensor | QuantizedTensor]]:
+    def tensors(self, only: Collection[str] | None = None) -> Iterator[tuple[str, Tensor | QuantizedTensor]]:
         """Yield `(canonical name, Tensor)` in `names` order (a quantized matrix as a
-        QuantizedTensor), reading one tensor per step.
+        QuantizedTensor), reading one tensor per step; only those named in `only` where given.
 
         The generator keeps no reference to a tensor once it is yielded; drop it (after copying
         what you need) before asking for the next one to hold at most one raw tensor.
         """
         by_file: dict[Path, list[tuple[str, _Source]]] = {}
         for name, src in self._sources.items():
+            if only is not None and name not in only:
+                continue
             by_file.setdefault(src.path, []).append((name, src))
         for path, items in by_file.items():
             with open(path, "rb", buffering=0) as f:

@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -55,10 +56,23 @@ def matrix_format(name: str, fmt: WeightFormat) -> WeightFormat:
     return fmt
 
 
-def convert(name: str, tensor: Loaded, fmt: WeightFormat) -> Loaded:
+class ChannelWeights(Protocol):
+    """What int4's rounding weighs each matrix's input channels by (`quantize.calibration.Calibration`)."""
+
+    key: str  # a digest of what the weights come from (the converted cache's key includes it)
+
+    def channel_weights(self, checkpoint: Checkpoint) -> dict[str, np.ndarray]:
+        """Matrix name -> float32 [K], for the matrices it weighs."""
+
+    def describe(self, seconds: float) -> str:
+        """A note for the log: what was weighed, and how long finding the weights took."""
+
+
+def convert(name: str, tensor: Loaded, fmt: WeightFormat, channel_weights: np.ndarray | None = None) -> Loaded:
     """One checkpoint tensor in format `fmt`, converted CONVERT_ROWS rows at a time. A quantized
     one (a GGUF's carried blocks) stays as it is under auto or when it is in the format asked,
-    else is dequantized first (bf16: to float32)."""
+    else is dequantized first (bf16: to float32). `channel_weights` [K]: what an int4 matrix's
+    rounding weighs its input channels by (`model.quant.quantize`)."""
     if isinstance(tensor, QuantizedTensor):
         if fmt.name == "auto" or matrix_format(name, fmt) == tensor.format:
             return tensor
@@ -79,7 +93,7 @@ def convert(name: str, tensor: Loaded, fmt: WeightFormat) -> Loaded:
     mfmt.check_shape(name, tensor.shape if isinstance(tensor, QuantizedTensor) else tensor.data.shape)
     if mfmt.name == "fp16":
         return Tensor("F16", np.concatenate([to_fp16(b) for b in blocks]))
-    parts = [quantize(b, mfmt) for b in blocks]
+    parts = [quantize(b, mfmt, channel_weights if mfmt.name == "int4" else None) for b in blocks]
     return QuantizedTensor(mfmt, np.concatenate([p.q for p in parts]), np.concatenate([p.scales for p in parts]))
 
 
@@ -135,25 +149,30 @@ class LoadedWeights:
     note: list[str]
 
 
-def load_converted(checkpoint: Checkpoint, fmt: WeightFormat, root: Path | None) -> LoadedWeights:
-    """The checkpoint's tensors in `fmt`: as stored (bf16), from the cache, or converted now."""
+def load_converted(checkpoint: Checkpoint, fmt: WeightFormat, root: Path | None,
+                   calibration: ChannelWeights | None = None) -> LoadedWeights:
+    """The checkpoint's tensors in `fmt`: as stored (bf16), from the cache, or converted now;
+    int4 rounded with `calibration`'s channel weights where given (found before the first tensor
+    is converted; `quantize.calibration`)."""
     note: list[str] = []
     if fmt.name in ("auto", "bf16"):  # as stored (bf16: carried quantized matrices dequantized)
         return LoadedWeights(((name, convert(name, t, fmt)) for name, t in checkpoint.tensors()), note)
+    calibration = calibration if fmt.name == "int4" else None
     if root is None:
-        return LoadedWeights(_convert_and_cache(checkpoint, fmt, None, note), note)
+        return LoadedWeights(_convert_and_cache(checkpoint, fmt, None, note, calibration), note)
     weights_dir = root / "weights"
     weights_dir.mkdir(parents=True, exist_ok=True)
-    path = weights_dir / f"{_key(checkpoint, fmt, weights_dir)}.safetensors"
+    path = weights_dir / f"{_key(checkpoint, fmt, weights_dir, calibration)}.safetensors"
     entries = _valid_entries(path, checkpoint, fmt)
     if entries is not None:
         return LoadedWeights(_read_cached(path, entries, checkpoint, fmt, note), note)
-    return LoadedWeights(_convert_and_cache(checkpoint, fmt, path, note), note)
+    return LoadedWeights(_convert_and_cache(checkpoint, fmt, path, note, calibration), note)
 
 
-def _key(checkpoint: Checkpoint, fmt: WeightFormat, weights_dir: Path) -> str:
+def _key(checkpoint: Checkpoint, fmt: WeightFormat, weights_dir: Path, calibration: ChannelWeights | None) -> str:
     h = hashlib.blake2b(digest_size=16)
-    h.update(f"{CACHE_VERSION}\0{fmt}\0".encode())
+    weighed = "" if fmt.name != "int4" else f"{calibration.key if calibration else 'unweighted'}\0"
+    h.update(f"{CACHE_VERSION}\0{fmt}\0{weighed}".encode())
     for path in sorted(checkpoint.files):
         h.update(f"{path.name}\0{content_digest(path, weights_dir / 'digests.json')}\0".encode())
     return h.hexdigest()
@@ -213,13 +232,18 @@ def _read_cached(path: Path, entries: dict, checkpoint: Checkpoint, fmt: WeightF
                 f"in {time.perf_counter() - started:.1f} s")
 
 
-def _convert_and_cache(checkpoint: Checkpoint, fmt: WeightFormat, path: Path | None, note: list[str]) -> Iterator[tuple[str, Loaded]]:
+def _convert_and_cache(checkpoint: Checkpoint, fmt: WeightFormat, path: Path | None, note: list[str],
+                       calibration: ChannelWeights | None = None) -> Iterator[tuple[str, Loaded]]:
     started = time.perf_counter()
+    weights: dict[str, np.ndarray] = {}
+    if calibration is not None:
+        weights = calibration.channel_weights(checkpoint)
+        note.append(calibration.describe(time.perf_counter() - started))
     tmp = None if path is None else path.with_suffix(f".{os.getpid()}.tmp")
     writer = None if tmp is None else SafetensorsWriter(tmp, _planned(checkpoint, fmt), {"format": str(fmt)})
     try:
         for name, tensor in checkpoint.tensors():
-            out = convert(name, tensor, fmt)
+            out = convert(name, tensor, fmt, weights.get(name))
             if writer is not None:
                 if isinstance(out, QuantizedTensor):
                     writer.write(f"{name}.q", out.q)

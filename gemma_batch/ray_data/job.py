@@ -30,9 +30,10 @@ from ..job.lock import OutputLock
 from ..job.model_setup import JobFailed, open_model
 from ..job.progress import Progress
 from ..job.signals import JobStopped, StopOnSignal
-from ..job.spec import JobSpec
+from ..job.spec import JobSpec, UsageError
 from ..job.store import ResultStore
 from ..model.quant import weights_label
+from ..quantize.calibration import calibrated_label, int4_calibration
 from .cluster import Workers, connect, plan_workers, probe, root_cause, stats_board
 from .source import JobRows
 from .stage import GemmaStage, pool
@@ -47,9 +48,13 @@ def run_ray_job(spec: JobSpec, address: str | None = None, workers: int | None =
     Raises as `job.runner.run_job` does."""
     log, out = log or sys.stderr, out or sys.stdout
     dataset, schema = open_input(spec)
-    folder, _, _, checkpoint = open_model(spec.model, log)  # a bad model fails here, named
+    folder, cfg, tokenizer, checkpoint = open_model(spec.model, log)  # a bad model fails here, named
     model = model_fingerprint(folder, checkpoint.files)
-    weights = weights_label(spec.weight_format, checkpoint.layout)
+    try:
+        calibration = int4_calibration(spec.weight_format, tokenizer, cfg)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    weights = calibrated_label(weights_label(spec.weight_format, checkpoint.layout), calibration)
     started_here = not ray.is_initialized()
     connect(address, spec)
     try:
