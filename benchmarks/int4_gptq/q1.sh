@@ -1,1 +1,0 @@
-python run.py HS_self.npy,HS_self2.npy "gptq:wgrid=h;int8=k_proj|v_proj;g32=up_proj|down_proj;g64=q_proj|o_proj|gate_proj;name=gptq-wh M1 correctH" "gptq:wgrid=h;name=gptq-wh g32 correctH" "gptq:wgrid=h;int8=k_proj|v_proj;g32=up_proj|down_proj;g64=q_proj|o_proj|gate_proj;damp=0.1;name=gptq-wh M1 damp0.1 correctH"
