@@ -39,7 +39,7 @@ import numpy as np
 FORMATS = ("auto", "bf16", "fp16", "int8", "int4")
 FORMATS_HELP = ("Weight format: auto (as stored: a GGUF in its own quantization, a float32 checkpoint fp32), bf16 (as "
                 "stored, a GGUF's blocks dequantized), fp16, int8 (a scale per 32 weights) or int4 (a scale and a minimum "
-                "per --int4-group weights, fitted to a calibration text: GEMMA_BATCH_CALIBRATION; the embedding int8).")
+                "per --int4-group weights, calibrated; the embedding int8).")
 STORED_NAMES = {"BF16": "bf16", "F16": "fp16", "F32": "fp32"}  # a checkpoint's float dtypes, as formats are named
 INT4_GROUPS = (32, 64)
 INT8_GROUP = 32  # int8 weights per scale

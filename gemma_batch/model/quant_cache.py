@@ -128,16 +128,33 @@ def converted_nbytes_by_dtype(layout: Mapping[str, tuple[str, tuple[int, ...]]],
     scales), for `Backend.weight_bytes`."""
     out: dict[str, int] = {}
     for name, (dtype, shape) in layout.items():
-        target = _converted_format(name, dtype, shape, fmt) or carried_format(dtype)  # (None: a float tensor kept)
-        if target is None:
-            nbytes = int(np.prod(shape)) * DTYPE_SIZES[dtype]
-        elif target.name == "bf16":
-            dtype, nbytes = "F32", 4 * int(np.prod(shape))
-        else:
-            dtype = "F16" if target.name == "fp16" else target.name.upper()
-            nbytes = target.matrix_bytes(shape)
-        out[dtype] = out.get(dtype, 0) + nbytes
+        kind, nbytes = _converted_nbytes(name, dtype, shape, fmt)
+        out[kind] = out.get(kind, 0) + nbytes
     return out
+
+
+def matrix_bits(layout: Mapping[str, tuple[str, tuple[int, ...]]], fmt: WeightFormat) -> str:
+    """Bits a weight, scales included, of the layers' matrices and of the other matrices (the
+    embedding table, an untied LM head) in `fmt`: "5.00 bits a weight in the layers' matrices, 8.50
+    in the embedding"."""
+    sums = {True: [0, 0], False: [0, 0]}  # in a layer? -> [bits, weights]
+    for name, (dtype, shape) in layout.items():
+        if len(shape) == 2:
+            total = sums[name.startswith("layers.")]
+            total[0] += 8 * _converted_nbytes(name, dtype, shape, fmt)[1]
+            total[1] += int(np.prod(shape))
+    (lb, lw), (eb, ew) = sums[True], sums[False]
+    return f"{lb / max(lw, 1):.2f} bits a weight in the layers' matrices, {eb / max(ew, 1):.2f} in the embedding"
+
+
+def _converted_nbytes(name: str, dtype: str, shape: tuple[int, ...], fmt: WeightFormat) -> tuple[str, int]:
+    """The storage kind (`converted_nbytes_by_dtype`'s) and bytes of one tensor in `fmt`."""
+    target = _converted_format(name, dtype, shape, fmt) or carried_format(dtype)  # (None: a float tensor kept)
+    if target is None:
+        return dtype, int(np.prod(shape)) * DTYPE_SIZES[dtype]
+    if target.name == "bf16":
+        return "F32", 4 * int(np.prod(shape))
+    return "F16" if target.name == "fp16" else target.name.upper(), target.matrix_bytes(shape)
 
 
 @dataclass
@@ -261,4 +278,5 @@ def _convert_and_cache(checkpoint: Checkpoint, fmt: WeightFormat, path: Path | N
         if tmp is not None:
             tmp.unlink(missing_ok=True)
     where = f", cached at {path} (once; `gemma-batch cache --clear` empties the cache)" if path is not None else " (cache off)"
-    note.append(f"weights converted to {fmt} in {time.perf_counter() - started:.1f} s{where}")
+    note.append(f"weights converted to {fmt} ({matrix_bits(checkpoint.layout, fmt)}, scales included) "
+                f"in {time.perf_counter() - started:.1f} s{where}")
