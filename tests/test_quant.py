@@ -214,3 +214,16 @@ def test_a_quantized_product_never_holds_the_dequantized_matrix():
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert peak < 8192 * 256 * 4 / 2  # half the float32 matrix: two W_ROWS blocks and their temporaries
+
+
+@pytest.mark.parametrize("weights, group, layers, embedding", [
+    ("int8", 32, 8 + 16 / 32, 8 + 16 / 32),  # a code, and an fp16 scale per 32
+    ("int4", 32, 4 + 32 / 32, 8 + 16 / 32),  # a code, and an fp16 scale and minimum per group; the embedding int8
+    ("int4", 64, 4 + 32 / 64, 8 + 16 / 32),
+])
+def test_a_conversion_says_its_bits_a_weight_scales_included(tmp_path, weights, group, layers, embedding):
+    model_dir = tmp_path / "tiny"
+    make_causal_lm(model_dir, intermediate_size=128, head_dim=32)  # (every K a multiple of 64)
+    loaded = load_converted(Checkpoint.open(model_dir, Gemma3Config.from_dir(model_dir)), WeightFormat.parse(weights, group), None)
+    list(loaded.tensors)
+    assert f"({layers:.2f} bits a weight in the layers' matrices, {embedding:.2f} in the embedding, scales included)" in loaded.note[-1]
