@@ -97,6 +97,11 @@ class CpuBackend(Backend):
             for i in range(self.cfg.num_layers)
         ]
 
+    def close(self) -> None:
+        """Stop the backend's threads (the memory is the process's own)."""
+        if self.pool is not None:
+            self.pool.shutdown()
+
     def peak_memory(self) -> int:
         """The weights and KV arrays (the step's activations are small next to them)."""
         arrays = [*self.weights.values(), *self.k_cache.values(), *self.v_cache.values()]

@@ -165,7 +165,6 @@ def prefill_batch(windows: tuple[tuple[int, ...], ...], cfg: Gemma3Config, block
     return batch, dict.fromkeys(groups, int(per_seq.sum()))
 
 
-
 def int4_calibration(fmt: WeightFormat, tokenizer: Tokenizer, cfg: Gemma3Config) -> Calibration | None:
     """What an int4 conversion weighs its rounding by (`Calibration.chosen`); None for other formats."""
     return Calibration.chosen(tokenizer, cfg) if fmt.name == "int4" else None
