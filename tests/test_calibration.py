@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 import torch
 
+from gemma_batch.job.spec import DEMO_MODEL
 from gemma_batch.model.checkpoint import Checkpoint
 from gemma_batch.model.config import Gemma3Config
 from gemma_batch.model.quant import WeightFormat, quantize
 from gemma_batch.model.quant_cache import load_converted
 from gemma_batch.model.tokenizer import Tokenizer
+from gemma_batch.quantize import calibration
 from gemma_batch.quantize.calibration import BUNDLED_TEXT, TEXT_SWITCH, Calibration, int4_calibration
-from gemma_batch.job.spec import DEMO_MODEL
 from tests.tiny_models import make_causal_lm
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -56,8 +57,10 @@ def transformers_mean_squares(model, windows) -> dict[str, np.ndarray]:
     return {name.removeprefix("model.") + ".weight": (s / tokens).numpy() for name, s in sums.items()}
 
 
-def test_channel_weights_are_the_mean_squares_transformers_feeds_each_matrix(tiny):
+@pytest.mark.parametrize("windows_a_step", [1, 4])
+def test_channel_weights_are_the_mean_squares_transformers_feeds_each_matrix(tiny, monkeypatch, windows_a_step):
     checkpoint, cfg, model = tiny
+    monkeypatch.setattr(calibration, "WINDOWS_A_STEP", windows_a_step)  # (1: each window a step of its own)
     ours = Calibration(cfg, WINDOWS, "test").channel_weights(checkpoint)
     theirs = transformers_mean_squares(model, WINDOWS)
     assert set(ours) == set(theirs) and len(ours) == 7 * cfg.num_layers

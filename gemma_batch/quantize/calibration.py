@@ -11,9 +11,9 @@ for the weighted int4 grid").
     load_converted(checkpoint, WeightFormat.parse("int4"), cache_root(), calibration)
 
 The pass runs the model on the CPU backend one layer at a time: each layer's weights are read,
-widened to float32, run over the whole text in one step and dropped before the next layer. So
-it holds one layer and the text's activations, never the model: a 27B layer is 1.7 GB as
-float32, its activations 44 MB. The bundled text is 2k tokens of the project's own docs
+widened to float32, run over the text (WINDOWS_A_STEP windows a step) and dropped before the next
+layer. So it holds one layer and the text's activations, never the model: a 27B layer is 1.7 GB
+as float32, the activations of 2k tokens 44 MB. The bundled text is 2k tokens of the project's own docs
 (calibration.txt); `GEMMA_BATCH_CALIBRATION` names another text file, or `off` (the unweighted
 grid).
 
@@ -43,6 +43,8 @@ from ..switches import OFF
 BUNDLED_TEXT = Path(__file__).with_name("calibration.txt")
 TEXT_SWITCH = "GEMMA_BATCH_CALIBRATION"
 WINDOW = 512  # tokens a window, <bos> included (as the experiments measured)
+WINDOWS_A_STEP = 4  # windows run at a time through a layer (a 27B's MLP holds 2k x 21,504 floats)
+MAX_TOKENS = 32_768  # of a text, the first (the bundled one has 1,987; 2k already gives nearly all)
 BLOCK = 16  # KV block size of the pass
 # The rows each layer input feeds: `CpuBackend`'s observer names them.
 INPUTS = {"qkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), "o": ("self_attn.o_proj",),
@@ -60,8 +62,8 @@ class Calibration:
 
     @classmethod
     def from_text(cls, text: str, tokenizer: Tokenizer, cfg: Gemma3Config, source: str, window: int = WINDOW) -> Calibration:
-        """`text` tokenized and cut into windows of `window` tokens (the last one shorter)."""
-        ids = tokenizer.encode(text, add_bos=False)
+        """`text`'s first MAX_TOKENS tokens, cut into windows of `window` (the last one shorter)."""
+        ids = tokenizer.encode(text, add_bos=False)[:MAX_TOKENS]
         if not ids:
             raise ValueError(f"calibration text {source} has no tokens")
         step = min(window, cfg.max_position_embeddings) - 1
@@ -98,8 +100,10 @@ class Calibration:
         from ..backends.cpu import CpuBackend  # (here: a run that does not calibrate never imports it)
 
         cfg = self.cfg
-        batch, blocks = prefill_batch(self.windows, cfg, BLOCK)
-        x = embedded(checkpoint, cfg, batch.token_ids)  # [T, H]
+        steps = [prefill_batch(self.windows[i : i + WINDOWS_A_STEP], cfg, BLOCK)
+                 for i in range(0, len(self.windows), WINDOWS_A_STEP)]
+        blocks = {g.name: max(b[g.name] for _, b in steps) for g in cfg.kv_groups()}
+        xs = [embedded(checkpoint, cfg, batch.token_ids) for batch, _ in steps]  # each [T, H]
         out: dict[str, np.ndarray] = {}
         for layer in range(cfg.num_layers):
             sums = Sums()
@@ -107,11 +111,11 @@ class Calibration:
             try:
                 backend.load_weights(checkpoint.tensors(only=layer_names(checkpoint, layer)))
                 backend.allocate_kv(blocks, BLOCK)
-                x = backend.run_segment(0, batch, x)
+                xs = [backend.run_segment(0, batch, x) for (batch, _), x in zip(steps, xs)]
             finally:
                 backend.close()
             for name, matrices in INPUTS.items():
-                mean_square = (sums.values[name] / len(batch.token_ids)).astype(np.float32)
+                mean_square = (sums.values[name] / self.tokens).astype(np.float32)
                 out.update((f"layers.{layer}.{m}.weight", mean_square) for m in matrices)
         return out
 
