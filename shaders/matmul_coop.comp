@@ -130,15 +130,6 @@ shared uvec4 xsh[(X_LO ? 2 : 1) * BM * PAD];  // x stage: hi rows, then lo rows 
 #define W_SH(e) (((e) / XV) * PAD + (e) % XV)
 #endif
 #define X_LOADS (2 * BM * XV / WG)   // uvec4 of x per invocation per stage
-// Which staged piece an invocation's i-th W load is: int8's W_LOADS consecutive pieces of one row
-// where they fit one (ROW_PIECES: their scales are one word, or two, a stage, not a word a piece;
-// GEMMA_BATCH_VK_INT8_ROW_PIECES=0 turns it off), else piece tid + WG i.
-#if defined(W_I8) && (XV % W_LOADS == 0) && !defined(NO_ROW_PIECES)
-#define ROW_PIECES
-#define PIECE(i) (tid * W_LOADS + (i))
-#else
-#define PIECE(i) (tid + WG * (i))
-#endif
 
 uint fp16_pair(float a, float b) {  // two weights as fp16, clamped into fp16's range
     return packHalf2x16(clamp(vec2(a, b), vec2(-65504.0), vec2(65504.0)));
@@ -204,20 +195,7 @@ void main() {
 #endif
     vec2 wsc[W_LOADS];
     [[unroll]] for (uint i = 0; i < W_LOADS; i++) wsc[i] = vec2(1.0, 0.0);
-#if defined(W_I8) && defined(ROW_PIECES)
-#define LOAD_SCALE(i, row, k)
-    // The thread's pieces lie in one staged row: its groups' scales are in one word, or two.
-#define LOAD_SCALES(k0) { uint e_ = PIECE(0), row_ = wrow0 + e_ / XV, k_ = (k0) + 8 * (e_ % XV); \
-        uint first_ = row_ * (pc.K / INT8_GROUP) + k_ / INT8_GROUP; \
-        uint last_ = row_ * (pc.K / INT8_GROUP) + (k_ + 8 * W_LOADS - 1) / INT8_GROUP; \
-        uint w0_ = up ? u_scales[scale_base + first_ / 2] : w_scales[scale_base + first_ / 2]; \
-        uint w1_ = w0_; \
-        if (last_ / 2 != first_ / 2) w1_ = up ? u_scales[scale_base + last_ / 2] : w_scales[scale_base + last_ / 2]; \
-        [[unroll]] for (uint i = 0; i < W_LOADS; i++) { \
-            uint g_ = row_ * (pc.K / INT8_GROUP) + (k_ + 8 * i) / INT8_GROUP; \
-            wsc[i] = vec2(half_of(g_ / 2 == first_ / 2 ? w0_ : w1_, g_ & 1u), 0.0); \
-        } }
-#elif defined(W_I8)
+#if defined(W_I8)
 #define LOAD_SCALE(i, row, k) { uint g_ = (row) * (pc.K / INT8_GROUP) + (k) / INT8_GROUP; \
         uint pair_ = up ? u_scales[scale_base + g_ / 2] : w_scales[scale_base + g_ / 2]; \
         wsc[i] = vec2(half_of(pair_, g_ & 1u), 0.0); }
@@ -227,19 +205,15 @@ void main() {
 #else
 #define LOAD_SCALE(i, row, k)
 #endif
-#ifndef LOAD_SCALES
-#define LOAD_SCALES(k0)
-#endif
 
     WPIECE wr[W_LOADS];
     uvec4 xr[X_LOADS];
 #define LOAD_STAGE(k0) { \
         [[unroll]] for (uint i = 0; i < W_LOADS; i++) { \
-            uint e = PIECE(i), at = W_AT(e, k0); \
+            uint e = tid + WG * i, at = W_AT(e, k0); \
             if (up) wr[i] = u4[at]; else wr[i] = w4[at]; \
             LOAD_SCALE(i, wrow0 + e / XV, (k0) + 8 * (e % XV)); \
         } \
-        LOAD_SCALES(k0) \
         [[unroll]] for (uint i = 0; i < X_LOADS; i++) { \
             uint e = tid + WG * i, row = e / (2 * XV), half_ = (e / XV) % 2; \
             if (X_LO || half_ == 0u) xr[i] = xs4[min(m0 + row, M - 1) * xrow + half_ * K8 + (k0) / 8 + e % XV]; \
@@ -257,7 +231,7 @@ void main() {
     for (uint k0 = k_begin; k0 < k_end; k0 += KU) {
         barrier();  // the last stage's multiplies are done with shared memory
         [[unroll]] for (uint i = 0; i < W_LOADS; i++) {
-            uint e = PIECE(i);
+            uint e = tid + WG * i;
             wsh[W_SH(e)] = to_fp16(wr[i], wsc[i]);
         }
         [[unroll]] for (uint i = 0; i < X_LOADS; i++) {
