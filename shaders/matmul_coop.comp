@@ -141,11 +141,7 @@ uvec4 fp16_8(vec4 lo, vec4 hi) {
 
 uvec4 to_fp16(WPIECE v, vec2 scale) {  // 8 weights of W's storage type as 8 fp16 (scale: quantized W's scale, minimum)
 #if defined(W_I8)
-    // In fp16 arithmetic: code (exact in fp16) times scale (an fp16 value) is exact in fp32, so one
-    // fp16 rounding of it gives the bits fp32 then fp16 gives; clamped into range as fp16_pair does.
-    f16vec4 s = f16vec4(float16_t(scale.x)), top = f16vec4(float16_t(65504.0));
-    f16vec4 a = clamp(f16vec4(int8x4(v.x)) * s, -top, top), b = clamp(f16vec4(int8x4(v.y)) * s, -top, top);
-    return uvec4(packFloat2x16(a.xy), packFloat2x16(a.zw), packFloat2x16(b.xy), packFloat2x16(b.zw));
+    return fp16_8(int8x4(v.x) * scale.x, int8x4(v.y) * scale.x);
 #elif defined(W_I4)
     return fp16_8(uint4x4(v) * scale.x + scale.y, uint4x4(v >> 16) * scale.x + scale.y);
 #else
