@@ -28,7 +28,7 @@ from gemma_batch.bench.shapes import SHAPES, shape_config
 from gemma_batch.model.checkpoint import Checkpoint, to_float32
 from gemma_batch.model.config import FULL, SLIDING, Gemma3Config, KVGroup
 from gemma_batch.model.quant import QuantizedTensor, WeightFormat
-from gemma_batch.model.quant_cache import convert
+from gemma_batch.model.conversion import convert
 from gemma_batch.model.tokenizer import Tokenizer
 from gemma_batch.model.weights import tensor_shapes
 from tests.test_run_job import gemma_batch
@@ -299,7 +299,7 @@ def test_random_weights_have_every_tensor_in_bf16_with_the_stated_spread():
 
 @pytest.mark.parametrize("weights, group", [("fp16", 32), ("int8", 32), ("int4", 32), ("int4", 64)])
 def test_random_weights_in_a_format_are_what_conversion_gives_the_backend(weights, group):
-    """Same types, formats, dtypes and shapes as `quant_cache.convert` makes of the bf16 tensors; big arrays are views
+    """Same types, formats, dtypes and shapes as `conversion.convert` makes of the bf16 tensors; big arrays are views
     of the pools; a CPU backend loads them and computes finite logits of ordinary size."""
     cfg, fmt = shape_config("tiny"), WeightFormat.parse(weights, group)
     tensors = dict(random_tensors(cfg, 1, fmt))

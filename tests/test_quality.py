@@ -79,10 +79,10 @@ def test_the_int8_kv_cache_passes_its_quality_gate(sequences, bf16):
 def test_negative_control_a_4_bit_lm_head_costs_measurably_more(sequences, bf16, monkeypatch):
     """The gates can fail: int4 everywhere (the embedding table too) loses more than twice the
     top-1 agreement that int4 with an int8 table loses."""
-    from gemma_batch.model import quant_cache
+    from gemma_batch.model import conversion
 
     kept = cpu_scores(sequences, "int4")
-    monkeypatch.setattr(quant_cache, "matrix_format", lambda name, fmt: fmt)
+    monkeypatch.setattr(conversion, "matrix_format", lambda name, fmt: fmt)
     everywhere = cpu_scores(sequences, "int4")
     assert 1 - everywhere.top1_agreement(bf16) > 1.2 * (1 - kept.top1_agreement(bf16))
     assert everywhere.perplexity > kept.perplexity

@@ -19,7 +19,8 @@ from gemma_batch.model import quant_cache
 from gemma_batch.model.checkpoint import Checkpoint
 from gemma_batch.model.config import Gemma3Config
 from gemma_batch.model.quant import WeightFormat, quantize
-from gemma_batch.model.quant_cache import converted_nbytes_by_dtype, load_converted
+from gemma_batch.model.conversion import converted_nbytes_by_dtype
+from gemma_batch.model.quant_cache import load_converted
 from gemma_batch.model.safetensors_file import SafetensorsWriter
 from tests.tiny_models import make_causal_lm
 

@@ -30,7 +30,7 @@ import numpy as np
 from ..model.checkpoint import Tensor
 from ..model.config import Gemma3Config
 from ..model.quant import QuantizedTensor, WeightFormat
-from ..model.quant_cache import converted_nbytes_by_dtype
+from ..model.conversion import converted_nbytes_by_dtype
 from .base import Backend, StepBatch, StepResult
 from .placement import ACTIVATION_BYTES, Placement, held_tensors
 

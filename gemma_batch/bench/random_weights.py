@@ -4,7 +4,7 @@ Drawing 27e9 numbers (or quantizing them) would take minutes of host time, so a 
 are drawn once per kind of array and tiled into one pool as long as the largest array of that
 kind; every array is a contiguous slice of its pool at its own random offset (a view: no copy, no
 extra memory per tensor). The arrays are those a converted checkpoint hands the backend
-(`quant_cache.stored_entries` and `matrix_format` decide which matrices are converted and how),
+(`conversion.stored_entries` and `matrix_format` decide which matrices are converted and how),
 drawn directly in their storage dtype:
 
 * bf16 / fp16 matrices: values of std 0.02 (transformers' initializer range); norm weights
@@ -26,7 +26,7 @@ import numpy as np
 from ..model.checkpoint import Tensor
 from ..model.config import Gemma3Config
 from ..model.quant import QuantizedTensor, WeightFormat, to_fp16
-from ..model.quant_cache import converted_nbytes_by_dtype, matrix_format, stored_entries
+from ..model.conversion import converted_nbytes_by_dtype, matrix_format, stored_entries
 from ..model.safetensors_file import NUMPY_DTYPES
 from ..model.weights import tensor_shapes
 

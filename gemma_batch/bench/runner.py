@@ -35,9 +35,10 @@ from ..engine.stats import EngineStats
 from ..model.checkpoint import Tensor
 from ..model.config import Gemma3Config
 from ..model.quant import QuantizedTensor, WeightFormat, weights_label
-from ..model.quant_cache import cache_root, converted_nbytes_by_dtype, load_converted
-from ..quantize.calibration import int4_calibration
+from ..model.conversion import converted_nbytes_by_dtype
+from ..model.quant_cache import cache_root, load_converted
 from ..model.sources import open_model
+from ..quantize.calibration import int4_calibration
 from .metrics import CaseRun, StepTiming, case_metrics, prefill_flops
 from .random_weights import layout as random_layout
 from .random_weights import random_tensors

@@ -18,7 +18,7 @@ from ..backends.kv_formats import kv_token_bytes
 from ..backends.placement import Placement, part_of
 from ..model.config import Gemma3Config
 from ..model.quant import WeightFormat
-from ..model.quant_cache import converted_nbytes_by_dtype
+from ..model.conversion import converted_nbytes_by_dtype
 from .kv_plan import blocks_per_sequence
 
 

@@ -8,7 +8,7 @@ from typing import TextIO
 
 from ..backends import create_backend, resolve_backend
 from ..model.chat import chat_token_ids
-from ..model.quant import WeightFormat, weights_label
+from ..model.quant import WeightFormat
 from ..model.quant_cache import cache_root, load_converted
 from ..model.sources import open_model
 from ..model.tokenizer import Tokenizer
@@ -37,8 +37,7 @@ class LLM:
         self.model_dir, self.config, self.tokenizer, checkpoint = open_model(model, log)
         fmt = WeightFormat.parse(weights, int4_group)
         calibration = int4_calibration(fmt, self.tokenizer, self.config)
-        # as they run: fp32 for a float32 checkpoint's "bf16"; int4 with its calibration's digest
-        self.weights = calibrated_label(weights_label(fmt, checkpoint.layout), calibration)
+        self.weights = calibrated_label(fmt, checkpoint.layout, calibration)  # as they run: fp32 for a float32 "bf16"
         self.backend = create_backend(resolve_backend(backend, device)[0], self.config, device, kv_dtype, fmt.name)
         loaded = load_converted(checkpoint, fmt, cache_root(), calibration)
         self.backend.load_weights(loaded.tensors)

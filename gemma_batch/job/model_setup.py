@@ -22,7 +22,8 @@ from ..model.checkpoint import Checkpoint
 from ..model.config import Gemma3Config
 from ..model.quant import weights_label
 from ..model.read_ahead import read_ahead
-from ..model.quant_cache import cache_root, converted_nbytes_by_dtype, load_converted
+from ..model.conversion import converted_nbytes_by_dtype
+from ..model.quant_cache import cache_root, load_converted
 from ..model.tokenizer import Tokenizer
 from ..quantize.calibration import Calibration, calibrated_label, int4_calibration
 from ..startup import phase, timed
@@ -94,7 +95,7 @@ class ModelPlan:
     def weights_label(self) -> str:
         """What the run's matrices are (model.quant.weights_label: fp32 for a float32 checkpoint), with
         int4's calibration (`calibrated_label`): the statistics and the job's fingerprint record it."""
-        return calibrated_label(weights_label(self.spec.weight_format, self.checkpoint.layout), self.calibration)
+        return calibrated_label(self.spec.weight_format, self.checkpoint.layout, self.calibration)
 
     def requests(self) -> RowRequests:
         """What turns this job's rows into engine requests (made before `load`: the grammar view
@@ -161,8 +162,14 @@ def prepare_model(spec: JobSpec, log: TextIO, rows: RowBound | None = None, reco
         plan = fit_to_rows(plan, groups, per_token, rows.rows, rows.tokens, spec.max_batch, step_tokens)
     if not recount:
         print(plan.describe(groups), file=log)
+    return ModelPlan(spec, folder, cfg, tokenizer, checkpoint, backend, plan, step_tokens,
+                     job_calibration(spec, tokenizer, cfg))
+
+
+def job_calibration(spec: JobSpec, tokenizer: Tokenizer, cfg: Gemma3Config) -> Calibration | None:
+    """What the job's int4 rounding is weighted by (`quantize.calibration.int4_calibration`); a
+    calibration text that cannot be read is a UsageError naming it."""
     try:
-        calibration = int4_calibration(fmt, tokenizer, cfg)
+        return int4_calibration(spec.weight_format, tokenizer, cfg)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    return ModelPlan(spec, folder, cfg, tokenizer, checkpoint, backend, plan, step_tokens, calibration)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +37,7 @@ from ..backends.cpu_math import F32, embed_rows
 from ..backends.placement import Segment
 from ..model.checkpoint import Checkpoint, Tensor, to_float32
 from ..model.config import Gemma3Config
-from ..model.quant import WeightFormat
+from ..model.quant import WeightFormat, weights_label
 from ..model.tokenizer import Tokenizer
 from ..switches import OFF
 
@@ -174,8 +175,10 @@ def int4_calibration(fmt: WeightFormat, tokenizer: Tokenizer, cfg: Gemma3Config)
     return Calibration.chosen(tokenizer, cfg) if fmt.name == "int4" else None
 
 
-def calibrated_label(label: str, calibration: Calibration | None) -> str:
-    """A run's weights label (`model.quant.weights_label`) with the digest of int4's calibration
+def calibrated_label(fmt: WeightFormat, layout: Mapping[str, tuple[str, tuple[int, ...]]],
+                     calibration: Calibration | None) -> str:
+    """What a run's matrices are (`model.quant.weights_label`) with the digest of int4's calibration
     where there is one (`int4-g32+min weighted:1f0c...`): what a job's statistics and fingerprint
     record, so a job resumed under another calibration text starts again rather than mixes rows."""
+    label = weights_label(fmt, layout)
     return label if calibration is None else f"{label} weighted:{calibration.key[:12]}"

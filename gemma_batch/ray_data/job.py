@@ -27,13 +27,12 @@ from ..job.incremental import EarlierRows
 from ..job.lifecycle import (complete_stats, finish, open_input, open_store, report_kept, run_record, settle,
                              write_failed)
 from ..job.lock import OutputLock
-from ..job.model_setup import JobFailed, open_model
+from ..job.model_setup import JobFailed, job_calibration, open_model
 from ..job.progress import Progress
 from ..job.signals import JobStopped, StopOnSignal
-from ..job.spec import JobSpec, UsageError
+from ..job.spec import JobSpec
 from ..job.store import ResultStore
-from ..model.quant import weights_label
-from ..quantize.calibration import calibrated_label, int4_calibration
+from ..quantize.calibration import calibrated_label
 from .cluster import Workers, connect, plan_workers, probe, root_cause, stats_board
 from .source import JobRows
 from .stage import GemmaStage, pool
@@ -50,11 +49,7 @@ def run_ray_job(spec: JobSpec, address: str | None = None, workers: int | None =
     dataset, schema = open_input(spec)
     folder, cfg, tokenizer, checkpoint = open_model(spec.model, log)  # a bad model fails here, named
     model = model_fingerprint(folder, checkpoint.files)
-    try:
-        calibration = int4_calibration(spec.weight_format, tokenizer, cfg)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    weights = calibrated_label(weights_label(spec.weight_format, checkpoint.layout), calibration)
+    weights = calibrated_label(spec.weight_format, checkpoint.layout, job_calibration(spec, tokenizer, cfg))
     started_here = not ray.is_initialized()
     connect(address, spec)
     try:

@@ -19,7 +19,7 @@ SPV_DIR = Path(__file__).resolve().parent / "spv"
 # in 16 x 16 tiles (T16: bf16 / fp16 matrices of the cooperative-matrix path).
 WEIGHT_DEFINES = {"BF16": "W_BF16", "F16": "W_F16", "F32": "W_F32", "I8": "W_I8", "I4": "W_I4", "T16": "W_T16"}
 MATMUL_DTYPES = ("BF16", "F16", "F32", "I8", "I4")  # matmul.comp's
-EMBED_DTYPES = ("BF16", "F16", "F32", "I8", "T16")  # embed.comp's (int4 keeps the embedding int8: model/quant_cache.py)
+EMBED_DTYPES = ("BF16", "F16", "F32", "I8", "T16")  # embed.comp's (int4 keeps the embedding int8: model/conversion.py)
 KV_DEFINES = {"float16": "KV_F16", "float32": "KV_F32", "bfloat16": "KV_BF16", "int8": "KV_I8"}  # shaders/kv_pages.glsl
 MATMUL_KINDS = {  # kind -> defines (see the header of shaders/matmul.comp)
     "post_norm": ("EPI_NORM_ADD", "NT=2", "KSPLIT=4"),  # N = H is small: split K
