@@ -8,8 +8,6 @@
 // block (2 x 4 tiles). M, N multiples of the tile, K of KU. The defaults were the fastest of the
 // five shapes tried on the H100 (the journal, `git show 4d73df3:docs/PERFORMANCE.md`); -DBM=.. -DBN=.. -DKU=.. -DSGM=.. build
 // others. Not part of the engine: the engine's matmuls are shaders/matmul_coop.comp.
-// -DNC=n sums in fp16 accumulators for n k at a time (a multiple of KU), each chunk's sum then added
-// into the fp32 accumulators (two-level sums); -DNC=0 sums all of K in fp16 (no fp32 accumulators).
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -47,19 +45,8 @@ void main() {
     uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID;
     uint sg_m = sg / SGN, sg_n = sg % SGN;
     uint K8 = pc.K / 8;
-#define ACC32 coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
-#define ACC16 coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
-#ifdef NC
-    ACC16 acc[TM * TN];
-    [[unroll]] for (uint i = 0; i < TM * TN; i++) acc[i] = ACC16(0.0);
-#if NC > 0
-    ACC32 total[TM * TN];
-    [[unroll]] for (uint i = 0; i < TM * TN; i++) total[i] = ACC32(0.0);
-#endif
-#else
-    ACC32 acc[TM * TN];
-    [[unroll]] for (uint i = 0; i < TM * TN; i++) acc[i] = ACC32(0.0);
-#endif
+    coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> acc[TM * TN];
+    [[unroll]] for (uint i = 0; i < TM * TN; i++) acc[i] = coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(0.0);
     uvec4 ar[LOADS_A], br[LOADS_B];
     [[unroll]] for (uint i = 0; i < LOADS_A; i++) {
         uint e = tid + WG * i;
@@ -101,22 +88,11 @@ void main() {
                     acc[tm * TN + tn] = coopMatMulAdd(a[tm], b, acc[tm * TN + tn]);
             }
         }
-#if defined(NC) && NC > 0
-        if ((k0 + KU) % NC == 0) {
-            [[unroll]] for (uint i = 0; i < TM * TN; i++) { total[i] = total[i] + ACC32(acc[i]); acc[i] = ACC16(0.0); }
-        }
-#endif
     }
     [[unroll]] for (uint tm = 0; tm < TM; tm++) {
         [[unroll]] for (uint tn = 0; tn < TN; tn++) {
             uint m = m0 + (sg_m * TM + tm) * 16, n = n0 + (sg_n * TN + tn) * 16;
-#if defined(NC) && NC > 0
-            coopMatStore(total[tm * TN + tn], c, m * pc.N + n, pc.N, gl_CooperativeMatrixLayoutRowMajor);
-#elif defined(NC)
-            coopMatStore(ACC32(acc[tm * TN + tn]), c, m * pc.N + n, pc.N, gl_CooperativeMatrixLayoutRowMajor);
-#else
             coopMatStore(acc[tm * TN + tn], c, m * pc.N + n, pc.N, gl_CooperativeMatrixLayoutRowMajor);
-#endif
         }
     }
 }

@@ -118,8 +118,6 @@ def main() -> None:
     parser.add_argument("--json")
     parser.add_argument("--spv", type=Path, default=HERE / "gemm_coop.spv", help="another build of gemm_coop.comp")
     parser.add_argument("--tile", default="128x128", help="its BM x BN")
-    parser.add_argument("--check-tol", type=float, default=1e-5, help="largest error of the check (fp16-sum builds: more)")
-    parser.add_argument("--error-k", default="", help="comma-separated K: C's error against float64 at each")
     args = parser.parse_args()
     register(args.spv)
     tile = tuple(int(t) for t in args.tile.split("x"))
@@ -135,23 +133,8 @@ def main() -> None:
     want = a.astype(np.float64) @ b.astype(np.float64).T
     err = float(np.abs(c - want).max() / np.abs(want).max())
     print(f"check against numpy ({M} x {N} x {K}): max error {err:.2e} of the largest |C|")
-    if err > args.check_tol:  # fp16 products are exact in fp32; only the fp32 sums round
+    if err > 1e-5:  # fp16 products are exact in fp32; only the fp32 sums round
         sys.exit("the GEMM is wrong on this device; no timings")
-    errors = []
-    for K in (int(k) for k in args.error_k.split(",") if k):
-        M, N = 2 * tile[0], 2 * tile[1]
-        a32, b32 = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((N, K)).astype(np.float32)
-        a, b = a32.astype(np.float16), b32.astype(np.float16)
-        _, c = run_gemm(kern, mem, M, N, K, tile, a, b)
-        exact = a.astype(np.float64) @ b.astype(np.float64).T  # the fp16 inputs' product: the sums' error
-        inputs = a32.astype(np.float64) @ b32.astype(np.float64).T  # the fp32 inputs': rounding them to fp16 too
-        rms = float(np.sqrt(np.mean(exact ** 2)))
-        row = {"K": K, "sum_rms": float(np.sqrt(np.mean((c - exact) ** 2))) / rms,
-               "sum_max": float(np.abs(c - exact).max()) / rms,
-               "input_rms": float(np.sqrt(np.mean((exact - inputs) ** 2))) / rms}
-        errors.append(row)
-        print(f"K {K}: sums' error rms {row['sum_rms']:.2e} max {row['sum_max']:.2e} of C's rms; "
-              f"fp16 inputs' own error rms {row['input_rms']:.2e}")
 
     gemms = [("-", 0, "square 4096", (4096, 4096, 4096))]
     for shape in args.shape.split(","):
@@ -196,8 +179,7 @@ def main() -> None:
               + " ".join(f"{cell(r[f'{s}_tflops']):>20s}" for s in sides))
     if args.json:
         Path(args.json).write_text(json.dumps({"device": dev.info.name, "driver": dev.info.driver, "tile": args.tile,
-                                               "spv": str(args.spv), "errors": errors, "gemms": rows, "layers": layers},
-                                              indent=1))
+                                               "gemms": rows, "layers": layers}, indent=1))
 
 
 if __name__ == "__main__":
