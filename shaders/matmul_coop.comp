@@ -82,7 +82,7 @@ layout(local_size_x = WG) in;
 layout(constant_id = 0) const bool X_LO = true;  // x as hi + lo (true) or hi alone
 
 #if defined(W_I8)
-#define WPIECE uvec4  // 16 weights (one scale: a piece never crosses a group of INT8_GROUP)
+#define WPIECE uvec2  // 8 weights
 #elif defined(W_I4)
 #define WPIECE uint
 #else
@@ -111,12 +111,7 @@ shared uvec4 xsh[(X_LO ? 2 : 1) * BM * PAD];  // x stage: hi rows, then lo rows 
 #define MAT_B coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
 #include "coop_fragment.glsl"
 #include "partial_rows.glsl"
-#ifdef W_I8
-#define WV (KU / 16)                 // W pieces of a staged row: int8's are 16 weights
-#else
-#define WV XV                        // ... the others' 8
-#endif
-#define W_LOADS (BN * WV / WG)       // W pieces per invocation per stage
+#define W_LOADS (BN * XV / WG)       // pieces of 8 weights of W per invocation per stage
 #if defined(W_I8)
 #define W_BYTES_PER_8 8
 #elif defined(W_I4)
@@ -131,7 +126,7 @@ shared uvec4 xsh[(X_LO ? 2 : 1) * BM * PAD];  // x stage: hi rows, then lo rows 
 // contiguous for the stores and for each lane's 16-byte load of its fragment.
 #define W_SH(e) (FRAGMENT_LOADS ? (e) : ((((e) / (32 * KBS)) * 16 + ((e) % 32) / 2) * PAD + (((e) / 32) % KBS) * 2 + (e) % 2))
 #else
-#define W_AT(e, k0) ((wrow0 + (e) / WV) * (pc.K / (8 * XV / WV)) + (k0) / (8 * XV / WV) + (e) % WV)
+#define W_AT(e, k0) ((wrow0 + (e) / XV) * K8 + (k0) / 8 + (e) % XV)
 #define W_SH(e) (((e) / XV) * PAD + (e) % XV)
 #endif
 #define X_LOADS (2 * BM * XV / WG)   // uvec4 of x per invocation per stage
@@ -145,7 +140,9 @@ uvec4 fp16_8(vec4 lo, vec4 hi) {
 }
 
 uvec4 to_fp16(WPIECE v, vec2 scale) {  // 8 weights of W's storage type as 8 fp16 (scale: quantized W's scale, minimum)
-#if defined(W_I4)
+#if defined(W_I8)
+    return fp16_8(int8x4(v.x) * scale.x, int8x4(v.y) * scale.x);
+#elif defined(W_I4)
     return fp16_8(uint4x4(v) * scale.x + scale.y, uint4x4(v >> 16) * scale.x + scale.y);
 #else
     return v;
@@ -215,7 +212,7 @@ void main() {
         [[unroll]] for (uint i = 0; i < W_LOADS; i++) { \
             uint e = tid + WG * i, at = W_AT(e, k0); \
             if (up) wr[i] = u4[at]; else wr[i] = w4[at]; \
-            LOAD_SCALE(i, wrow0 + e / WV, (k0) + (8 * XV / WV) * (e % WV)); \
+            LOAD_SCALE(i, wrow0 + e / XV, (k0) + 8 * (e % XV)); \
         } \
         [[unroll]] for (uint i = 0; i < X_LOADS; i++) { \
             uint e = tid + WG * i, row = e / (2 * XV), half_ = (e / XV) % 2; \
@@ -235,12 +232,7 @@ void main() {
         barrier();  // the last stage's multiplies are done with shared memory
         [[unroll]] for (uint i = 0; i < W_LOADS; i++) {
             uint e = tid + WG * i;
-#ifdef W_I8  // piece e is 8-pieces 2 e and 2 e + 1 of the stage (the same row: XV is even)
-            wsh[W_SH(2 * e)] = fp16_8(int8x4(wr[i].x) * wsc[i].x, int8x4(wr[i].y) * wsc[i].x);
-            wsh[W_SH(2 * e + 1)] = fp16_8(int8x4(wr[i].z) * wsc[i].x, int8x4(wr[i].w) * wsc[i].x);
-#else
             wsh[W_SH(e)] = to_fp16(wr[i], wsc[i]);
-#endif
         }
         [[unroll]] for (uint i = 0; i < X_LOADS; i++) {
             uint e = tid + WG * i, row = e / (2 * XV), half_ = (e / XV) % 2;
