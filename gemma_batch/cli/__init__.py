@@ -22,6 +22,7 @@ from .inspect import inspect
 from .perplexity import perplexity
 from .run import run
 from .tools import bench, convert, devices, generate
+from .tune import tune
 
 app = typer.Typer(cls=Group, add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
                   rich_markup_mode="rich", help="Batch text generation with Gemma 3 models.")
@@ -39,7 +40,7 @@ def main(version: bool = typer.Option(False, "--version", callback=_version, is_
     """Batch text generation with Gemma 3 models."""
 
 
-for command in (run, generate, inspect, perplexity, convert, bench, devices, cache):
+for command in (run, generate, inspect, perplexity, convert, bench, tune, devices, cache):
     app.command(cls=Command)(command)
 
 __all__ = ["DEMO_MODEL", "app"]

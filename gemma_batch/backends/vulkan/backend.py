@@ -24,6 +24,7 @@ import numpy as np
 
 from ...model.checkpoint import Tensor
 from ...model.config import Gemma3Config
+from ...model.quant_cache import cache_root
 from ...model.quant import FORMATS
 from ...startup import phase
 from ..base import Backend, StepBatch, StepResult
@@ -32,12 +33,11 @@ from ..kv_formats import kv_label, kv_token_bytes
 from ..placement import Segment
 from .attention import DEFAULT_CHUNK
 from .bandwidth import measure_read_bandwidth
-from . import coop_tiles, coopmat, flash, fragment_order
+from . import coop_tiles, coopmat, flash, fragment_order, tuning
 from .device import Device
 from .graph import StepGraph
 from .grids import DispatchGrids
 from .in_flight import InFlight, StepRows, read_result, step_rows, write_step
-from .coop_tiles import COOP_FOLD_ROWS, COOP_MIN_CHUNK
 from .kernels import Kernels
 from .kv_pages import allocate_pages, max_page_blocks, page_sizes
 from .memory import Memory
@@ -59,7 +59,7 @@ class VulkanBackend(Backend):
 
     def __init__(self, cfg: Gemma3Config, device: str | None = None, kv_dtype: str = default_kv_dtype,
                  profile: bool = False, attention_chunk: int = DEFAULT_CHUNK,
-                 coop_min_chunk: int = COOP_MIN_CHUNK, segments: Sequence[Segment] | None = None,
+                 coop_min_chunk: int = coop_tiles.COOP_MIN_CHUNK, segments: Sequence[Segment] | None = None,
                  memory_limit: int | None = None) -> None:
         """`profile`: time every dispatch (`profile_seconds`), not only the whole step.
         `attention_chunk`: the smallest span of key positions one attention workgroup takes
@@ -81,11 +81,11 @@ class VulkanBackend(Backend):
         with phase("device: Vulkan"):
             self.device = Device(device)
         self.mem = Memory(self.device, memory_limit)
-        self.kernels = fragment_order.model_kernels(
-            Kernels.for_model(self.device, cfg, coopmat.split_inputs(kv_dtype)), self.mem, cfg)
+        kernels = fragment_order.model_kernels(Kernels.for_model(self.device, cfg, coopmat.split_inputs(kv_dtype)), self.mem, cfg)
+        self.kernels = tuning.tuned(kernels, self.mem, cfg, cache_root())  # the prompt tile's forms (tuning.py)
         self.weights = DeviceWeights(cfg, self.mem, tiles=self.device.coopmat, fragment_order=self.kernels.fragment_loads,
                                      segments=segments, kernels=self.kernels)
-        self.small_step = COOP_FOLD_ROWS if self.device.coopmat else None  # steps up to it run on the decode tiles
+        self.small_step = coop_tiles.COOP_FOLD_ROWS if self.device.coopmat else None  # steps up to it run on the decode tiles
         self.flash = self.device.coopmat and flash.flash_fits(cfg, kv_dtype) and flash.wanted()  # prompt tokens' attention
         self.prompt_tile = self.device.coopmat and coop_tiles.prompt_tile_wanted()  # ... and products (coop_tiles)
         self.k_pages: dict = {}
@@ -107,7 +107,7 @@ class VulkanBackend(Backend):
             chunk += ", cooperative matrices" + ("" if self.kernels.x_lo else " on fp16 inputs")
             chunk += ", flash attention" if self.flash else ""
             chunk += ", prompt tile" if self.prompt_tile else ""
-            chunk += "" if self.coop_min_chunk == COOP_MIN_CHUNK else f" (K chunks of {self.coop_min_chunk}+)"
+            chunk += "" if self.coop_min_chunk == coop_tiles.COOP_MIN_CHUNK else f" (K chunks of {self.coop_min_chunk}+)"
         kv = kv_label(self.kv_dtype, self.cfg.head_dim)
         return f"vulkan on {self.device.info.name} ({self.device.info.driver}), KV {kv}{chunk}"
 

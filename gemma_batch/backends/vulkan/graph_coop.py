@@ -4,7 +4,8 @@ the step."""
 
 from __future__ import annotations
 
-from .coop_tiles import COOP_DIRECT_DTYPES, COOP_FOLD_ROWS, coop_chunks, coop_cols, coop_fold, coop_fold_rows, coop_variant
+from .coop_tiles import (COOP_DIRECT_DTYPES, COOP_FOLD_ROWS, DEFAULT_PROMPT_FORM, coop_chunks, coop_cols, coop_fold,
+                         coop_fold_rows, coop_variant)
 from .memory import Buffer
 from .recordings import DECODE_MODES
 from .variants import COOP_KINDS, COOP_REDUCE_WG, GATED_SPLIT_PIECE, ROWS_REDUCE_COLS
@@ -53,8 +54,10 @@ class CoopMatmul:
         if not rows and self.mode not in DECODE_MODES:  # the prompt tokens' rows (decode steps have none)
             tiles = -(-cols // coop_cols(dtype, prefill_tile))
             forms = ((False, "coopwhole_big"), (True, "coopwhole_small")) if prefill_tile == "wide" else ((False, "coopwhole"),)
+            form = self.kernels.prompt_form(cols, K, gated) if prefill_tile == "wide" else DEFAULT_PROMPT_FORM  # (tuning.py)
             for small, kind in forms:  # (a 32-row form for short prompt blocks: coop_tiles.coop_whole_small)
-                self._dispatch(coop_variant(gemm, dtype, prefill_tile, whole=True, small=small),
+                self._dispatch(coop_variant(gemm, dtype, prefill_tile, whole=True, small=small,
+                                            form=DEFAULT_PROMPT_FORM if small else form),
                                {**weights, 1: b.split, 2: b.partial}, push, (kind, tiles))
         if not reduce_chunks:
             return

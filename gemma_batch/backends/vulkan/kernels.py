@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...startup import phase
+from .coop_tiles import DEFAULT_PROMPT_FORM, prompt_shape_key
 from .device import Device
 from .push_constants import PUSH, PUSH_BYTES, SPECIALIZED
 from .variants import (ATTENTION_MAX_GROUP, GATED_SPLIT_MAX_ROW, POST_NORM_MAX_ROW, POST_NORM_WG, VARIANTS,
@@ -67,6 +68,7 @@ class Kernels:
         self._pool_left = 0
         self._sets: dict[tuple, object] = {}  # the buffers of every binding -> their set, made once
         self._barriers: dict[tuple[int, int], object] = {}  # (src, dst access masks) -> a VkMemoryBarrier[1]
+        self.prompt_forms: dict[str, str] = {}  # tuning.shape_key -> the prompt tile's form, where not the default
 
     @property
     def x_lo(self) -> bool:
@@ -77,6 +79,11 @@ class Kernels:
     def fragment_loads(self) -> bool:
         """Whether fp16 weight tiles are in fragment order (specialization constant 6)."""
         return bool(self.constants[6])
+
+    def prompt_form(self, N: int, K: int, gated: bool) -> str:
+        """The prompt tile's form (coop_tiles.PROMPT_FORMS) for a matmul of N outputs over K:
+        tuning.py's choice on this device, else the default."""
+        return self.prompt_forms.get(prompt_shape_key(N, K, gated), DEFAULT_PROMPT_FORM)
 
     @classmethod
     def for_model(cls, device: Device, cfg: Gemma3Config, x_lo: bool, fragment_loads: bool = False) -> Kernels:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .coop_tiles import COOP_DIRECT_DTYPES, COOP_DTYPES, coop_tile_defines, coop_variant
+from .coop_tiles import COOP_DIRECT_DTYPES, COOP_DTYPES, DEFAULT_PROMPT_FORM, PROMPT_FORMS, coop_tile_defines, coop_variant
 
 SPV_DIR = Path(__file__).resolve().parent / "spv"
 
@@ -118,9 +118,12 @@ def _variants() -> dict[str, Variant]:
                 if "ROWS" not in gemm:  # the chunk tile (the LM head's prefill tile never runs per chunk)
                     out.append(Variant(coop_variant(gemm, dtype, fold, chunk=True), "matmul_coop",
                                        (WEIGHT_DEFINES[dtype], *gemm, *coop_tile_defines(fold, chunk=True)), "glslang"))
-                if fold == "wide":  # the prompt tile's 32-row form (coop_tiles.coop_whole_small)
+                if fold == "wide":  # the prompt tile's 32-row form (coop_tiles.coop_whole_small), its other forms
                     out.append(Variant(coop_variant(gemm, dtype, fold, True, True), "matmul_coop",
                                        (WEIGHT_DEFINES[dtype], *gemm, *coop_tile_defines(fold, True, True)), "glslang"))
+                    out += [Variant(coop_variant(gemm, dtype, fold, True, form=form), "matmul_coop",
+                                    (WEIGHT_DEFINES[dtype], *gemm, *coop_tile_defines(fold, True, form=form)), "glslang")
+                            for form in PROMPT_FORMS if form != DEFAULT_PROMPT_FORM]
     out += [Variant("split_plain", "split"), Variant("split_norm", "split", ("NORM",)),
             Variant("split_norm_rows", "split", ("NORM", "ROW_GATHER")),
             Variant("reduce_post_norm", "reduce", ("EPI_NORM_ADD",)), Variant("reduce_gated", "reduce", ("GATED",)),
