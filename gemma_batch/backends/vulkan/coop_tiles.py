@@ -36,21 +36,6 @@ COOP_WIDE_COLS = 128
 # 4 x 4 tiles a subgroup 437, 4 x 2 287-296 (docs/EXPERIMENTS.md, "The prompt tile"). The other
 # prefill tiles take WHOLE_K as they are.
 COOP_WHOLE_WIDE_DEFINES = ("SG_N=4", "SG_M=2", "TN=2", "TM=4", "KU=32")
-# Its forms, which `tuning.py` times on a device's first job to keep the fastest per matmul shape:
-# each 128 outputs x 128 rows with every output one sum over K in 16-wide k blocks in order, so
-# every form gives the same bits; they differ in how 8 subgroups share the tile and in k a stage.
-# On the H200 the default was the fastest of 8 forms by 8.6% or more (docs/EXPERIMENTS.md, "The
-# prompt tile's forms on the H200"); these three came next.
-PROMPT_FORMS = {"4x2": COOP_WHOLE_WIDE_DEFINES, "8x1": ("SG_N=8", "SG_M=1", "TN=1", "TM=8", "KU=32"),
-                "4x2k16": ("SG_N=4", "SG_M=2", "TN=2", "TM=4", "KU=16"),
-                "2x4": ("SG_N=2", "SG_M=4", "TN=4", "TM=2", "KU=32")}
-DEFAULT_PROMPT_FORM = "4x2"
-
-
-def prompt_shape_key(N: int, K: int, gated: bool) -> str:
-    """How a matmul's shape is named where its prompt-tile form is kept: "20480 x 2560 gated" (N
-    the outputs, gate and up together where gated)."""
-    return f"{N} x {K}" + (" gated" if gated else "")
 # With K no longer cut into chunks, a short block of prompt rows gives that tile few workgroups: a
 # lone 128-token prompt at 4b prefilled 6,359 tok/s against 9,370 in K chunks. Where the 128-row
 # tile would have fewer workgroups than the device has SMs (`coop_whole_small`), the fp16-input
@@ -74,6 +59,21 @@ COOP_MIN_CHUNK = 256  # ... or until a chunk would be shorter than this
 # of down at 4b, 40 workgroups for 132 SMs, each over K = 10,240.
 COOP_FOLD_GROUPS_PER_SM = 2
 COOP_UNKNOWN_SMS = 16  # where the driver does not say how many SMs (compute units) the device has
+# The prompt tile's forms (fp16 inputs), which `tuning.py` times on a device's first job to keep the fastest per matmul shape:
+# each 128 outputs x 128 rows with every output one sum over K in 16-wide k blocks in order, so
+# every form gives the same bits; they differ in how 8 subgroups share the tile and in k a stage.
+# On the H200 the default was the fastest of 8 forms by 8.6% or more (docs/EXPERIMENTS.md, "The
+# prompt tile's forms on the H200"); these three came next.
+PROMPT_FORMS = {"4x2": COOP_WHOLE_WIDE_DEFINES, "8x1": ("SG_N=8", "SG_M=1", "TN=1", "TM=8", "KU=32"),
+                "4x2k16": ("SG_N=4", "SG_M=2", "TN=2", "TM=4", "KU=16"),
+                "2x4": ("SG_N=2", "SG_M=4", "TN=4", "TM=2", "KU=32")}
+DEFAULT_PROMPT_FORM = "4x2"
+
+
+def prompt_shape_key(N: int, K: int, gated: bool) -> str:
+    """How a matmul's shape is named where its prompt-tile form is kept: "20480 x 2560 gated" (N
+    the outputs, gate and up together where gated)."""
+    return f"{N} x {K}" + (" gated" if gated else "")
 
 
 def coop_fits(N: int, K: int) -> bool:
@@ -129,8 +129,7 @@ def coop_variant(defines: tuple[str, ...], dtype: str, fold: bool | str = False,
     matmul_coop.comp's tile for steps of more than COOP_FOLD_ROWS rows (`fold="wide"` or
     "wide_split": the COOP_WIDE_DEFINES or COOP_WIDE_SPLIT_DEFINES tile); `whole`: that prefill
     tile as the prompt tile (WHOLE_K, `coop_tile_defines`), `small`: its 32-row form; `chunk`: as
-    the chunk tile (CHUNK_K); `form`: the prompt tile's form (PROMPT_FORMS; "wide" only).
-    """
+    the chunk tile (CHUNK_K); `form`: the prompt tile's form (PROMPT_FORMS; "wide" only)."""
     return "_".join(["coop", *(d.lower() for d in defines), dtype.lower(), *(["fold"] if fold else []),
                      *([fold] if isinstance(fold, str) else []), *(["whole"] if whole else []), *(["small"] if small else []),
                      *(["chunk"] if chunk else []), *([f"f{form}"] if form != DEFAULT_PROMPT_FORM else [])])
