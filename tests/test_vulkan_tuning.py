@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from gemma_batch.backends.vulkan import tuning
 from gemma_batch.backends.vulkan.coop_tiles import (COOP_FOLD_TILE_ROWS, COOP_WIDE_COLS, DEFAULT_PROMPT_FORM, PROMPT_FORMS,
                                                     coop_variant)
+from gemma_batch.backends.vulkan.errors import DeviceMemoryError
 from gemma_batch.backends.vulkan.kernels import Kernels
 from gemma_batch.backends.vulkan.variants import VARIANTS
 from gemma_batch.bench.shapes import shape_config
@@ -116,6 +117,15 @@ def test_nothing_is_timed_when_switched_off_without_a_cache_or_where_it_does_not
     assert tuning.tuned(fake_kernels(coopmat=False), None, cfg, tmp_path).prompt_forms == {}
     assert tuning.tuned(fake_kernels(x_lo=True), None, cfg, tmp_path).prompt_forms == {}  # split inputs: another tile
     assert not (tmp_path / tuning.FILE).exists()
+
+
+def test_a_device_short_of_memory_runs_the_default_form(tmp_path, monkeypatch, capsys):
+    def short(*args):
+        raise DeviceMemoryError("out of device memory")
+    monkeypatch.delenv(tuning.TUNE_ENV, raising=False)
+    monkeypatch.setattr(tuning, "time_forms", short)
+    assert tuning.tuned(fake_kernels(), None, shape_config("4b"), tmp_path, log=sys.stderr).prompt_forms == {}
+    assert "not timed (out of device memory)" in capsys.readouterr().err and not (tmp_path / tuning.FILE).exists()
 
 
 def test_the_table_marks_the_fastest():

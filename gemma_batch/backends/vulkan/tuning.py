@@ -26,6 +26,7 @@ from ...startup import phase
 from ...switches import switched_on
 from .coop_tiles import (COOP_FOLD_ROWS, COOP_FOLD_TILE_ROWS, COOP_WIDE_COLS, DEFAULT_PROMPT_FORM, PROMPT_FORMS, coop_variant,
                          prompt_shape_key)
+from .errors import DeviceMemoryError
 from .kernels import META_BINDING, Kernels
 from .memory import Memory
 from .timestamps import best_dispatch_seconds
@@ -138,9 +139,14 @@ def tuned(kernels: Kernels, mem: Memory, cfg: Gemma3Config, root: Path | None, l
     choices = read_choices(path, key, log)
     missing = [shape for shape in model_shapes(cfg) if prompt_shape_key(*shape) not in choices]
     if missing:
-        with phase("tuning the prompt tile"):
-            times = time_forms(kernels, mem, missing)
-        write_choices(path, key, times)
+        try:
+            with phase("tuning the prompt tile"):
+                times = time_forms(kernels, mem, missing)
+        except DeviceMemoryError as e:  # (a device short of memory runs the default form)
+            print(f"note: the prompt tile's forms were not timed ({e}); the default form runs", file=log)
+            times = {}
+        if times:
+            write_choices(path, key, times)
         choices.update({shape: min(by_form, key=by_form.get) for shape, by_form in times.items()})
     kernels.prompt_forms = {shape: form for shape, form in choices.items() if form != DEFAULT_PROMPT_FORM}
     return kernels
