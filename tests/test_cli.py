@@ -144,12 +144,13 @@ def test_the_cache_command_lists_what_is_cached_and_clears_it(tmp_path):
     (tmp_path / "weights" / "a.safetensors").write_bytes(b"x" * 3 * 2**20)
     (tmp_path / "gguf" / "f-v2").mkdir(parents=True)
     (tmp_path / "gguf" / "f-v2" / "model.safetensors").write_bytes(b"y" * 2**20)
+    (tmp_path / "tuning.json").write_text("{}")
     (tmp_path / "mine.txt").write_text("not gemma-batch's")
     env = {**os.environ, "GEMMA_BATCH_CACHE_DIR": str(tmp_path)}
     listed = subprocess.run([*GEMMA_BATCH, "cache"], capture_output=True, text=True, env=env, timeout=60)
     assert listed.returncode == 0, listed.stderr
     assert f"{tmp_path / 'weights'}: 3.0 MiB in 1 entry" in listed.stdout and f"{tmp_path / 'gguf'}: 1.0 MiB" in listed.stdout
-    assert "4.0 MiB in all" in listed.stdout
+    assert "4.0 MiB in all" in listed.stdout and f"{tmp_path / 'tuning.json'}: 0.0 MiB in 1 entry" in listed.stdout
     cleared = subprocess.run([*GEMMA_BATCH, "cache", "--clear"], capture_output=True, text=True, env=env, timeout=60)
     assert "removed 4.0 MiB" in cleared.stdout and sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
     empty = subprocess.run([*GEMMA_BATCH, "cache"], capture_output=True, text=True, env=env, timeout=60)

@@ -128,6 +128,15 @@ def test_a_device_short_of_memory_runs_the_default_form(tmp_path, monkeypatch, c
     assert "not timed (out of device memory)" in capsys.readouterr().err and not (tmp_path / tuning.FILE).exists()
 
 
+def test_a_cache_that_cannot_be_written_does_not_stop_the_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv(tuning.TUNE_ENV, raising=False)
+    timer, asked = fixed_times("8x1")
+    monkeypatch.setattr(tuning, "time_forms", timer)
+    (tmp_path / "cache").write_text("a file where the cache folder should be")
+    kernels = tuning.tuned(fake_kernels(), None, shape_config("4b"), tmp_path / "cache", log=sys.stderr)
+    assert set(kernels.prompt_forms.values()) == {"8x1"} and "could not be kept" in capsys.readouterr().err
+
+
 def test_the_table_marks_the_fastest():
     table = tuning.format_times({"4096 x 2560": {f: (1e-3 if f == "4x2k16" else 2e-3) for f in PROMPT_FORMS}})
     assert table.splitlines()[1].endswith("4x2k16") and "1.000*" in table and table.count("*") == 1

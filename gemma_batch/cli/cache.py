@@ -9,11 +9,13 @@ import typer
 
 from ..model.quant_cache import cache_root
 
-# What each part of the cache folder holds (model/sources.py, model/gguf_convert.py, model/quant_cache.py).
+# What each part of the cache folder holds (model/sources.py, model/gguf_convert.py, model/quant_cache.py,
+# backends/vulkan/tuning.py).
 PARTS = {
     "models": "models assembled from their packages (gemma-3-270m)",
     "gguf": "GGUF files converted to Hugging Face folders (their blocks carried)",
     "weights": "checkpoints converted to --weights int8 / int4",
+    "tuning.json": "the prompt tile's fastest form per GPU, driver and matmul shape (gemma-batch tune)",
 }
 
 
@@ -43,7 +45,10 @@ def cache(clear: bool = typer.Option(False, "--clear", metavar="",
         typer.echo(f"{path}: {size / 2**20:,.1f} MiB in {entries} entr{'y' if entries == 1 else 'ies'}: {PARTS[name]}")
     if clear:
         for path in found.values():
-            shutil.rmtree(path, ignore_errors=True)
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
         typer.echo(f"removed {total / 2**20:,.1f} MiB from {root}")
     else:
         typer.echo(f"{total / 2**20:,.1f} MiB in all; `gemma-batch cache --clear` removes it")

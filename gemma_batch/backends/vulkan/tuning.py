@@ -145,8 +145,11 @@ def tuned(kernels: Kernels, mem: Memory, cfg: Gemma3Config, root: Path | None, l
         except DeviceMemoryError as e:  # (a device short of memory runs the default form)
             print(f"note: the prompt tile's forms were not timed ({e}); the default form runs", file=log)
             times = {}
-        if times:
-            write_choices(path, key, times)
+        try:
+            if times:
+                write_choices(path, key, times)
+        except OSError as e:  # (a cache that cannot be written: timed again next time)
+            print(f"note: the prompt tile's forms could not be kept in {path} ({e})", file=log)
         choices.update({shape: min(by_form, key=by_form.get) for shape, by_form in times.items()})
     kernels.prompt_forms = {shape: form for shape, form in choices.items() if form != DEFAULT_PROMPT_FORM}
     return kernels
