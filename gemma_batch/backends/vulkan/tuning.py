@@ -6,8 +6,8 @@ with cooperative matrices on fp16 inputs (`tuned`) reads this device's choices f
 `<cache>/tuning.json`. It times the model's shapes that are not there and writes them back:
 each form at TUNE_ROWS prompt rows, after a warm-up round, then the best of REPEATS rounds taken
 in turn. A fresh H200 machine's first 4b backend took 3.6 s with it, 0.2 s once kept (the forms'
-kernels compiled included). `gemma-batch tune` times them
-again and prints the table (`time_forms`, `format_times`).
+kernels compiled included). `gemma-batch tune` times them again and prints the table
+(`time_forms`, `format_times`).
 
 GEMMA_BATCH_VK_TUNE=0 keeps the default form everywhere and times nothing; so does a run
 without a cache (GEMMA_BATCH_CACHE_DIR=off), whose choice could not be kept.
