@@ -45,11 +45,6 @@ layout(std430, binding = 0) readonly buffer Wb { uvec4 w4[]; };   // fp16 tiles,
 layout(std430, binding = 1) readonly buffer Xb { uvec4 xs4[]; };  // split rows [hi K | lo K], fp16
 layout(std430, binding = 2) writeonly buffer Pb { float part[]; };  // [chunks, Mpad, N]
 layout(std430, binding = 4) readonly buffer W2b { uvec4 u4[]; };
-#ifdef W_I8  // (experiment) int8 codes in 16 x 16 tiles in fragment order, 8 bytes a lane; then the scales [N, K / 32] (fp16)
-layout(std430, binding = 0) readonly buffer W8b { uvec2 w8[]; };
-layout(std430, binding = 0) readonly buffer WSb { uint w_scales[]; };
-uint fp16_pair(float a, float b) { return packHalf2x16(clamp(vec2(a, b), vec2(-65504.0), vec2(65504.0))); }
-#endif
 layout(push_constant) uniform Push {
     uint N;
     uint K;
@@ -98,26 +93,11 @@ void main() {
         // select a load: gate/up's kernel then fits 128 registers (139 with a select a load).
         uvec4 wf[KS * TN];
         MAT_A wm[KS * TN];
-#ifdef W_I8
-        uvec2 wq[KS * TN];
-        vec2 wsc[KS * TN];
-        uint lane = gl_SubgroupInvocationID, scale_base = pc.N * pc.K / 4, kg = pc.K / 32;
-#define LOAD_W(kb) [[unroll]] for (uint u = 0; u < KS; u++) [[unroll]] for (uint tn = 0; tn < TN; tn++) { \
-            wq[u * TN + tn] = w8[(tile0 + tn * KB + (kb) + u) * 32 + lane]; \
-            uint r_ = n0 + tn * 16 + lane / 4, g0_ = r_ * kg + ((kb) + u) / 2, g1_ = (r_ + 8) * kg + ((kb) + u) / 2; \
-            I8_SCALES }
-#ifdef I8_NO_SCALES
-#define I8_SCALES wsc[u * TN + tn] = vec2(1.0);
-#else
-#define I8_SCALES wsc[u * TN + tn] = vec2(half_of(w_scales[scale_base + g0_ / 2], g0_ & 1u), half_of(w_scales[scale_base + g1_ / 2], g1_ & 1u));
-#endif
-#else
 #define LOAD_TILES(buf, kb) [[unroll]] for (uint u = 0; u < KS; u++) [[unroll]] for (uint tn = 0; tn < TN; tn++) { \
             uint at_ = (tile0 + tn * KB + (kb) + u) * 32; \
             if (FRAGMENT_LOADS) wf[u * TN + tn] = buf[at_ + gl_SubgroupInvocationID]; \
             else coopMatLoad(wm[u * TN + tn], buf, at_, 2, gl_CooperativeMatrixLayoutRowMajor); }
 #define LOAD_W(kb) if (up) { LOAD_TILES(u4, kb) } else { LOAD_TILES(w4, kb) }
-#endif
         uint kb0 = c * (pc.kchunk / 16), kb1 = kb0 + pc.kchunk / 16;
         uvec4 xr[X_LOADS];
 #define LOAD_X(kb) [[unroll]] for (uint i = 0; i < X_LOADS; i++) { \
@@ -135,18 +115,7 @@ void main() {
             if (kb + KS < kb1) LOAD_X(kb + KS);  // the next stage's x in flight during the multiplies
             if (live) {  // (no early exit: every subgroup takes part in the next stage's barriers)
                 MAT_A cur[KS * TN];
-#ifdef W_I8
-                [[unroll]] for (uint i = 0; i < KS * TN; i++) {
-#ifdef I8_NO_DEQUANT
-                    cur[i] = fragment_of(uvec4(wq[i].x, wq[i].y, wq[i].x ^ floatBitsToUint(wsc[i].x), wq[i].y ^ floatBitsToUint(wsc[i].y)));
-#else
-                    vec4 a_ = int8x4(wq[i].x) * wsc[i].x, b_ = int8x4(wq[i].y) * wsc[i].y;
-                    cur[i] = fragment_of(uvec4(fp16_pair(a_.x, a_.y), fp16_pair(a_.z, a_.w), fp16_pair(b_.x, b_.y), fp16_pair(b_.z, b_.w)));
-#endif
-                }
-#else
                 [[unroll]] for (uint i = 0; i < KS * TN; i++) cur[i] = FRAGMENT_LOADS ? fragment_of(wf[i]) : wm[i];
-#endif
                 if (kb + KS < kb1) LOAD_W(kb + KS);  // in flight during the multiplies
                 [[unroll]] for (uint u = 0; u < KS; u++) {
                     [[unroll]] for (uint tm = 0; tm < TM; tm++) {
