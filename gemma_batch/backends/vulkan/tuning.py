@@ -75,6 +75,11 @@ def read_choices(path: Path, key: str, log: TextIO) -> dict[str, str]:
         return {}
 
 
+def fastest(by_form: dict[str, float]) -> str:
+    """The form of least time in `by_form` (form -> seconds)."""
+    return min(by_form, key=by_form.get)
+
+
 def write_choices(path: Path, key: str, times: dict[str, dict[str, float]]) -> None:
     """Add the fastest form of each timed shape to device `key`'s entries at `path` (replaced
     whole, so a reader never sees half a file)."""
@@ -85,7 +90,7 @@ def write_choices(path: Path, key: str, times: dict[str, dict[str, float]]) -> N
         kept = {}
     entries = kept.get(key) if isinstance(kept.get(key), dict) else {}
     for shape, by_form in times.items():
-        entries[shape] = {"form": min(by_form, key=by_form.get), "ms": {f: round(1e3 * s, 4) for f, s in by_form.items()}}
+        entries[shape] = {"form": fastest(by_form), "ms": {f: round(1e3 * s, 4) for f, s in by_form.items()}}
     kept[key] = entries
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
@@ -113,7 +118,8 @@ def time_forms(kernels: Kernels, mem: Memory, shapes: list[Shape], rows: int = T
             for round_ in range(repeats + 1):  # round 0 warms the clocks and builds the pipelines
                 for form, name in names.items():
                     seconds = best_dispatch_seconds(kernels, name, dset, push, groups, 1)
-                    best[form] = min(best[form], seconds) if round_ else best[form]
+                    if round_:
+                        best[form] = min(best[form], seconds)
             times[prompt_shape_key(N, K, gated)] = best
         finally:
             for buf in (w, x, part, meta):
@@ -151,7 +157,7 @@ def tuned(kernels: Kernels, mem: Memory, cfg: Gemma3Config, root: Path | None, l
                 write_choices(path, key, times)
         except OSError as e:  # (a cache that cannot be written: timed again next time)
             print(f"note: the prompt tile's forms could not be kept in {path} ({e})", file=log)
-        choices.update({shape: min(by_form, key=by_form.get) for shape, by_form in times.items()})
+        choices.update({shape: fastest(by_form) for shape, by_form in times.items()})
     kernels.prompt_forms = {shape: form for shape, form in choices.items() if form != DEFAULT_PROMPT_FORM}
     return kernels
 
@@ -161,7 +167,7 @@ def format_times(times: dict[str, dict[str, float]]) -> str:
     forms = list(PROMPT_FORMS)
     lines = [f"{'matmul (N x K)':22s}" + "".join(f"{form:>12s}" for form in forms) + "   fastest"]
     for shape, by_form in times.items():
-        fastest = min(by_form, key=by_form.get)
-        lines.append(f"{shape:22s}" + "".join(f"{1e3 * by_form[f]:11.3f}{'*' if f == fastest else ' '}" for f in forms)
-                     + f"   {fastest}")
+        best = fastest(by_form)
+        lines.append(f"{shape:22s}" + "".join(f"{1e3 * by_form[f]:11.3f}{'*' if f == best else ' '}" for f in forms)
+                     + f"   {best}")
     return "\n".join(lines)
