@@ -8,10 +8,16 @@
 // x_lo) takes hi alone: 11 significant bits, half the matrix work and half the x staging. W is fp16 in 16 x 16 tiles (W_T16: bf16 and fp16
 // checkpoints, converted at upload by weights.py, exact in fp16's normal range, which holds every
 // weight of a real checkpoint), or int8 / int4 codes (matmul.comp's W_I8 / W_I4 layout: codes,
-// then scales, in one buffer), dequantized while staged as fp16(code * scale (+ minimum)): the
+// then scales, in one buffer; W_T8: int8 codes in fragment-order tiles, matmul_coop_direct.comp's
+// layout), dequantized while staged as fp16(code * scale (+ minimum)): the
 // weight the CPU uses, rounded once more, to fp16 (a relative 2^-11, well inside the
 // quantization's own error).
-// fp16 tiles may be stored in fragment order (coop_fragment.glsl); staging copies them as they are.
+// fp16 tiles may be stored in fragment order (coop_fragment.glsl), and W_T8's always are: a staged
+// piece is then a lane's 8 values of a tile (rows g and g + 8), which go into the stage's rows 4
+// bytes at a time (W_T8 dequantized first), so every stage is row-major and coopMatLoad reads the
+// A fragments from it. Building them from a stage kept in fragment order (fragment_of) was slower
+// on the H200: the 4b labelling prefill (fp16) 27,120 against 28,091 tok/s, W_T8's prompt tile
+// 10-27% (docs/EXPERIMENTS.md, "int8 weights in fragment-order tiles").
 // For fp16 tiles, steps of up to COOP_FOLD_ROWS (64) rows run matmul_coop_direct.comp instead (same sums,
 // same order), so only this kernel's prefill tile is built for them.
 //
@@ -51,7 +57,7 @@
 // an SM on the H100 where the chunk-order tile fits one). The same sums in the same order as the
 // prefill tile's per-chunk workgroups, so the same bits.
 //
-// Variants: W_T16 | W_I8 | W_I4; GATED (N = 2 I: output columns [0, I) from W at binding 0, [I, 2 I)
+// Variants: W_T16 | W_T8 | W_I8 | W_I4; GATED (N = 2 I: output columns [0, I) from W at binding 0, [I, 2 I)
 // from the up weights at binding 4); ROWS (M = meta.num_rows: the LM head's gathered rows); the
 // tile (SG_N, SG_M, TN, TM, KU; above COOP_FOLD_ROWS rows the host runs coop_tiles.COOP_FOLD_DEFINES'
 // tile, or for fp16 tiles COOP_WIDE_DEFINES' (X_LO false) or COOP_WIDE_SPLIT_DEFINES' (X_LO true)).
@@ -81,7 +87,7 @@
 layout(local_size_x = WG) in;
 layout(constant_id = 0) const bool X_LO = true;  // x as hi + lo (true) or hi alone
 
-#if defined(W_I8)
+#if defined(W_I8) || defined(W_T8)
 #define WPIECE uvec2  // 8 weights
 #elif defined(W_I4)
 #define WPIECE uint
@@ -112,7 +118,7 @@ shared uvec4 xsh[(X_LO ? 2 : 1) * BM * PAD];  // x stage: hi rows, then lo rows 
 #include "coop_fragment.glsl"
 #include "partial_rows.glsl"
 #define W_LOADS (BN * XV / WG)       // pieces of 8 weights of W per invocation per stage
-#if defined(W_I8)
+#if defined(W_I8) || defined(W_T8)
 #define W_BYTES_PER_8 8
 #elif defined(W_I4)
 #define W_BYTES_PER_8 4
@@ -120,11 +126,15 @@ shared uvec4 xsh[(X_LO ? 2 : 1) * BM * PAD];  // x stage: hi rows, then lo rows 
 #define W_BYTES_PER_8 16
 #endif
 // Where staged piece e (8 weights: row e / XV of the stage, k 8 (e % XV) on) comes from and goes to.
-#ifdef W_T16  // pieces in tile order: tile t = e / 32 of the stage (output tile t / KBS, k block t % KBS), its row (e % 32) / 2
+#if defined(W_T16) || defined(W_T8)  // pieces in tile order: tile t = e / 32 of the stage (output tile t / KBS, k block t % KBS),
+// its row (e % 32) / 2 (row-major), or lane e % 32 (fragment order: W_T8, or W_T16 with FRAGMENT_LOADS)
 #define W_AT(e, k0) ((((wrow0 / 16) + (e) / (32 * KBS)) * (pc.K / 16) + (k0) / 16 + ((e) / 32) % KBS) * 32 + (e) % 32)
-// In fragment order (coop_fragment.glsl) the stage keeps tile order: lane l of stage tile t at t * 32 + l,
-// contiguous for the stores and for each lane's 16-byte load of its fragment.
-#define W_SH(e) (FRAGMENT_LOADS ? (e) : ((((e) / (32 * KBS)) * 16 + ((e) % 32) / 2) * PAD + (((e) / 32) % KBS) * 2 + (e) % 2))
+#define W_SH(e) ((((e) / (32 * KBS)) * 16 + ((e) % 32) / 2) * PAD + (((e) / 32) % KBS) * 2 + (e) % 2)
+#ifdef W_T8
+#define PIECE_FRAGMENTS true
+#else
+#define PIECE_FRAGMENTS FRAGMENT_LOADS
+#endif
 #else
 #define W_AT(e, k0) ((wrow0 + (e) / XV) * K8 + (k0) / 8 + (e) % XV)
 #define W_SH(e) (((e) / XV) * PAD + (e) % XV)
@@ -142,6 +152,8 @@ uvec4 fp16_8(vec4 lo, vec4 hi) {
 uvec4 to_fp16(WPIECE v, vec2 scale) {  // 8 weights of W's storage type as 8 fp16 (scale: quantized W's scale, minimum)
 #if defined(W_I8)
     return fp16_8(int8x4(v.x) * scale.x, int8x4(v.y) * scale.x);
+#elif defined(W_T8)  // scale: (row g, row g + 8) of the lane's fragment
+    return fp16_8(int8x4(v.x) * scale.x, int8x4(v.y) * scale.y);
 #elif defined(W_I4)
     return fp16_8(uint4x4(v) * scale.x + scale.y, uint4x4(v >> 16) * scale.x + scale.y);
 #else
@@ -187,7 +199,9 @@ void main() {
     uint live_tm = min(TM, (M - min(M, m0 + sg_m * TM * 16) + 15) / 16);
 
     // Quantized W: where the scales start (words), and the (scale, minimum) of each staged piece:
-    // int8's scale per INT8_GROUP (fp16 halves), int4's pair per pc.group (a word).
+    // int8's scale per INT8_GROUP (fp16 halves), int4's pair per pc.group (a word); W_T8: piece e
+    // is lane e % 32 of the stage's tile e / 32, its rows' two scales one word
+    // (matmul_coop_direct.comp).
 #ifdef GATED
     uint scale_base = (pc.N / 2) * (pc.K / 8) * (W_BYTES_PER_8 / 4);
 #else
@@ -195,15 +209,18 @@ void main() {
 #endif
     vec2 wsc[W_LOADS];
     [[unroll]] for (uint i = 0; i < W_LOADS; i++) wsc[i] = vec2(1.0, 0.0);
-#if defined(W_I8)
-#define LOAD_SCALE(i, row, k) { uint g_ = (row) * (pc.K / INT8_GROUP) + (k) / INT8_GROUP; \
+#if defined(W_T8)
+#define LOAD_SCALE(i, e, k0) { uint s_ = (wrow0 / 16 + (e) / (32 * KBS)) * (pc.K / 32) + ((k0) / 16 + ((e) / 32) % KBS) / 2; \
+        wsc[i] = unpackHalf2x16(up ? u_scales[scale_base + s_ * 8 + ((e) % 32) / 4] : w_scales[scale_base + s_ * 8 + ((e) % 32) / 4]); }
+#elif defined(W_I8)
+#define LOAD_SCALE(i, e, k0) { uint row_ = wrow0 + (e) / XV, g_ = row_ * (pc.K / INT8_GROUP) + ((k0) + 8 * ((e) % XV)) / INT8_GROUP; \
         uint pair_ = up ? u_scales[scale_base + g_ / 2] : w_scales[scale_base + g_ / 2]; \
         wsc[i] = vec2(half_of(pair_, g_ & 1u), 0.0); }
 #elif defined(W_I4)
-#define LOAD_SCALE(i, row, k) { uint g_ = (row) * (pc.K / pc.group) + (k) / pc.group; \
+#define LOAD_SCALE(i, e, k0) { uint g_ = (wrow0 + (e) / XV) * (pc.K / pc.group) + ((k0) + 8 * ((e) % XV)) / pc.group; \
         wsc[i] = unpackHalf2x16(up ? u_scales[scale_base + g_] : w_scales[scale_base + g_]); }
 #else
-#define LOAD_SCALE(i, row, k)
+#define LOAD_SCALE(i, e, k0)
 #endif
 
     WPIECE wr[W_LOADS];
@@ -212,7 +229,7 @@ void main() {
         [[unroll]] for (uint i = 0; i < W_LOADS; i++) { \
             uint e = tid + WG * i, at = W_AT(e, k0); \
             if (up) wr[i] = u4[at]; else wr[i] = w4[at]; \
-            LOAD_SCALE(i, wrow0 + e / XV, (k0) + 8 * (e % XV)); \
+            LOAD_SCALE(i, e, k0); \
         } \
         [[unroll]] for (uint i = 0; i < X_LOADS; i++) { \
             uint e = tid + WG * i, row = e / (2 * XV), half_ = (e / XV) % 2; \
@@ -232,7 +249,14 @@ void main() {
         barrier();  // the last stage's multiplies are done with shared memory
         [[unroll]] for (uint i = 0; i < W_LOADS; i++) {
             uint e = tid + WG * i;
-            wsh[W_SH(e)] = to_fp16(wr[i], wsc[i]);
+            uvec4 h = to_fp16(wr[i], wsc[i]);
+#if defined(W_T16) || defined(W_T8)
+            if (PIECE_FRAGMENTS) {  // lane l = 4 g + t of stage tile e / 32: rows g, g + 8; columns 2t, 2t + 1 and 2t + 8, 2t + 9
+                uint tile_ = e / 32, at_ = ((tile_ / KBS) * 16 + (e % 32) / 4) * PAD + (tile_ % KBS) * 2, t_ = e % 4;
+                wsh[at_][t_] = h.x; wsh[at_ + 1][t_] = h.y; wsh[at_ + 8 * PAD][t_] = h.z; wsh[at_ + 8 * PAD + 1][t_] = h.w;
+            } else
+#endif
+            wsh[W_SH(e)] = h;
         }
         [[unroll]] for (uint i = 0; i < X_LOADS; i++) {
             uint e = tid + WG * i, row = e / (2 * XV), half_ = (e / XV) % 2;
@@ -243,10 +267,6 @@ void main() {
         [[unroll]] for (uint j = 0; j < KU / 16; j++) {
             MAT_A a[TN];
             [[unroll]] for (uint tn = 0; tn < TN; tn++) {
-#ifdef W_T16  // in fragment order: stage tile (output tile, k block j) in tile order (W_SH)
-                if (FRAGMENT_LOADS) a[tn] = fragment_of(wsh[((sg_n * TN + tn) * KBS + j) * 32 + gl_SubgroupInvocationID]);
-                else
-#endif
                 coopMatLoad(a[tn], wsh, ((sg_n * TN + tn) * 16) * PAD + 2 * j, PAD, gl_CooperativeMatrixLayoutRowMajor);
             }
             [[unroll]] for (uint tm = 0; tm < TM; tm++) {

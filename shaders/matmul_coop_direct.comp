@@ -6,7 +6,10 @@
 // (nt * K / 16 + kt) * 256 halves, rows of 16 halves, or in fragment order: coop_fragment.glsl),
 // so each tile is one coalesced load into the A operand, with no shared memory and no barrier
 // between the load and the multiply (in fragment order one 16-byte load a lane; coopMatLoad of a
-// row-major tile is four 4-byte loads a lane on the H100's driver); a
+// row-major tile is four 4-byte loads a lane on the H100's driver); or (W_T8) int8 codes in 16 x 16
+// tiles in fragment order, 8 bytes a lane, with the scales of the lane's two rows in one word
+// (fragment_order.int8_tiles), dequantized in registers as matmul_coop.comp's W_I8 staging does
+// (fp16(code * scale), clamped: the same values, so the same sums); a
 // subgroup holds the next stage's tiles in flight while it multiplies this one's. x (split.comp's
 // fp16 hi and lo rows) goes through shared memory one stage at a time, read from L2 into
 // registers a stage ahead as well (its load latency is then hidden behind the multiplies).
@@ -19,7 +22,7 @@
 // Tile: a workgroup owns BN = 128 outputs (4 subgroups of 2 x 16) x BM = 32 rows; a subgroup
 // whose outputs lie past N only helps stage x. Rows past M read row M - 1 and are written only
 // into the padding of partial; row tiles past M are skipped.
-// Variants: GATED (N = 2 I: outputs [0, I) from W at binding 0, [I, 2 I) from binding 4; I is a
+// Variants: W_T16 (the default) | W_T8; GATED (N = 2 I: outputs [0, I) from W at binding 0, [I, 2 I) from binding 4; I is a
 // multiple of 32, so a subgroup's outputs are all gate or all up); ROWS (M = meta.num_rows).
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -45,6 +48,13 @@ layout(std430, binding = 0) readonly buffer Wb { uvec4 w4[]; };   // fp16 tiles,
 layout(std430, binding = 1) readonly buffer Xb { uvec4 xs4[]; };  // split rows [hi K | lo K], fp16
 layout(std430, binding = 2) writeonly buffer Pb { float part[]; };  // [chunks, Mpad, N]
 layout(std430, binding = 4) readonly buffer W2b { uvec4 u4[]; };
+#ifdef W_T8  // codes [N / 16, K / 16] tiles of 32 uvec2, then the scales' words [N / 16, K / 32, 8] (aliases)
+layout(std430, binding = 0) readonly buffer W8b { uvec2 w8[]; };
+layout(std430, binding = 4) readonly buffer U8b { uvec2 u8[]; };
+layout(std430, binding = 0) readonly buffer WSb { uint w_scales[]; };
+layout(std430, binding = 4) readonly buffer USb { uint u_scales[]; };
+uint fp16_pair(float a, float b) { return packHalf2x16(clamp(vec2(a, b), vec2(-65504.0), vec2(65504.0))); }
+#endif
 layout(push_constant) uniform Push {
     uint N;
     uint K;
@@ -91,6 +101,22 @@ void main() {
         // The stage's W tiles (k block u, output tile tn) at u * TN + tn: a lane's 16 bytes of each
         // (FRAGMENT_LOADS), or the fragments coopMatLoad read. One branch on `up` a stage, not a
         // select a load: gate/up's kernel then fits 128 registers (139 with a select a load).
+#ifdef W_T8
+        // A lane's 8 codes of each tile, and per output tile and 32-k group of the stage the word
+        // of its rows' scales (lane l = 4 g + t: rows g and g + 8, fragment_order.py).
+        uvec2 wq[KS * TN];
+        uint wsw[TN * KS / 2];
+        uint kg = pc.K / 32, scale_base = (tile0 / KB) * kg * 8 + gl_SubgroupInvocationID / 4;
+#ifdef GATED
+        scale_base += (pc.N / 2) * pc.K / 4;  // (words of the codes)
+#else
+        scale_base += pc.N * pc.K / 4;
+#endif
+#define LOAD_TILES(buf, sbuf, kb) [[unroll]] for (uint u = 0; u < KS; u++) [[unroll]] for (uint tn = 0; tn < TN; tn++) { \
+            wq[u * TN + tn] = buf[(tile0 + tn * KB + (kb) + u) * 32 + gl_SubgroupInvocationID]; \
+            if (u % 2 == 0) wsw[tn * KS / 2 + u / 2] = sbuf[scale_base + (tn * kg + ((kb) + u) / 2) * 8]; }
+#define LOAD_W(kb) if (up) { LOAD_TILES(u8, u_scales, kb) } else { LOAD_TILES(w8, w_scales, kb) }
+#else
         uvec4 wf[KS * TN];
         MAT_A wm[KS * TN];
 #define LOAD_TILES(buf, kb) [[unroll]] for (uint u = 0; u < KS; u++) [[unroll]] for (uint tn = 0; tn < TN; tn++) { \
@@ -98,6 +124,7 @@ void main() {
             if (FRAGMENT_LOADS) wf[u * TN + tn] = buf[at_ + gl_SubgroupInvocationID]; \
             else coopMatLoad(wm[u * TN + tn], buf, at_, 2, gl_CooperativeMatrixLayoutRowMajor); }
 #define LOAD_W(kb) if (up) { LOAD_TILES(u4, kb) } else { LOAD_TILES(w4, kb) }
+#endif
         uint kb0 = c * (pc.kchunk / 16), kb1 = kb0 + pc.kchunk / 16;
         uvec4 xr[X_LOADS];
 #define LOAD_X(kb) [[unroll]] for (uint i = 0; i < X_LOADS; i++) { \
@@ -115,7 +142,16 @@ void main() {
             if (kb + KS < kb1) LOAD_X(kb + KS);  // the next stage's x in flight during the multiplies
             if (live) {  // (no early exit: every subgroup takes part in the next stage's barriers)
                 MAT_A cur[KS * TN];
+#ifdef W_T8
+                [[unroll]] for (uint u = 0; u < KS; u++) [[unroll]] for (uint tn = 0; tn < TN; tn++) {
+                    uvec2 q = wq[u * TN + tn];
+                    vec2 s = unpackHalf2x16(wsw[tn * KS / 2 + u / 2]);  // rows g, g + 8
+                    vec4 a = int8x4(q.x) * s.x, b = int8x4(q.y) * s.y;
+                    cur[u * TN + tn] = fragment_of(uvec4(fp16_pair(a.x, a.y), fp16_pair(a.z, a.w), fp16_pair(b.x, b.y), fp16_pair(b.z, b.w)));
+                }
+#else
                 [[unroll]] for (uint i = 0; i < KS * TN; i++) cur[i] = FRAGMENT_LOADS ? fragment_of(wf[i]) : wm[i];
+#endif
                 if (kb + KS < kb1) LOAD_W(kb + KS);  // in flight during the multiplies
                 [[unroll]] for (uint u = 0; u < KS; u++) {
                     [[unroll]] for (uint tm = 0; tm < TM; tm++) {

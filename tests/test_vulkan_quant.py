@@ -21,11 +21,14 @@ import pytest
 
 from gemma_batch.backends.cpu import CpuBackend
 from gemma_batch.backends.vulkan import VulkanBackend
+from gemma_batch.backends.vulkan.fragment_order import INT8_TILES_ENV
+from gemma_batch.job.spec import DEMO_MODEL
 from gemma_batch.model.checkpoint import Checkpoint
 from gemma_batch.model.config import Gemma3Config
 from gemma_batch.model.quant import WeightFormat
 from gemma_batch.model.quant_cache import load_converted
 from tests.test_cpu_vs_transformers import checkpoints, run_batched  # noqa: F401
+from tests.test_vulkan_coopmat import _device_has_coopmat
 
 
 def load(backend, model_dir, cfg, weights: str):
@@ -67,3 +70,29 @@ def test_negative_control_quantization_moves_logits_beyond_the_tolerance(cpu_run
     dropped or misplaced the scales)."""
     for ours, ref in zip(cpu_runs["int4"][1], cpu_runs["bf16"][1]):
         assert np.abs(ours - ref).max() > 10 * 1e-2
+
+
+@pytest.mark.skipif(not _device_has_coopmat(), reason="the Vulkan device has no fp16 cooperative matrices")
+def test_int8_tiles_give_the_staged_kernels_logits_bit_for_bit(monkeypatch):
+    """int8 weights in fragment-order tiles (T8: matmul_coop_direct.comp dequantizing in registers,
+    and the prefill tiles staging them) against int8 in rows (matmul_coop.comp staging every step):
+    the same fp16(code * scale) multiplied in the same order, so identical logits, in 7-token steps
+    and in an 80-token prefill step, on the demo model (every matrix on the path, the tied LM head
+    and the embedding lookup)."""
+    from gemma_batch.engine.generate import generate_greedy
+
+    cfg = Gemma3Config.from_dir(DEMO_MODEL)
+    runs = []
+    for on in ("1", "0"):
+        monkeypatch.setenv(INT8_TILES_ENV, on)
+        backend = load(VulkanBackend(cfg, kv_dtype="fp32"), DEMO_MODEL, cfg, "int8")
+        if backend.kernels.fragment_loads:
+            assert backend.weights.dtype(0, "gate_proj") == backend.weights.dtype(-1, "lm_head") == ("T8" if on == "1" else "I8")
+        _, logits = run_batched(backend, step_token_budget=7)
+        prefill = []
+        generate_greedy(backend, [list(range(3, 83))], 2, step_token_budget=128,
+                        on_step=lambda _, batch, result: prefill.append(result.logits.copy()))
+        runs.append(logits + prefill)
+        backend.close()
+    for ours, ref in zip(*runs):
+        assert np.array_equal(ours, ref)

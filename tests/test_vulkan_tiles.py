@@ -1,6 +1,7 @@
-"""fp16 16 x 16 tiles, the weight layout of the cooperative-matrix path (vulkan/weights.py): the
-layout itself in numpy, which matrices DeviceWeights tiles and what it uploads (read back from
-the device), and embed.comp's W_T16 lookup reading rows out of the tiles. These run on any Vulkan
+"""fp16 16 x 16 tiles, the weight layout of the cooperative-matrix path (vulkan/weights.py), and
+int8 in such tiles (T8): the layouts themselves in numpy, which matrices DeviceWeights tiles and
+what it uploads (read back from the device), and embed.comp's W_T16 and W_T8 lookups reading rows
+out of the tiles. These run on any Vulkan
 device (llvmpipe in CI); the matmuls that read the tiles need cooperative matrices and are
 checked on the GPU machine (test_vulkan_split.py, test_vulkan_coopmat.py)."""
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from gemma_batch.backends.vulkan.device import Device
-from gemma_batch.backends.vulkan.fragment_order import ORDER
+from gemma_batch.backends.vulkan.fragment_order import ORDER, int8_tiles
 from gemma_batch.backends.vulkan.kernels import Kernels
 from gemma_batch.backends.vulkan.memory import Memory
 from gemma_batch.backends.vulkan.tile_upload import TileUpload
@@ -18,6 +19,8 @@ from gemma_batch.backends.vulkan.weights import DeviceWeights, fp16_bits, fp16_t
 from gemma_batch.job.spec import DEMO_MODEL
 from gemma_batch.model.checkpoint import Checkpoint, Tensor, to_float32
 from gemma_batch.model.config import Gemma3Config
+from gemma_batch.model.quant import QuantizedTensor, WeightFormat, quantize
+from gemma_batch.model.quant_cache import load_converted
 from tests.test_cpu_vs_transformers import checkpoints  # noqa: F401
 from tests.vulkan_dispatch import Dispatches
 
@@ -175,3 +178,73 @@ def test_tiles_made_on_the_device_are_the_hosts_bit_for_bit(fragment_order):
         kernels.close()
         mem.close()
         device.close()
+
+
+def _int8_matrix(rows: int, cols: int, seed: int) -> QuantizedTensor:
+    rng = np.random.default_rng(seed)
+    return quantize((rng.standard_normal((rows, cols)) * 0.05).astype(np.float32), WeightFormat.parse("int8"))
+
+
+def test_int8_tiles_hold_each_code_and_scale_where_the_kernels_read_them():
+    """fragment_order.int8_tiles (the T8 layout) against the kernels' own formulas, element by
+    element: code (n, k) at byte 8 lane + component of tile (n / 16, k / 16), lane 4 (n % 8) +
+    (k % 8) / 2, component k % 2 + 2 ((k % 16) / 8) + 4 ((n % 16) / 8) (embed.comp W_T8); the
+    scale of (n, group k / 32) at half (n % 16) / 8 of word n % 8 of (strip n / 16, group)."""
+    w = _int8_matrix(48, 96, 1)
+    codes, pairs = int8_tiles(w.q, w.scales)
+    assert codes.dtype == np.int8 and pairs.dtype == np.float16
+    assert codes.nbytes == w.q.nbytes and pairs.nbytes == w.scales.nbytes
+    flat, words = codes.reshape(-1), pairs.reshape(-1, 2)
+    for n in range(48):
+        for k in range(96):
+            lane, comp = 4 * (n % 8) + (k % 8) // 2, k % 2 + 2 * ((k % 16) // 8) + 4 * ((n % 16) // 8)
+            assert flat[((n // 16) * 6 + k // 16) * 256 + 8 * lane + comp] == w.q[n, k], (n, k)
+            assert words[((n // 16) * 3 + k // 32) * 8 + n % 8, (n % 16) // 8] == w.scales[n, k // 32], (n, k)
+
+
+def test_int8_matrices_go_into_tiles_only_where_asked():
+    """DeviceWeights stores the demo model's int8 matrices as T8 (int8_tiles' bytes, read back
+    from the device) with tiles, fragment order and the switch, and in rows otherwise."""
+    cfg = Gemma3Config.from_dir(DEMO_MODEL)
+    tensors = dict(load_converted(Checkpoint.open(DEMO_MODEL, cfg), WeightFormat.parse("int8"), None).tensors)
+    device = Device()
+    mem = Memory(device)
+    try:
+        for fragment_order, int8, expected in ((True, True, "T8"), (True, False, "I8"), (False, True, "I8")):
+            weights = DeviceWeights(cfg, mem, tiles=True, fragment_order=fragment_order, int8_tiles=int8)
+            weights.load(tensors.items())
+            assert {weights.dtype(0, k) for k in ("qkv", "o_proj", "gate_proj", "up_proj", "down_proj")} == {expected}
+            assert weights.dtype(-1, "embed") == weights.dtype(-1, "lm_head") == expected
+            down = tensors["layers.2.mlp.down_proj.weight"]
+            got = mem.download(weights.buffer(2, "down_proj"))
+            codes, scales = int8_tiles(down.q, down.scales) if expected == "T8" else (down.q, down.scales)
+            assert np.array_equal(got, np.concatenate([codes.reshape(-1).view(np.uint8), scales.reshape(-1).view(np.uint8)]))
+            q, k, v = (tensors[f"layers.1.self_attn.{p}_proj.weight"] for p in "qkv")
+            if expected == "T8":  # the fused qkv: strips of each matrix where its rows go
+                codes, scales = int8_tiles(np.concatenate([q.q, k.q, v.q]), np.concatenate([q.scales, k.scales, v.scales]))
+                got = mem.download(weights.buffer(1, "qkv"))
+                assert np.array_equal(got, np.concatenate([codes.reshape(-1).view(np.uint8), scales.reshape(-1).view(np.uint8)]))
+    finally:
+        mem.close()
+        device.close()
+
+
+def test_the_embedding_lookup_reads_int8_rows_out_of_tiles():
+    """embed.comp W_T8 against W_I8 on the same codes and scales: every value code * scale * the
+    embedding's scale in fp32, bit for bit (rows in different strips, one token twice)."""
+    V, H, scale = 64, 96, 9.797959
+    table = _int8_matrix(V, H, 4)
+    tokens = np.array([0, 17, 63, 40, 17], np.int32)
+    codes, pairs = int8_tiles(table.q, table.scales)
+    out = {}
+    for name, parts in (("embed_i8", (table.q, table.scales)), ("embed_t8", (codes, pairs))):
+        data = np.concatenate([p.reshape(-1).view(np.uint8) for p in parts])
+        with Dispatches(tokens=len(tokens)) as d:
+            x = d.alloc(len(tokens) * H * 4, "x")
+            d.dispatch(name, {0: d.upload(data, "table"), 1: d.upload(tokens, "tokens"), 2: x}, {"H": H, "scale": scale, "V": V},
+                       len(tokens))
+            d.run()
+            out[name] = d.download(x).view(np.float32).reshape(len(tokens), H)
+    expected = (table.q.astype(np.float32) * np.repeat(table.scales.astype(np.float32), 32, axis=1))[tokens] * np.float32(scale)
+    assert np.array_equal(out["embed_i8"], expected)
+    assert np.array_equal(out["embed_t8"], expected)

@@ -84,7 +84,7 @@ class VulkanBackend(Backend):
         kernels = fragment_order.model_kernels(Kernels.for_model(self.device, cfg, coopmat.split_inputs(kv_dtype)), self.mem, cfg)
         self.kernels = tuning.tuned(kernels, self.mem, cfg, cache_root())  # the prompt tile's forms (tuning.py)
         self.weights = DeviceWeights(cfg, self.mem, tiles=self.device.coopmat, fragment_order=self.kernels.fragment_loads,
-                                     segments=segments, kernels=self.kernels)
+                                     segments=segments, kernels=self.kernels, int8_tiles=fragment_order.int8_tiles_wanted())
         self.small_step = coop_tiles.COOP_FOLD_ROWS if self.device.coopmat else None  # steps up to it run on the decode tiles
         self.flash = self.device.coopmat and flash.flash_fits(cfg, kv_dtype) and flash.wanted()  # prompt tokens' attention
         self.prompt_tile = self.device.coopmat and coop_tiles.prompt_tile_wanted()  # ... and products (coop_tiles)

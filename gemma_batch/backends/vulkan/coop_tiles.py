@@ -1,7 +1,7 @@
 """How the cooperative-matrix matmuls cut their work: tiles, K chunks, variant names.
 
-`shaders/matmul_coop_direct.comp` (the decode tile of fp16 weight tiles) and
-`shaders/matmul_coop.comp` (the decode tile of int8 / int4 weights and every prefill tile) take
+`shaders/matmul_coop_direct.comp` (the decode tile of fp16 and int8 weight tiles) and
+`shaders/matmul_coop.comp` (the decode tile of int8 / int4 weights in rows and every prefill tile) take
 a workgroup per tile of outputs x rows, and at decode sizes per K chunk as well; the chunking is
 fixed per matrix (it sets the summation order, so batch invariance rests on it). The shaders'
 own constants are named beside each value here; `variants.py` lists a variant per tile.
@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from ...switches import switched_on
 
-COOP_DTYPES = ("T16", "I8", "I4")  # weight dtypes of the cooperative path (matmul_coop.comp reads each)
-COOP_DIRECT_DTYPES = ("T16",)  # ... whose decode tile is matmul_coop_direct.comp's
+COOP_DTYPES = ("T16", "T8", "I8", "I4")  # weight dtypes of the cooperative path (matmul_coop.comp reads each)
+COOP_DIRECT_DTYPES = ("T16", "T8")  # ... whose decode tile is matmul_coop_direct.comp's
+COOP_WIDE_DTYPES = ("T16",)  # ... whose prefill tiles include the 128-output ones (COOP_WIDE_DEFINES)
 COOP_COLS, COOP_ROWS = 64, 32  # outputs and rows per workgroup of matmul_coop.comp (BN, BM)
 COOP_DIRECT_COLS = 128  # outputs per workgroup of matmul_coop_direct.comp (its BM is COOP_ROWS)
 # Above COOP_FOLD_ROWS rows (prefill) the `_fold` variants run instead: 8 subgroups of 2 x 2
@@ -151,7 +152,7 @@ def coop_tile_defines(fold: bool | str, whole: bool = False, small: bool = False
 def coop_fold(dtype: str, N: int, x_lo: bool) -> bool | str:
     """The prefill tile for N outputs of `dtype` weights with split inputs (`x_lo`) or fp16 ones:
     a 128-wide tile ("wide_split" or "wide") where it applies, else True."""
-    if dtype in COOP_DIRECT_DTYPES and N % COOP_WIDE_COLS == 0:
+    if dtype in COOP_WIDE_DTYPES and N % COOP_WIDE_COLS == 0:
         return "wide_split" if x_lo else "wide"
     return True
 

@@ -14,6 +14,11 @@ the H100's driver (580.159.04) gives its components (read with the probe; PTX's 
 row g + 8 before column 2t + 8). `probe` reads the device's order with
 `shaders/coop_fragment_probe.comp` and the path is on only where the two agree; embed.comp's
 W_T16 lookup has the same formula. `GEMMA_BATCH_VK_FRAGMENT_LOADS=0` turns it off.
+
+int8 weights go into the same order there ("T8", `int8_tiles`): a lane's 8 codes of a tile are one
+8-byte load and its two rows' scales one word, dequantized in registers by the decode tile
+(matmul_coop_direct.comp W_T8) rather than staged through shared memory; the same values, so the
+same sums. `GEMMA_BATCH_VK_INT8_TILES=0` keeps int8 in rows (the staged decode tile).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ if TYPE_CHECKING:
     from ...model.config import Gemma3Config
 
 ENV = "GEMMA_BATCH_VK_FRAGMENT_LOADS"
+INT8_TILES_ENV = "GEMMA_BATCH_VK_INT8_TILES"
 TILE, LANES, COMPONENTS = 16, 32, 8
 
 
@@ -49,6 +55,23 @@ def to_fragment_order(tiles: np.ndarray) -> np.ndarray:
     """Tiles [..., 16, 16] (row-major) as [..., 256] in fragment order."""
     flat = tiles.reshape(*tiles.shape[:-2], TILE * TILE)
     return np.ascontiguousarray(flat[..., ORDER])
+
+
+def int8_tiles(q: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """int8 codes [R, K] and their fp16 scales [R, K / 32] (model/quant.py; R a multiple of 16, K
+    of 32) as the T8 layout (matmul_coop_direct.comp): the codes in 16 x 16 tiles in fragment
+    order, [R / 16, K / 16, 256] bytes, where lane l = 4 g + t's 8 bytes are rows g (4) and g + 8
+    (4); and per 16-row strip and 32-k group 8 words, word g the scales of rows g and g + 8,
+    [R / 16, K / 32, 8, 2] fp16. A strip's codes and scales take the bytes its rows take in rows."""
+    rows, cols = q.shape
+    tiles = q.reshape(rows // TILE, TILE, cols // TILE, TILE).transpose(0, 2, 1, 3)
+    pairs = scales.reshape(rows // TILE, 2, TILE // 2, cols // 32).transpose(0, 3, 2, 1)
+    return to_fragment_order(tiles), np.ascontiguousarray(pairs)
+
+
+def int8_tiles_wanted() -> bool:
+    """The user's switch (GEMMA_BATCH_VK_INT8_TILES=0 keeps int8 weights in rows)."""
+    return switched_on(INT8_TILES_ENV)
 
 
 def wanted() -> bool:

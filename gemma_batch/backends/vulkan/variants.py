@@ -11,15 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .coop_tiles import COOP_DIRECT_DTYPES, COOP_DTYPES, DEFAULT_PROMPT_FORM, PROMPT_FORMS, coop_tile_defines, coop_variant
+from .coop_tiles import (COOP_DIRECT_DTYPES, COOP_DTYPES, COOP_WIDE_DTYPES, DEFAULT_PROMPT_FORM, PROMPT_FORMS,
+                         coop_tile_defines, coop_variant)
 
 SPV_DIR = Path(__file__).resolve().parent / "spv"
 
 # Weight storage types (weights.py): as stored, quantized (int8 / int4, model/quant.py), or fp16
-# in 16 x 16 tiles (T16: bf16 / fp16 matrices of the cooperative-matrix path).
-WEIGHT_DEFINES = {"BF16": "W_BF16", "F16": "W_F16", "F32": "W_F32", "I8": "W_I8", "I4": "W_I4", "T16": "W_T16"}
+# in 16 x 16 tiles (T16: bf16 / fp16 matrices of the cooperative-matrix path), or int8 in such tiles
+# in fragment order (T8: int8 matrices of that path, where fragment_order.py knows the order).
+WEIGHT_DEFINES = {"BF16": "W_BF16", "F16": "W_F16", "F32": "W_F32", "I8": "W_I8", "I4": "W_I4", "T16": "W_T16",
+                  "T8": "W_T8"}
 MATMUL_DTYPES = ("BF16", "F16", "F32", "I8", "I4")  # matmul.comp's
-EMBED_DTYPES = ("BF16", "F16", "F32", "I8", "T16")  # embed.comp's (int4 keeps the embedding int8: model/conversion.py)
+EMBED_DTYPES = ("BF16", "F16", "F32", "I8", "T16", "T8")  # embed.comp's (int4 keeps the embedding int8: model/conversion.py)
 KV_DEFINES = {"float16": "KV_F16", "float32": "KV_F32", "bfloat16": "KV_BF16", "int8": "KV_I8"}  # shaders/kv_pages.glsl
 MATMUL_KINDS = {  # kind -> defines (see the header of shaders/matmul.comp)
     "post_norm": ("EPI_NORM_ADD", "NT=2", "KSPLIT=4"),  # N = H is small: split K
@@ -106,11 +109,12 @@ def _variants() -> dict[str, Variant]:
                 Variant(f"attention_flash_{kv}", "attention_flash", (define,), "glslang")]  # prompt tokens (flash.py)
     for dtype in COOP_DTYPES:
         for gemm in dict.fromkeys(defines for _, defines, _ in COOP_KINDS.values()):
-            if dtype in COOP_DIRECT_DTYPES:
-                out.append(Variant(coop_variant(gemm, dtype), "matmul_coop_direct", gemm, "glslang"))
+            if dtype in COOP_DIRECT_DTYPES:  # (W_T16 is that shader's default)
+                defines = (WEIGHT_DEFINES[dtype],) if dtype != "T16" else ()
+                out.append(Variant(coop_variant(gemm, dtype), "matmul_coop_direct", (*defines, *gemm), "glslang"))
             else:
                 out.append(Variant(coop_variant(gemm, dtype), "matmul_coop", (WEIGHT_DEFINES[dtype], *gemm), "glslang"))
-            folds = (True, "wide", "wide_split") if dtype in COOP_DIRECT_DTYPES and "ROWS" not in gemm else (True,)
+            folds = (True, "wide", "wide_split") if dtype in COOP_WIDE_DTYPES and "ROWS" not in gemm else (True,)
             for fold in folds:  # (the LM head's N is no multiple of 128, so no wide tile; nor prompt rows)
                 for whole in (False, True) if "ROWS" not in gemm else (False,):
                     out.append(Variant(coop_variant(gemm, dtype, fold, whole), "matmul_coop",

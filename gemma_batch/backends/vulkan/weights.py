@@ -16,7 +16,9 @@ in fp16's normal range; values beyond it are clamped, as the kernels did when th
 while staging. The matrix units load a tile in one piece; the embedding lookup reads rows out
 of the tiles when the table is also the LM head. Where the device's matrix units hold a tile in
 the order fragment_order.py knows, each tile's 256 values are stored in that order instead
-(`fragment_order`), so that a lane loads its part of a tile in one 16-byte load.
+(`fragment_order`), so that a lane loads its part of a tile in one 16-byte load; there int8
+matrices of that path go into the same tiles too ("T8", `int8_tiles`: fragment_order.int8_tiles),
+their scales beside, in the bytes their rows' scales would take.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from ...model.weights import tensor_shapes
 from ...startup import phase
 from ..placement import Segment, held_tensors
 from .coop_tiles import coop_fits
-from .fragment_order import to_fragment_order
+from .fragment_order import int8_tiles as int8_tile_layout, to_fragment_order
 from .coopmat import TILE
 from .variants import EMBED_DTYPES
 from .kernels import Kernels
@@ -92,6 +94,11 @@ def fp16_tiles(tensor: Tensor, fragment_order: bool = False) -> np.ndarray:
     return to_fragment_order(tiles) if fragment_order else np.ascontiguousarray(tiles)
 
 
+def _values(tensor: Matrix) -> np.ndarray:
+    """A matrix's codes, or its values when not quantized: [N, ...] in rows."""
+    return tensor.q if isinstance(tensor, QuantizedTensor) else tensor.data
+
+
 def _row_bytes(tensor: Matrix) -> tuple[int, int]:
     """Bytes per row of a matrix's codes (its values, when not quantized) and of its scales (0 then)."""
     if isinstance(tensor, QuantizedTensor):
@@ -105,10 +112,12 @@ class DeviceWeights:
     `dtypes` gives each matrix's storage dtype ("BF16" | "F16" | "F32" | "I8" | "I4" | "T16"),
     `group` the int4 group size (0 when no matrix is int4). `tiles`: store the matrices of the
     cooperative-matrix path as fp16 tiles (the module doc), with `fragment_order` each tile in the
-    matrix units' fragment order (fragment_order.py)."""
+    matrix units' fragment order (fragment_order.py), and with `int8_tiles` as well their int8
+    matrices in fragment-order tiles ("T8")."""
 
     def __init__(self, cfg: Gemma3Config, memory: Memory, tiles: bool = False, fragment_order: bool = False,
-                 segments: Sequence[Segment] | None = None, kernels: Kernels | None = None) -> None:
+                 segments: Sequence[Segment] | None = None, kernels: Kernels | None = None,
+                 int8_tiles: bool = False) -> None:
         """`segments`: a pipeline stage's parts, whose tensors alone it holds (None: every tensor).
         `kernels`: make the tiles on the device with them (tile_upload.py; None: on the host)."""
         self.cfg = cfg
@@ -118,6 +127,7 @@ class DeviceWeights:
         self.mem = memory
         self.tiles = tiles
         self.fragment_order = fragment_order
+        self.int8_tiles = tiles and fragment_order and int8_tiles
         self.layers: list[dict[str, Buffer]] = [{} for _ in range(cfg.num_layers)]
         self.globals: dict[str, Buffer] = {}
         self.dtypes: dict[tuple[int, str], str] = {}  # (layer or -1, key) -> dtype
@@ -168,8 +178,8 @@ class DeviceWeights:
         cfg, slots = self.cfg, self.layers[layer]
         if suffix in _QKV:
             rows = cfg.q_width + 2 * cfg.kv_width
-            tiled = cfg.q_width % TILE == 0 and cfg.kv_width % TILE == 0 and self._tiled(tensor, rows)
-            dtype = "T16" if tiled else self._check_dtype(tensor, name)
+            tiled = self._tile_dtype(tensor, rows) if cfg.q_width % TILE == 0 and cfg.kv_width % TILE == 0 else None
+            dtype = tiled or self._check_dtype(tensor, name)
             code_row, scale_row = _row_bytes(tensor)
             if (layer, "qkv") not in self.dtypes:
                 slots["qkv"] = self.mem.alloc(rows * (code_row + scale_row), f"{name} (fused qkv)")
@@ -195,16 +205,20 @@ class DeviceWeights:
         quantized = isinstance(tensor, QuantizedTensor)
         rows = len(tensor.q if quantized else tensor.data)
         # The embedding is tiled only when it is also the LM head (tied), which reads it as a matrix.
-        tiled = self._tiled(tensor, rows) and not (key == "embed" and not self.cfg.tie_word_embeddings)
-        self.dtypes[(layer, key)] = "T16" if tiled else self._check_dtype(tensor, name)
+        tiled = None if key == "embed" and not self.cfg.tie_word_embeddings else self._tile_dtype(tensor, rows)
+        self.dtypes[(layer, key)] = tiled or self._check_dtype(tensor, name)
         buf = self.mem.alloc(tensor.nbytes if quantized else tensor.data.nbytes, name)
         self._upload_rows(buf, tensor, 0, rows, tiled, name)
         return buf
 
-    def _tiled(self, tensor: Matrix, rows: int) -> bool:
-        """Whether a matrix of `rows` rows (fused: the whole) goes into fp16 tiles."""
-        return (self.tiles and isinstance(tensor, Tensor) and tensor.dtype in ("BF16", "F16")
-                and coop_fits(rows, tensor.data.shape[1]))
+    def _tile_dtype(self, tensor: Matrix, rows: int) -> str | None:
+        """The tiles a matrix of `rows` rows (fused: the whole) goes into: "T16" (fp16), "T8" (int8
+        in fragment order), or None (rows)."""
+        if not (self.tiles and coop_fits(rows, _values(tensor).shape[1])):
+            return None
+        if isinstance(tensor, QuantizedTensor):
+            return "T8" if self.int8_tiles and tensor.format.name == "int8" else None
+        return "T16" if tensor.dtype in ("BF16", "F16") else None
 
     def _check_dtype(self, tensor: Matrix, name: str) -> str:
         dtype = _storage(tensor)
@@ -217,27 +231,32 @@ class DeviceWeights:
             raise ValueError(f"{name}: dtype {dtype} is not supported by the Vulkan backend (BF16, F16, F32, int8, int4)")
         return dtype
 
-    def _upload_rows(self, buf: Buffer, tensor: Matrix, first_row: int, rows: int, tiled: bool, name: str) -> None:
+    def _upload_rows(self, buf: Buffer, tensor: Matrix, first_row: int, rows: int, tiled: str | None, name: str) -> None:
         """Put `tensor` (`name`)'s rows at row `first_row` of the [rows, K] matrix held in `buf`:
-        codes in the codes' part, scales in the scales' part, or as fp16 tiles (see the module doc)."""
+        codes in the codes' part, scales in the scales' part, or as `tiled` tiles (see the module doc)."""
         code_row, scale_row = _row_bytes(tensor)
-        if tiled and self._tile_upload is not None:
+        if tiled == "T16" and self._tile_upload is not None:
             self._tile_upload.upload(buf, tensor.data.view(np.uint16), tensor.dtype == "BF16", first_row, name)
         elif tiled:  # a strip of 16 rows occupies the bytes its rows would: upload blocks of strips
-            def convert(start: int) -> np.ndarray:
+            def convert(start: int) -> list[tuple[int, np.ndarray]]:
+                """Rows [start, start + _TILE_BLOCK_ROWS) as tiles: (byte offset in `buf`, array) pairs."""
+                end, row = start + _TILE_BLOCK_ROWS, first_row + start
+                if isinstance(tensor, QuantizedTensor):  # T8
+                    codes, scales = int8_tile_layout(tensor.q[start:end], tensor.scales[start:end])
+                    return [(row * code_row, codes), (rows * code_row + row * scale_row, scales)]
                 try:
-                    return fp16_tiles(Tensor(tensor.dtype, tensor.data[start:start + _TILE_BLOCK_ROWS]), self.fragment_order)
+                    return [(row * code_row, fp16_tiles(Tensor(tensor.dtype, tensor.data[start:end]), self.fragment_order))]
                 except ValueError as e:
                     raise ValueError(f"{name} {e}") from None
 
-            pending: deque = deque()  # (first row, its future): converting while earlier blocks upload
+            pending: deque = deque()  # futures of converted blocks: converting while earlier blocks upload
             with ThreadPoolExecutor(_TILE_WORKERS) as pool:  # numpy converts outside the GIL
-                for start in range(0, len(tensor.data), _TILE_BLOCK_ROWS):
-                    pending.append((start, pool.submit(convert, start)))
+                for start in range(0, len(_values(tensor)), _TILE_BLOCK_ROWS):
+                    pending.append(pool.submit(convert, start))
                     if len(pending) > 2 * _TILE_WORKERS:  # bounds the converted blocks held
-                        self._upload_tiles(buf, *pending.popleft(), first_row, code_row)
-                for done, tiles in pending:
-                    self._upload_tiles(buf, done, tiles, first_row, code_row)
+                        self._upload_tiles(buf, pending.popleft())
+                for done in pending:
+                    self._upload_tiles(buf, done)
         else:
             with phase("weights: upload"):
                 if isinstance(tensor, QuantizedTensor):
@@ -246,12 +265,13 @@ class DeviceWeights:
                 else:
                     self.mem.upload(buf, tensor.data, first_row * code_row)
 
-    def _upload_tiles(self, buf: Buffer, done: int, tiles: Future, first_row: int, code_row: int) -> None:
+    def _upload_tiles(self, buf: Buffer, converted: Future) -> None:
         """Upload a block of strips once converted (the wait counted as conversion: the upload overlaps the rest)."""
         with phase("weights: fp16 tiles"):
-            converted = tiles.result()
+            parts = converted.result()
         with phase("weights: upload"):
-            self.mem.upload(buf, converted, (first_row + done) * code_row)
+            for offset, array in parts:
+                self.mem.upload(buf, array, offset)
 
     @property
     def nbytes(self) -> int:
