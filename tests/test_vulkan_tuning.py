@@ -94,6 +94,28 @@ def test_the_default_form_is_not_listed_and_other_drivers_are_apart(tmp_path, mo
     assert len(asked) == 4  # a new driver is timed afresh
 
 
+def test_choices_made_with_other_kernels_or_rows_are_timed_again(tmp_path, monkeypatch):
+    """A choice is kept for the forms' SPIR-V and the rows they were timed at: a new build of a
+    form's kernel, or another TUNE_ROWS, makes the device's first job time them again."""
+    monkeypatch.delenv(tuning.TUNE_ENV, raising=False)
+    timer, asked = fixed_times("8x1")
+    monkeypatch.setattr(tuning, "time_forms", timer)
+    tuning.tuned(fake_kernels(), None, shape_config("4b"), tmp_path)
+    assert len(asked) == 4 and f"at {tuning.TUNE_ROWS} rows" in tuning.device_key(fake_kernels())
+    asked.clear()
+    monkeypatch.setattr(tuning, "TUNE_ROWS", tuning.TUNE_ROWS // 4)
+    tuning.tuned(fake_kernels(), None, shape_config("4b"), tmp_path)
+    assert len(asked) == 4
+    asked.clear()
+    name = coop_variant(("GATED",), "T16", "wide", whole=True, form="2x4")
+    rebuilt = tmp_path / "rebuilt.spv"
+    rebuilt.write_bytes(VARIANTS[name].spv.read_bytes() + bytes(4))
+    monkeypatch.setitem(VARIANTS, name, SimpleNamespace(spv=rebuilt))
+    tuning.tuned(fake_kernels(), None, shape_config("4b"), tmp_path)
+    assert len(asked) == 4
+    assert len(json.loads((tmp_path / tuning.FILE).read_text())) == 3  # each kept apart
+
+
 def test_a_damaged_file_is_timed_again_and_rewritten(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv(tuning.TUNE_ENV, raising=False)
     (tmp_path / tuning.FILE).write_text('{"Some GPU | driver 1.0 | fragment order on": {"4096 x 2560": ')

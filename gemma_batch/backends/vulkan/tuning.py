@@ -4,9 +4,12 @@ The prompt tile (matmul_coop.comp WHOLE_K, fp16 tiles on fp16 inputs) comes in t
 `coop_tiles.PROMPT_FORMS`, which give the same bits, so the choice changes speed alone. A backend
 with cooperative matrices on fp16 inputs (`tuned`) reads this device's choices from
 `<cache>/tuning.json`. It times the model's shapes that are not there and writes them back:
-each form at TUNE_ROWS prompt rows, after a warm-up round, then the best of REPEATS rounds taken
-in turn. A fresh H200 machine's first 4b backend took 3.6 s with it, 0.2 s once kept (the forms'
-kernels compiled included). `gemma-batch tune` times them again and prints the table
+each form at TUNE_ROWS prompt rows (a whole prefill step: at 2,048 or 4,096 rows, whose inputs stay
+in the H200's L2, the 2x4 form timed 4-8% faster on 4b's down projection, and a job that ran it
+1.4% slower), after a warm-up round, then the best of REPEATS rounds taken in turn. An H200's
+first 4b backend took 3.5 s with it, 0.2 s once kept (the forms' kernels compiled included). A
+choice is kept per device, driver, tile order and the forms' SPIR-V (`device_key`), so a new build
+of the kernels is timed again. `gemma-batch tune` times them again and prints the table
 (`time_forms`, `format_times`).
 
 GEMMA_BATCH_VK_TUNE=0 keeps the default form everywhere and times nothing; so does a run
@@ -15,6 +18,7 @@ without a cache (GEMMA_BATCH_CACHE_DIR=off), whose choice could not be kept.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -30,6 +34,8 @@ from .coop_tiles import (COOP_FOLD_ROWS, COOP_FOLD_TILE_ROWS, COOP_WIDE_COLS, DE
 from .errors import DeviceMemoryError
 from .kernels import META_BINDING, Kernels
 from .memory import Memory
+from .step_buffers import PREFILL_STEP_TOKENS
+from .variants import VARIANTS
 from .timestamps import best_dispatch_seconds
 
 if TYPE_CHECKING:
@@ -37,7 +43,7 @@ if TYPE_CHECKING:
 
 TUNE_ENV = "GEMMA_BATCH_VK_TUNE"
 FILE = "tuning.json"
-TUNE_ROWS = 2048  # prompt rows each form is timed at (a quarter of a default prefill step)
+TUNE_ROWS = PREFILL_STEP_TOKENS  # prompt rows each form is timed at
 REPEATS = 3  # rounds of every form after the warm-up round; each form keeps its best
 Shape = tuple[int, int, bool]  # (N, K, gated): N the matmul's outputs (gate and up together where gated)
 
@@ -51,9 +57,15 @@ def model_shapes(cfg: Gemma3Config) -> list[Shape]:
 
 
 def device_key(kernels: Kernels) -> str:
-    """What a choice holds for: the device, its driver and how the weight tiles are stored."""
+    """What a choice holds for: the device, its driver, how the weight tiles are stored, and the
+    forms' kernels (a digest of their SPIR-V) timed at TUNE_ROWS rows."""
     info = kernels.dev.info
-    return f"{info.name} | {info.driver} | fragment order {'on' if kernels.fragment_loads else 'off'}"
+    digest = hashlib.sha256()
+    for gemm in ((), ("GATED",)):
+        for form in PROMPT_FORMS:
+            digest.update(VARIANTS[coop_variant(gemm, "T16", "wide", whole=True, form=form)].spv.read_bytes())
+    return (f"{info.name} | {info.driver} | fragment order {'on' if kernels.fragment_loads else 'off'} | "
+            f"kernels {digest.hexdigest()[:12]} at {TUNE_ROWS} rows")
 
 
 def wanted(root: Path | None) -> bool:
