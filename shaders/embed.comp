@@ -35,8 +35,8 @@ float table(uint row, uint h) {
 #else
     uint i = row * pc.H + h;
 #endif
-#if defined(W_T8)  // the scale word of (strip, group of 32) holds rows r % 8 and r % 8 + 8
-    uint word_at = pc.V * (pc.H / 4) + ((row / 16) * (pc.H / 32) + h / 32) * 8 + r % 8u;
+#if defined(W_T8)  // word (strip, r % 8, group of 32) holds rows r % 8 and r % 8 + 8
+    uint word_at = pc.V * (pc.H / 4) + ((row / 16) * 8 + r % 8u) * (pc.H / 32) + h / 32;
     return float(bitfieldExtract(int(e[i / 4]), int(8u * (i & 3u)), 8)) * half_of(e[word_at], r / 8u);
 #elif defined(W_I8)
     int word = int(e[i / 4]);

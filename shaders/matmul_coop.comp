@@ -210,8 +210,9 @@ void main() {
     vec2 wsc[W_LOADS];
     [[unroll]] for (uint i = 0; i < W_LOADS; i++) wsc[i] = vec2(1.0, 0.0);
 #if defined(W_T8)
-#define LOAD_SCALE(i, e, k0) { uint s_ = (wrow0 / 16 + (e) / (32 * KBS)) * (pc.K / 32) + ((k0) / 16 + ((e) / 32) % KBS) / 2; \
-        wsc[i] = unpackHalf2x16(up ? u_scales[scale_base + s_ * 8 + ((e) % 32) / 4] : w_scales[scale_base + s_ * 8 + ((e) % 32) / 4]); }
+#define LOAD_SCALE(i, e, k0) { uint s_ = scale_base + (((wrow0 / 16 + (e) / (32 * KBS)) * 8 + ((e) % 32) / 4) * (pc.K / 32) \
+                                                   + ((k0) / 16 + ((e) / 32) % KBS) / 2); \
+        wsc[i] = unpackHalf2x16(up ? u_scales[s_] : w_scales[s_]); }
 #elif defined(W_I8)
 #define LOAD_SCALE(i, e, k0) { uint row_ = wrow0 + (e) / XV, g_ = row_ * (pc.K / INT8_GROUP) + ((k0) + 8 * ((e) % XV)) / INT8_GROUP; \
         uint pair_ = up ? u_scales[scale_base + g_ / 2] : w_scales[scale_base + g_ / 2]; \

@@ -48,7 +48,7 @@ layout(std430, binding = 0) readonly buffer Wb { uvec4 w4[]; };   // fp16 tiles,
 layout(std430, binding = 1) readonly buffer Xb { uvec4 xs4[]; };  // split rows [hi K | lo K], fp16
 layout(std430, binding = 2) writeonly buffer Pb { float part[]; };  // [chunks, Mpad, N]
 layout(std430, binding = 4) readonly buffer W2b { uvec4 u4[]; };
-#ifdef W_T8  // codes [N / 16, K / 16] tiles of 32 uvec2, then the scales' words [N / 16, K / 32, 8] (aliases)
+#ifdef W_T8  // codes [N / 16, K / 16] tiles of 32 uvec2, then the scales' words [N / 16, 8, K / 32] (aliases)
 layout(std430, binding = 0) readonly buffer W8b { uvec2 w8[]; };
 layout(std430, binding = 4) readonly buffer U8b { uvec2 u8[]; };
 layout(std430, binding = 0) readonly buffer WSb { uint w_scales[]; };
@@ -106,7 +106,7 @@ void main() {
         // of its rows' scales (lane l = 4 g + t: rows g and g + 8, fragment_order.py).
         uvec2 wq[KS * TN];
         uint wsw[TN * KS / 2];
-        uint kg = pc.K / 32, scale_base = (tile0 / KB) * kg * 8 + gl_SubgroupInvocationID / 4;
+        uint kg = pc.K / 32, scale_base = ((tile0 / KB) * 8 + gl_SubgroupInvocationID / 4) * kg;
 #ifdef GATED
         scale_base += (pc.N / 2) * pc.K / 4;  // (words of the codes)
 #else
@@ -114,7 +114,7 @@ void main() {
 #endif
 #define LOAD_TILES(buf, sbuf, kb) [[unroll]] for (uint u = 0; u < KS; u++) [[unroll]] for (uint tn = 0; tn < TN; tn++) { \
             wq[u * TN + tn] = buf[(tile0 + tn * KB + (kb) + u) * 32 + gl_SubgroupInvocationID]; \
-            if (u % 2 == 0) wsw[tn * KS / 2 + u / 2] = sbuf[scale_base + (tn * kg + ((kb) + u) / 2) * 8]; }
+            if (u % 2 == 0) wsw[tn * KS / 2 + u / 2] = sbuf[scale_base + tn * 8 * kg + ((kb) + u) / 2]; }
 #define LOAD_W(kb) if (up) { LOAD_TILES(u8, u_scales, kb) } else { LOAD_TILES(w8, w_scales, kb) }
 #else
         uvec4 wf[KS * TN];

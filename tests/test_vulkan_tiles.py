@@ -189,7 +189,7 @@ def test_int8_tiles_hold_each_code_and_scale_where_the_kernels_read_them():
     """fragment_order.int8_tiles (the T8 layout) against the kernels' own formulas, element by
     element: code (n, k) at byte 8 lane + component of tile (n / 16, k / 16), lane 4 (n % 8) +
     (k % 8) / 2, component k % 2 + 2 ((k % 16) / 8) + 4 ((n % 16) / 8) (embed.comp W_T8); the
-    scale of (n, group k / 32) at half (n % 16) / 8 of word n % 8 of (strip n / 16, group)."""
+    scale of (n, group k / 32) at half (n % 16) / 8 of word (strip n / 16, n % 8, group)."""
     w = _int8_matrix(48, 96, 1)
     codes, pairs = int8_tiles(w.q, w.scales)
     assert codes.dtype == np.int8 and pairs.dtype == np.float16
@@ -199,7 +199,7 @@ def test_int8_tiles_hold_each_code_and_scale_where_the_kernels_read_them():
         for k in range(96):
             lane, comp = 4 * (n % 8) + (k % 8) // 2, k % 2 + 2 * ((k % 16) // 8) + 4 * ((n % 16) // 8)
             assert flat[((n // 16) * 6 + k // 16) * 256 + 8 * lane + comp] == w.q[n, k], (n, k)
-            assert words[((n // 16) * 3 + k // 32) * 8 + n % 8, (n % 16) // 8] == w.scales[n, k // 32], (n, k)
+            assert words[((n // 16) * 8 + n % 8) * 3 + k // 32, (n % 16) // 8] == w.scales[n, k // 32], (n, k)
 
 
 def test_int8_matrices_go_into_tiles_only_where_asked():

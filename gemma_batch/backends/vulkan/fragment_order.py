@@ -61,11 +61,13 @@ def int8_tiles(q: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.ndarra
     """int8 codes [R, K] and their fp16 scales [R, K / 32] (model/quant.py; R a multiple of 16, K
     of 32) as the T8 layout (matmul_coop_direct.comp): the codes in 16 x 16 tiles in fragment
     order, [R / 16, K / 16, 256] bytes, where lane l = 4 g + t's 8 bytes are rows g (4) and g + 8
-    (4); and per 16-row strip and 32-k group 8 words, word g the scales of rows g and g + 8,
-    [R / 16, K / 32, 8, 2] fp16. A strip's codes and scales take the bytes its rows take in rows."""
+    (4); and per 16-row strip, g and 32-k group a word of the scales of rows g and g + 8,
+    [R / 16, 8, K / 32, 2] fp16 (a g's groups in a row, as a row's scales lie in rows: a sector of
+    them serves 4 stages of the prefill tiles, whose loads took 25% of the prompt tile's time
+    group-major). A strip's codes and scales take the bytes its rows take in rows."""
     rows, cols = q.shape
     tiles = q.reshape(rows // TILE, TILE, cols // TILE, TILE).transpose(0, 2, 1, 3)
-    pairs = scales.reshape(rows // TILE, 2, TILE // 2, cols // 32).transpose(0, 3, 2, 1)
+    pairs = scales.reshape(rows // TILE, 2, TILE // 2, cols // 32).transpose(0, 2, 3, 1)
     return to_fragment_order(tiles), np.ascontiguousarray(pairs)
 
 
