@@ -51,10 +51,16 @@ def _order() -> np.ndarray:
 ORDER = _order()
 
 
-def to_fragment_order(tiles: np.ndarray) -> np.ndarray:
-    """Tiles [..., 16, 16] (row-major) as [..., 256] in fragment order."""
-    flat = tiles.reshape(*tiles.shape[:-2], TILE * TILE)
-    return np.ascontiguousarray(flat[..., ORDER])
+def fragment_tiles(matrix: np.ndarray) -> np.ndarray:
+    """A matrix [R, K] of 1- or 2-byte values (R and K multiples of 16) as 16 x 16 tiles in fragment
+    order, [R / 16, K / 16, 256]: tile (nt, kt)'s values in ORDER. ORDER keeps columns 2t and
+    2t + 1 side by side, so the values are moved in pairs, in one transposed copy: rows 8 h + g and
+    columns 8 a + 2 t (+ 1) go to (g, t, h, a) (about 5x faster than indexing by ORDER)."""
+    rows, cols = matrix.shape
+    pairs = np.ascontiguousarray(matrix).view(f"u{2 * matrix.itemsize}")  # [R, K / 2]
+    by_part = pairs.reshape(rows // TILE, 2, 8, cols // TILE, 2, 4)  # (strip, h, g, kt, a, t)
+    ordered = np.ascontiguousarray(by_part.transpose(0, 3, 2, 5, 1, 4))  # (strip, kt, g, t, h, a)
+    return ordered.view(matrix.dtype).reshape(rows // TILE, cols // TILE, TILE * TILE)
 
 
 def int8_tiles(q: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -66,9 +72,8 @@ def int8_tiles(q: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.ndarra
     them serves 4 stages of the prefill tiles, whose loads took 25% of the prompt tile's time
     group-major). A strip's codes and scales take the bytes its rows take in rows."""
     rows, cols = q.shape
-    tiles = q.reshape(rows // TILE, TILE, cols // TILE, TILE).transpose(0, 2, 1, 3)
     pairs = scales.reshape(rows // TILE, 2, TILE // 2, cols // 32).transpose(0, 2, 3, 1)
-    return to_fragment_order(tiles), np.ascontiguousarray(pairs)
+    return fragment_tiles(q), np.ascontiguousarray(pairs)
 
 
 def int8_tiles_wanted() -> bool:

@@ -37,7 +37,7 @@ from ...model.weights import tensor_shapes
 from ...startup import phase
 from ..placement import Segment, held_tensors
 from .coop_tiles import coop_fits
-from .fragment_order import int8_tiles as int8_tile_layout, to_fragment_order
+from .fragment_order import fragment_tiles, int8_tiles as int8_tile_layout
 from .coopmat import TILE
 from .variants import EMBED_DTYPES
 from .kernels import Kernels
@@ -90,8 +90,9 @@ def fp16_tiles(tensor: Tensor, fragment_order: bool = False) -> np.ndarray:
     for a bf16 NaN or infinity (fp16_bits)."""
     rows, cols = tensor.data.shape
     half = fp16_bits(tensor, refuse_non_finite=True).view(np.float16)
-    tiles = half.reshape(rows // TILE, TILE, cols // TILE, TILE).transpose(0, 2, 1, 3)
-    return to_fragment_order(tiles) if fragment_order else np.ascontiguousarray(tiles)
+    if fragment_order:
+        return fragment_tiles(half)
+    return np.ascontiguousarray(half.reshape(rows // TILE, TILE, cols // TILE, TILE).transpose(0, 2, 1, 3))
 
 
 def _values(tensor: Matrix) -> np.ndarray:
@@ -109,7 +110,7 @@ def _row_bytes(tensor: Matrix) -> tuple[int, int]:
 class DeviceWeights:
     """Per layer: `qkv`, `o_proj`, `gate_proj`, `up_proj`, `down_proj` (matrices), `qk_norm` and
     the four block norms (fp32); globally `embed`, `lm_head` (the embedding when tied), `norm`.
-    `dtypes` gives each matrix's storage dtype ("BF16" | "F16" | "F32" | "I8" | "I4" | "T16"),
+    `dtypes` gives each matrix's storage dtype ("BF16" | "F16" | "F32" | "I8" | "I4" | "T16" | "T8"),
     `group` the int4 group size (0 when no matrix is int4). `tiles`: store the matrices of the
     cooperative-matrix path as fp16 tiles (the module doc), with `fragment_order` each tile in the
     matrix units' fragment order (fragment_order.py), and with `int8_tiles` as well their int8
