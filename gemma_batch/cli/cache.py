@@ -15,7 +15,7 @@ PARTS = {
     "models": "models assembled from their packages (gemma-3-270m)",
     "gguf": "GGUF files converted to Hugging Face folders (their blocks carried)",
     "weights": "checkpoints converted to --weights int8 / int4",
-    "tuning.json": "the prompt tile's fastest form per GPU, driver and matmul shape (gemma-batch tune)",
+    "tuning.json": "the prompt tile's fastest form per GPU, driver, kernel build and matmul shape (gemma-batch tune)",
 }
 
 

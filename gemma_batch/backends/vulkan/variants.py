@@ -109,9 +109,8 @@ def _variants() -> dict[str, Variant]:
                 Variant(f"attention_flash_{kv}", "attention_flash", (define,), "glslang")]  # prompt tokens (flash.py)
     for dtype in COOP_DTYPES:
         for gemm in dict.fromkeys(defines for _, defines, _ in COOP_KINDS.values()):
-            if dtype in COOP_DIRECT_DTYPES:  # (W_T16 is that shader's default)
-                defines = (WEIGHT_DEFINES[dtype],) if dtype != "T16" else ()
-                out.append(Variant(coop_variant(gemm, dtype), "matmul_coop_direct", (*defines, *gemm), "glslang"))
+            if dtype in COOP_DIRECT_DTYPES:
+                out.append(Variant(coop_variant(gemm, dtype), "matmul_coop_direct", (WEIGHT_DEFINES[dtype], *gemm), "glslang"))
             else:
                 out.append(Variant(coop_variant(gemm, dtype), "matmul_coop", (WEIGHT_DEFINES[dtype], *gemm), "glslang"))
             folds = (True, "wide", "wide_split") if dtype in COOP_WIDE_DTYPES and "ROWS" not in gemm else (True,)

@@ -204,7 +204,7 @@ class DeviceWeights:
 
     def _matrix(self, layer: int, key: str, tensor: Matrix, name: str) -> Buffer:
         quantized = isinstance(tensor, QuantizedTensor)
-        rows = len(tensor.q if quantized else tensor.data)
+        rows = len(_values(tensor))
         # The embedding is tiled only when it is also the LM head (tied), which reads it as a matrix.
         tiled = None if key == "embed" and not self.cfg.tie_word_embeddings else self._tile_dtype(tensor, rows)
         self.dtypes[(layer, key)] = tiled or self._check_dtype(tensor, name)
