@@ -24,8 +24,9 @@ from gemma_batch.engine.engine import Engine, Request
 from gemma_batch.engine.kv_plan import KVPlan, blocks_per_sequence
 from gemma_batch.engine.sampling_params import SamplingParams
 from gemma_batch.job.spec import DEMO_MODEL
-from gemma_batch.model.checkpoint import Checkpoint
+from gemma_batch.model.checkpoint import Checkpoint, to_float32
 from gemma_batch.model.config import Gemma3Config
+from gemma_batch.model.quant import WeightFormat, quantize
 
 # (llvmpipe takes about a second a step in CI: fewer rows and tokens there (6 new), the first 4 prompts
 # of the 12, 2 of them sampled, and still preempted in the squeezed run)
@@ -138,15 +139,21 @@ def test_attention_reads_keys_once_or_per_query_with_the_same_bits(kv_dtype, win
     assert np.isfinite(once).all()
 
 
-def test_cpu_threads_do_not_change_the_bits():
+@pytest.mark.parametrize("weights", ["fp32", "int4"])
+def test_cpu_threads_do_not_change_the_bits(weights):
     """One thread, or three taking parts of each step's rows (steps of 2+ tiles), give every
-    position's logits bit for bit (the tests' machine may have one core: the count is forced)."""
+    position's logits bit for bit (the tests' machine may have one core: the count is forced);
+    int4 layer matrices too, whose blocks the three widen together (cpu_math.SharedWidening)."""
     cfg = Gemma3Config.from_dir(DEMO_MODEL)
     requests = make_requests(cfg, NEW_TOKENS["cpu"])
+    tensors = list(Checkpoint.open(DEMO_MODEL, cfg).tensors())
+    if weights == "int4":
+        tensors = [(name, quantize(to_float32(t), WeightFormat.parse("int4")) if name.endswith("_proj.weight") else t)
+                   for name, t in tensors]
     logits = []
     for threads in (1, 3):
         backend = CpuBackend(cfg, threads=threads)
-        backend.load_weights(Checkpoint.open(DEMO_MODEL, cfg).tensors())
+        backend.load_weights(tensors)
         logits.append({})
         run(backend, requests, 32, 512, len(requests), logits[-1])
     assert logits[0] == logits[1] and len(logits[0]) > 300

@@ -15,7 +15,8 @@ prefill chunking.
 
 Weight formats (`model.quant`): bf16 and fp16 matrices are widened to float32 at load (exactly);
 int8 and int4 matrices stay quantized and are dequantized W_ROWS output rows at a time inside the
-product, so no dequantized copy of a matrix is ever held. KV formats: `kv_formats`.
+product; in a step of several row parts, once for all of them into two float32 buffers the size of
+the largest layer matrix (`cpu_widening.py`), not once a part. KV formats: `kv_formats`.
 
 Shapes: T tokens in the step, S sequences, H hidden, nh/nkv heads of hd, I intermediate, V vocab.
 """
@@ -38,6 +39,7 @@ from .base import Backend, StepBatch, StepResult
 from .cpu_attention import AttentionPlan, attend, attention_plan
 from .cpu_math import (F32, MAX_THREADS, ROW_TILE, Matrix, apply_rope, embed_rows, gelu_tanh, matmul_rows, rms_norm,
                        rope_cos_sin)
+from .cpu_widening import SharedWidening, on_parts
 from .kv_formats import KVStore, kv_label, kv_slot_bytes, kv_token_bytes
 from .placement import Segment, held_tensors
 from .sampler import sample_tokens, scores
@@ -73,6 +75,7 @@ class CpuBackend(Backend):
         self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="gemma-batch-cpu") if self.threads > 1 else None
         self._blas = ThreadpoolController()
         self.weights: dict[str, Matrix] = {}  # canonical name -> float32 array or quantized matrix
+        self._widening: list[np.ndarray] = []  # SharedWidening's two buffers, where layer matrices are quantized
         self.layers: list[dict[str, Matrix]] = []  # per layer: suffix -> the same arrays
         self.k_cache: dict[int, KVStore] = {}  # layer -> [num_blocks * block_size, nkv, hd]
         self.v_cache: dict[int, KVStore] = {}
@@ -96,6 +99,9 @@ class CpuBackend(Backend):
             {k.split(".", 2)[2]: v for k, v in self.weights.items() if k.startswith(f"layers.{i}.")}
             for i in range(self.cfg.num_layers)
         ]
+        largest = max((w.shape[0] * w.shape[1] for layer in self.layers for w in layer.values()
+                       if isinstance(w, QuantizedTensor)), default=0)
+        self._widening = [np.empty(largest, F32) for _ in range(2)] if largest and self.threads > 1 else []
 
     def close(self) -> None:
         """Stop the backend's threads (the memory is the process's own)."""
@@ -104,7 +110,7 @@ class CpuBackend(Backend):
 
     def peak_memory(self) -> int:
         """The weights and KV arrays (the step's activations are small next to them)."""
-        arrays = [*self.weights.values(), *self.k_cache.values(), *self.v_cache.values()]
+        arrays = [*self.weights.values(), *self.k_cache.values(), *self.v_cache.values(), *self._widening]
         return sum(a.nbytes for a in arrays)
 
     def measure_read_bandwidth(self, nbytes: int) -> float:
@@ -127,8 +133,12 @@ class CpuBackend(Backend):
             return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
     def weight_bytes(self, tensor_bytes: Mapping[str, int]) -> int:
-        """BF16 and F16 tensors are held as float32 (they double); quantized ones as they are."""
-        return sum(n * (2 if dtype in ("BF16", "F16") else 1) for dtype, n in tensor_bytes.items())
+        """BF16 and F16 tensors are held as float32 (they double); quantized ones as they are, and
+        with more than one thread two float32 buffers of the largest layer matrix to widen them."""
+        cfg = self.cfg
+        widening = 2 * 4 * cfg.hidden_size * max(cfg.intermediate_size, cfg.q_width) if self.threads > 1 and (
+            {"INT8", "INT4"} & set(tensor_bytes)) else 0
+        return widening + sum(n * (2 if dtype in ("BF16", "F16") else 1) for dtype, n in tensor_bytes.items())
 
     def kv_bytes_per_token(self, group: str) -> int:
         return kv_token_bytes(self.cfg, group, self.kv_dtype, self.kv_layers)
@@ -223,15 +233,17 @@ class CpuBackend(Backend):
         eps = cfg.rms_norm_eps
         parts = self._row_parts(x.shape[0])
         pool = self.pool if len(parts) == 1 else None  # the threads take parts, or else blocks
+        shared = self._shared_widening(len(parts))
 
-        def qkv(rows: slice) -> np.ndarray:
+        def qkv(part: int) -> np.ndarray:
+            rows, widen = parts[part], shared and (shared, part)
             T = rows.stop - rows.start
             a = rms_norm(x[rows], w["input_layernorm.weight"], eps)
             if self.observe:
                 self.observe(layer, "qkv", a)
-            q = matmul_rows(a, w["self_attn.q_proj.weight"], pool).reshape(T, cfg.num_heads, cfg.head_dim)
-            k = matmul_rows(a, w["self_attn.k_proj.weight"], pool).reshape(T, cfg.num_kv_heads, cfg.head_dim)
-            v = matmul_rows(a, w["self_attn.v_proj.weight"], pool).reshape(T, cfg.num_kv_heads, cfg.head_dim)
+            q = matmul_rows(a, w["self_attn.q_proj.weight"], pool, widen).reshape(T, cfg.num_heads, cfg.head_dim)
+            k = matmul_rows(a, w["self_attn.k_proj.weight"], pool, widen).reshape(T, cfg.num_kv_heads, cfg.head_dim)
+            v = matmul_rows(a, w["self_attn.v_proj.weight"], pool, widen).reshape(T, cfg.num_kv_heads, cfg.head_dim)
             cos, sin = (table[rows] for table in rope)
             q = apply_rope(rms_norm(q, w["self_attn.q_norm.weight"], eps), cos, sin)  # QK-norm, then RoPE
             k = apply_rope(rms_norm(k, w["self_attn.k_norm.weight"], eps), cos, sin)
@@ -241,18 +253,19 @@ class CpuBackend(Backend):
 
         result = np.empty_like(x) if out is None else out
 
-        def rest(rows: slice, q: np.ndarray) -> None:
+        def rest(part: int, q: np.ndarray) -> None:
+            rows, widen = parts[part], shared and (shared, part)
             T = rows.stop - rows.start
             o = attend(q, self.k_cache[layer], self.v_cache[layer], plan.rows(rows), cfg).reshape(T, cfg.q_width)
             if self.observe:
                 self.observe(layer, "o", o)
-            attn = matmul_rows(o, w["self_attn.o_proj.weight"], pool)  # [T, H]
+            attn = matmul_rows(o, w["self_attn.o_proj.weight"], pool, widen)  # [T, H]
             np.add(x[rows], rms_norm(attn, w["post_attention_layernorm.weight"], eps), out=result[rows])
 
         if len(parts) == 1:
-            rest(parts[0], qkv(parts[0]))
+            rest(0, qkv(0))
         else:
-            list(self.pool.map(rest, parts, list(self.pool.map(qkv, parts))))
+            on_parts(self.pool, shared, rest, range(len(parts)), on_parts(self.pool, shared, qkv, range(len(parts))))
         return result
 
     def _feed_forward(self, layer: int, h: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -262,21 +275,30 @@ class CpuBackend(Backend):
         w, eps = self.layers[layer], self.cfg.rms_norm_eps
         parts = self._row_parts(h.shape[0])
         pool = self.pool if len(parts) == 1 else None
+        shared = self._shared_widening(len(parts))
 
         result = np.empty_like(h) if out is None else out
 
-        def ffn(rows: slice) -> None:
+        def ffn(part: int) -> None:
+            rows, widen = parts[part], shared and (shared, part)
             b = rms_norm(h[rows], w["pre_feedforward_layernorm.weight"], eps)
-            gate = gelu_tanh(matmul_rows(b, w["mlp.gate_proj.weight"], pool))  # [T, I]
-            gated = gate * matmul_rows(b, w["mlp.up_proj.weight"], pool)
+            gate = gelu_tanh(matmul_rows(b, w["mlp.gate_proj.weight"], pool, widen))  # [T, I]
+            gated = gate * matmul_rows(b, w["mlp.up_proj.weight"], pool, widen)
             if self.observe:
                 self.observe(layer, "gate_up", b)
                 self.observe(layer, "down", gated)
-            mlp = matmul_rows(gated, w["mlp.down_proj.weight"], pool)  # [T, H]
+            mlp = matmul_rows(gated, w["mlp.down_proj.weight"], pool, widen)  # [T, H]
             np.add(h[rows], rms_norm(mlp, w["post_feedforward_layernorm.weight"], eps), out=result[rows])
 
         if len(parts) == 1:
-            ffn(parts[0])
+            ffn(0)
         else:
-            list(self.pool.map(ffn, parts))
+            on_parts(self.pool, shared, ffn, range(len(parts)))
         return result
+
+    def _shared_widening(self, parts: int) -> SharedWidening | None:
+        """A SharedWidening for a step of `parts` row parts, where the backend holds quantized
+        matrices: their blocks widened once a step, not once a part."""
+        if parts == 1 or not self._widening:
+            return None
+        return SharedWidening(parts, self._widening)

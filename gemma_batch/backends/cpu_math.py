@@ -13,6 +13,7 @@ import numpy as np
 
 from ..model.config import RopeSpec
 from ..model.quant import QuantizedTensor
+from .cpu_widening import SharedWidening
 
 F32 = np.float32
 ROW_TILE = 16  # rows per weight product: a fixed shape keeps BLAS on one code path
@@ -25,11 +26,13 @@ RUN_TILES = 8  # tiles a thread takes at a time from a matrix of one block
 Matrix = np.ndarray | QuantizedTensor
 
 
-def matmul_rows(x: np.ndarray, w: Matrix, pool: ThreadPoolExecutor | None = None) -> np.ndarray:
+def matmul_rows(x: np.ndarray, w: Matrix, pool: ThreadPoolExecutor | None = None,
+                shared: tuple[SharedWidening, int] | None = None) -> np.ndarray:
     """x [T, K] @ w.T for w [N, K], in tiles of ROW_TILE rows so each row's result is batch-invariant;
     a quantized matrix, or one of THREADED_WEIGHTS or more, in blocks of W_ROWS output rows. With
     `pool`, its threads take the blocks (or, for a matrix of one block, runs of RUN_TILES tiles): the same
-    tiles and blocks, so the same bits, as without."""
+    tiles and blocks, so the same bits, as without. With `shared` (a SharedWidening and this
+    thread's part index in it), a quantized matrix is widened once for all the parts' threads."""
     T, K, N = x.shape[0], x.shape[1], w.shape[0]
     tiles = -(-T // ROW_TILE)
     padded = np.zeros((tiles, ROW_TILE, K), F32)
@@ -40,12 +43,15 @@ def matmul_rows(x: np.ndarray, w: Matrix, pool: ThreadPoolExecutor | None = None
     run = max(tiles, 1) if pool is None or blocked else RUN_TILES
     runs = [slice(i, i + run) for i in range(0, tiles, run)]
 
+    widened = None if shared is None or isinstance(w, np.ndarray) else shared[0].matrix(shared[1], w)
     spare: SimpleQueue[np.ndarray] = SimpleQueue()  # dequantized blocks' buffers, reused by the threads
 
     def product(work: tuple[slice, slice]) -> None:
         rows, run = work
         if isinstance(w, np.ndarray):
             weights = w[rows]
+        elif widened is not None:
+            weights = widened[rows]
         else:  # quantized: made as needed, into a buffer an earlier block used (no fresh pages to fault in)
             buffer = np.empty((W_ROWS, K), F32) if spare.empty() else spare.get()
             weights = w.dequantize(rows, out=buffer[: min(W_ROWS, N - rows.start)])
@@ -54,7 +60,7 @@ def matmul_rows(x: np.ndarray, w: Matrix, pool: ThreadPoolExecutor | None = None
         # row's place in the tile (rows 6-15 differ from row 0 on Haswell); columns of
         # `w @ tile.T` do not, up to 16 of them.
         out[run, :, rows] = np.matmul(weights, padded[run].transpose(0, 2, 1)).transpose(0, 2, 1)
-        if not isinstance(w, np.ndarray):
+        if not isinstance(w, np.ndarray) and widened is None:
             spare.put(buffer)
 
     work = [(rows, run) for rows in blocks for run in runs]
