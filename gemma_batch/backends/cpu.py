@@ -236,7 +236,7 @@ class CpuBackend(Backend):
         shared = self._shared_widening(len(parts))
 
         def qkv(part: int) -> np.ndarray:
-            rows, widen = parts[part], shared and (shared, part)
+            rows, widen = parts[part], None if shared is None else (shared, part)
             T = rows.stop - rows.start
             a = rms_norm(x[rows], w["input_layernorm.weight"], eps)
             if self.observe:
@@ -254,7 +254,7 @@ class CpuBackend(Backend):
         result = np.empty_like(x) if out is None else out
 
         def rest(part: int, q: np.ndarray) -> None:
-            rows, widen = parts[part], shared and (shared, part)
+            rows, widen = parts[part], None if shared is None else (shared, part)
             T = rows.stop - rows.start
             o = attend(q, self.k_cache[layer], self.v_cache[layer], plan.rows(rows), cfg).reshape(T, cfg.q_width)
             if self.observe:
@@ -280,7 +280,7 @@ class CpuBackend(Backend):
         result = np.empty_like(h) if out is None else out
 
         def ffn(part: int) -> None:
-            rows, widen = parts[part], shared and (shared, part)
+            rows, widen = parts[part], None if shared is None else (shared, part)
             b = rms_norm(h[rows], w["pre_feedforward_layernorm.weight"], eps)
             gate = gelu_tanh(matmul_rows(b, w["mlp.gate_proj.weight"], pool, widen))  # [T, I]
             gated = gate * matmul_rows(b, w["mlp.up_proj.weight"], pool, widen)
@@ -298,7 +298,7 @@ class CpuBackend(Backend):
 
     def _shared_widening(self, parts: int) -> SharedWidening | None:
         """A SharedWidening for a step of `parts` row parts, where the backend holds quantized
-        matrices: their blocks widened once a step, not once a part."""
+        matrices: each widened once a step, not once a part."""
         if parts == 1 or not self._widening:
             return None
         return SharedWidening(parts, self._widening)
