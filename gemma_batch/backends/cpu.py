@@ -2,7 +2,7 @@
 
 It favours clarity over speed. Per step it loops in Python over layers, and inside attention over
 the lengths of key windows; everything else is whole-array numpy. A step of two or more tiles of
-rows runs each layer on the backend's threads, a part of the rows a thread (`_row_parts`); a
+rows runs each layer on the backend's threads, a part of the rows a thread (`cpu_parts.row_parts`); a
 smaller one gives the threads the blocks of its large matrices.
 
 Batch invariance (see `Backend.step`) is by construction, because BLAS does not promise it:
@@ -16,7 +16,7 @@ prefill chunking.
 Weight formats (`model.quant`): bf16 and fp16 matrices are widened to float32 at load (exactly);
 int8 and int4 matrices stay quantized and are dequantized W_ROWS output rows at a time inside the
 product; in a step of several row parts, once for all of them into two float32 buffers the size of
-the largest layer matrix (`cpu_widening.py`), not once a part. KV formats: `kv_formats`.
+the largest layer matrix (`cpu_parts.py`), not once a part. KV formats: `kv_formats`.
 
 Shapes: T tokens in the step, S sequences, H hidden, nh/nkv heads of hd, I intermediate, V vocab.
 """
@@ -37,9 +37,9 @@ from ..model.quant import FORMATS, QuantizedTensor
 from ..model.weights import tensor_shapes
 from .base import Backend, StepBatch, StepResult
 from .cpu_attention import AttentionPlan, attend, attention_plan
-from .cpu_math import (F32, MAX_THREADS, ROW_TILE, Matrix, apply_rope, embed_rows, gelu_tanh, matmul_rows, rms_norm,
+from .cpu_math import (F32, MAX_THREADS, Matrix, apply_rope, embed_rows, gelu_tanh, matmul_rows, rms_norm,
                        rope_cos_sin)
-from .cpu_widening import SharedWidening, on_parts
+from .cpu_parts import on_parts, row_parts
 from .kv_formats import KVStore, kv_label, kv_slot_bytes, kv_token_bytes
 from .placement import Segment, held_tensors
 from .sampler import sample_tokens, scores
@@ -207,15 +207,6 @@ class CpuBackend(Backend):
     def _lm_head(self) -> Matrix:
         return self.weights.get("lm_head.weight", self.weights["embed_tokens.weight"])  # [V, H]
 
-    def _row_parts(self, rows: int) -> list[slice]:
-        """The step's rows cut at ROW_TILE boundaries into one part per thread (one part when
-        there are fewer tiles than threads: the products' blocks take the threads instead; small
-        decode steps split further were slower, the threads' hand-offs costing more than the work)."""
-        tiles = -(-rows // ROW_TILE)
-        count = min(self.threads, tiles)
-        ends = [min(rows, ROW_TILE * (tiles * i // count)) for i in range(count + 1)]
-        return [slice(a, b) for a, b in zip(ends, ends[1:])]
-
     def _attention(
         self,
         layer: int,
@@ -226,14 +217,13 @@ class CpuBackend(Backend):
         out: np.ndarray | None = None,  # [T, H]: where the result goes (None: a new array)
     ) -> np.ndarray:
         """A decoder layer's attention block, x + post_norm(o(attend(qkv(norm(x))))); a part of
-        the rows a thread (`_row_parts`), each row's arithmetic the same in any part. Every
+        the rows a thread (`cpu_parts.row_parts`), each row's arithmetic the same in any part. Every
         part's keys are written before any query reads them."""
         cfg = self.cfg
         w = self.layers[layer]
         eps = cfg.rms_norm_eps
-        parts = self._row_parts(x.shape[0])
+        parts, shared = row_parts(x.shape[0], self.threads, self._widening)
         pool = self.pool if len(parts) == 1 else None  # the threads take parts, or else blocks
-        shared = self._shared_widening(len(parts))
 
         def qkv(part: int) -> np.ndarray:
             rows, widen = parts[part], None if shared is None else (shared, part)
@@ -273,9 +263,8 @@ class CpuBackend(Backend):
         b = norm(h) [T, H], rows split between the threads as in `_attention`; into `out` where
         given."""
         w, eps = self.layers[layer], self.cfg.rms_norm_eps
-        parts = self._row_parts(h.shape[0])
+        parts, shared = row_parts(h.shape[0], self.threads, self._widening)
         pool = self.pool if len(parts) == 1 else None
-        shared = self._shared_widening(len(parts))
 
         result = np.empty_like(h) if out is None else out
 
@@ -295,10 +284,3 @@ class CpuBackend(Backend):
         else:
             on_parts(self.pool, shared, ffn, range(len(parts)))
         return result
-
-    def _shared_widening(self, parts: int) -> SharedWidening | None:
-        """A SharedWidening for a step of `parts` row parts, where the backend holds quantized
-        matrices: each widened once a step, not once a part."""
-        if parts == 1 or not self._widening:
-            return None
-        return SharedWidening(parts, self._widening)

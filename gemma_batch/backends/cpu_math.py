@@ -13,10 +13,9 @@ import numpy as np
 
 from ..model.config import RopeSpec
 from ..model.quant import QuantizedTensor
-from .cpu_widening import SharedWidening
+from .cpu_parts import ROW_TILE, SharedWidening
 
 F32 = np.float32
-ROW_TILE = 16  # rows per weight product: a fixed shape keeps BLAS on one code path
 W_ROWS = 1024  # output rows of a matrix multiplied at a time (a quantized one: dequantized at a time)
 # Matrices of at least this many weights are multiplied in blocks of W_ROWS output rows on the
 # backend's threads; the blocks are the same whatever the number of threads, so are the sums.

@@ -1,7 +1,7 @@
-"""Quantized matrices widened once for the CPU backend's threads that multiply a step's row parts
-by them at the same time (`CpuBackend._row_parts`), rather than once by each thread: at 8 threads
-each thread had widened every matrix itself, 8 times the work (docs/EXPERIMENTS.md, "Quantized
-matrices widened once a step on the CPU").
+"""A step's rows in parts on the CPU backend's threads, and quantized matrices widened once for
+the parts that multiply by them at the same time, rather than once by each part: at 8 threads each
+had widened every matrix itself, 8 times the work (docs/EXPERIMENTS.md, "Quantized matrices
+widened once a step on the CPU").
 
 Each thread asks for the same matrices in the same order (a layer's products); the first to ask
 for one starts widening it, in shares of SHARE_ROWS rows that every thread arriving takes from, and
@@ -23,6 +23,7 @@ import numpy as np
 from ..model.quant import QuantizedTensor
 
 SHARE_ROWS = 256  # rows of a matrix one thread widens at a time
+ROW_TILE = 16  # rows per weight product (cpu_math.matmul_rows): a fixed shape keeps BLAS on one code path
 
 
 @dataclass(eq=False)
@@ -84,6 +85,18 @@ class SharedWidening:
         self.changed.wait_for(lambda: ready() or self.broken)
         if self.broken:
             raise threading.BrokenBarrierError("another part of the step failed")
+
+
+def row_parts(rows: int, threads: int, buffers: list[np.ndarray]) -> tuple[list[slice], SharedWidening | None]:
+    """A step's `rows` cut at ROW_TILE boundaries into one part per thread (one part when there
+    are fewer tiles than threads: the products' blocks take the threads instead; small decode
+    steps split further were slower, the threads' hand-offs costing more than the work), and the
+    parts' SharedWidening where there are several and `buffers` (none: no quantized matrices)."""
+    tiles = -(-rows // ROW_TILE)
+    count = min(threads, tiles)
+    ends = [min(rows, ROW_TILE * (tiles * i // count)) for i in range(count + 1)]
+    parts = [slice(a, b) for a, b in zip(ends, ends[1:])]
+    return parts, SharedWidening(count, buffers) if count > 1 and buffers else None
 
 
 def on_parts(pool: ThreadPoolExecutor, shared: SharedWidening | None, work: Callable[..., Any],

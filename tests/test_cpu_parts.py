@@ -1,4 +1,4 @@
-"""Quantized matrices widened once for a step's row parts (`cpu_widening.SharedWidening`): the
+"""Quantized matrices widened once for a step's row parts (`cpu_parts.SharedWidening`): the
 same bits as each part widening its own, each weight widened once, a failing part raised, not
 waited on.
 
@@ -15,7 +15,7 @@ import pytest
 from threadpoolctl import ThreadpoolController
 
 from gemma_batch.backends.cpu_math import W_ROWS, matmul_rows
-from gemma_batch.backends.cpu_widening import SharedWidening, on_parts
+from gemma_batch.backends.cpu_parts import SharedWidening, on_parts
 from gemma_batch.model.quant import QuantizedTensor, WeightFormat, quantize
 
 rng = np.random.default_rng(0)
