@@ -96,10 +96,11 @@ def test_rows_are_identical_alone_together_and_shuffled_with_preemption(backend)
     assert run(backend, [Request(**greedy_twin)], 1, 512, 1)[0][sampled[0]] != alone[sampled[0]]  # sampling is live
 
 
-@pytest.mark.parametrize("shape", [(96, 64), (128, 128), (192, 128), (384, 128), (2048, 128), (2304, 1152)])
+@pytest.mark.parametrize("shape", [(96, 64), (128, 128), (192, 128), (384, 128), (2048, 128), (2304, 1152),
+                                   (16448, 64)])
 def test_row_tiled_products_do_not_depend_on_the_other_rows(shape):
-    """Also with the products' blocks on threads (the last shape is one of THREADED_WEIGHTS or
-    more: 3 blocks of output rows); BLAS on one thread, as the CPU backend runs its steps (with two
+    """Also with the products' blocks on threads (`block_rows`: one to nine blocks of output rows
+    here, and the last shape's 17 of the larger size); BLAS on one thread, as the CPU backend runs its steps (with two
     threads OpenBLAS sums some shapes in another order, so the count is fixed)."""
     rng = np.random.default_rng(0)
     w = rng.standard_normal(shape).astype(np.float32)

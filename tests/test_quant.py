@@ -214,7 +214,7 @@ def test_a_quantized_product_never_holds_the_dequantized_matrix():
     matmul_rows(x, qt)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    assert peak < 8192 * 256 * 4 / 2  # half the float32 matrix: two W_ROWS blocks and their temporaries
+    assert peak < 8192 * 256 * 4 / 2  # half the float32 matrix: a block of output rows and its temporaries
 
 
 @pytest.mark.parametrize("weights, group, layers, embedding", [

@@ -3,7 +3,7 @@
 It favours clarity over speed. Per step it loops in Python over layers, and inside attention over
 the lengths of key windows; everything else is whole-array numpy. A step of two or more tiles of
 rows runs each layer on the backend's threads, a part of the rows a thread (`cpu_parts.row_parts`); a
-smaller one gives the threads the blocks of its large matrices.
+smaller one gives the threads the blocks of its matrices (`cpu_math.block_rows`).
 
 Batch invariance (see `Backend.step`) is by construction, because BLAS does not promise it:
 OpenBLAS sums a 1-row product (gemv) in another order than a many-row one, and may switch kernels
@@ -14,7 +14,7 @@ token's arithmetic then has the same shapes, hence the same rounding, in any bat
 prefill chunking.
 
 Weight formats (`model.quant`): bf16 and fp16 matrices are widened to float32 at load (exactly);
-int8 and int4 matrices stay quantized and are dequantized W_ROWS output rows at a time inside the
+int8 and int4 matrices stay quantized and are dequantized a block of output rows at a time inside the
 product; in a step of several row parts, once for all of them into two float32 buffers the size of
 the largest layer matrix (`cpu_parts.py`), not once a part. KV formats: `kv_formats`.
 

@@ -16,20 +16,22 @@ from ..model.quant import QuantizedTensor
 from .cpu_parts import ROW_TILE, SharedWidening
 
 F32 = np.float32
-W_ROWS = 1024  # output rows of a matrix multiplied at a time (a quantized one: dequantized at a time)
-# Matrices of at least this many weights are multiplied in blocks of W_ROWS output rows on the
-# backend's threads; the blocks are the same whatever the number of threads, so are the sums.
-THREADED_WEIGHTS = 1 << 21
+W_ROWS = 256  # output rows of a matrix multiplied at a time (a quantized one: dequantized at a time)
+LARGE_ROWS = 1024  # the same for matrices of LARGE_MATRIX output rows or more (the LM head)
+LARGE_MATRIX = 1 << 14
+# Every matrix is multiplied in blocks of rows that depend on its shape alone, whatever the step's
+# rows and the number of threads, so each output's sum is one BLAS call of one shape in any step;
+# blocks this small let a step of one tile spread even a 270M's layer matrices over the threads.
 MAX_THREADS = 8
-RUN_TILES = 8  # tiles a thread takes at a time from a matrix of one block
+RUN_TILES = 8  # tiles a thread takes at a time from a block
 Matrix = np.ndarray | QuantizedTensor
 
 
 def matmul_rows(x: np.ndarray, w: Matrix, pool: ThreadPoolExecutor | None = None,
                 shared: tuple[SharedWidening, int] | None = None) -> np.ndarray:
-    """x [T, K] @ w.T for w [N, K], in tiles of ROW_TILE rows so each row's result is batch-invariant;
-    a quantized matrix, or one of THREADED_WEIGHTS or more, in blocks of W_ROWS output rows. With
-    `pool`, its threads take the blocks (or, for a matrix of one block, runs of RUN_TILES tiles): the same
+    """x [T, K] @ w.T for w [N, K], in tiles of ROW_TILE rows so each row's result is batch-invariant,
+    and in blocks of `block_rows(N)` output rows (a quantized matrix is dequantized a block at a
+    time). With `pool`, its threads take the blocks, each with runs of RUN_TILES tiles: the same
     tiles and blocks, so the same bits, as without. With `shared` (a SharedWidening and this
     thread's part index in it), a quantized matrix is widened once for all the parts' threads."""
     T, K, N = x.shape[0], x.shape[1], w.shape[0]
@@ -37,9 +39,9 @@ def matmul_rows(x: np.ndarray, w: Matrix, pool: ThreadPoolExecutor | None = None
     padded = np.zeros((tiles, ROW_TILE, K), F32)
     padded.reshape(-1, K)[:T] = x
     out = np.empty((tiles, ROW_TILE, N), F32)
-    blocked = not isinstance(w, np.ndarray) or w.size >= THREADED_WEIGHTS
-    blocks = [slice(r, r + W_ROWS) for r in range(0, N, W_ROWS)] if blocked else [slice(None)]
-    run = max(tiles, 1) if pool is None or blocked else RUN_TILES
+    step = block_rows(N)
+    blocks = [slice(r, r + step) for r in range(0, N, step)]
+    run = max(tiles, 1) if pool is None else RUN_TILES
     runs = [slice(i, i + run) for i in range(0, tiles, run)]
 
     widened = None if shared is None or isinstance(w, np.ndarray) else shared[0].matrix(shared[1], w)
@@ -52,8 +54,8 @@ def matmul_rows(x: np.ndarray, w: Matrix, pool: ThreadPoolExecutor | None = None
         elif widened is not None:
             weights = widened[rows]
         else:  # quantized: made as needed, into a buffer an earlier block used (no fresh pages to fault in)
-            buffer = np.empty((W_ROWS, K), F32) if spare.empty() else spare.get()
-            weights = w.dequantize(rows, out=buffer[: min(W_ROWS, N - rows.start)])
+            buffer = np.empty((step, K), F32) if spare.empty() else spare.get()
+            weights = w.dequantize(rows, out=buffer[: min(step, N - rows.start)])
         # As w @ tile.T, one BLAS call a tile: the tile's rows are the product's columns. OpenBLAS
         # 0.3.31's small-matrix sgemm sums a row of `tile @ w.T` in an order that depends on the
         # row's place in the tile (rows 6-15 differ from row 0 on Haswell); columns of
@@ -69,6 +71,11 @@ def matmul_rows(x: np.ndarray, w: Matrix, pool: ThreadPoolExecutor | None = None
     else:
         list(pool.map(product, work))
     return out.reshape(-1, N)[:T]
+
+
+def block_rows(n: int) -> int:
+    """The output rows of an [n, K] matrix's blocks."""
+    return LARGE_ROWS if n >= LARGE_MATRIX else W_ROWS
 
 
 def embed_rows(table: Matrix, token_ids: np.ndarray) -> np.ndarray:

@@ -1,7 +1,8 @@
 """The text-decoder shapes of the published Gemma 3 checkpoints, for benchmarks on random weights.
 
 Each entry is written in Hugging Face `Gemma3TextConfig` fields, so that the transformers peer
-(`benchmarks/hf_peer.py`) builds the very same model from it; values from gemma3_spec.md §1.
+(`benchmarks/hf_peer.py`) builds the very same model from it; values from gemma3_spec.md §1 (270m: the published
+Gemma 3 270M's config).
 4B/12B/27B scale the global layers' RoPE linearly by 8. `tiny` is for tests: every layer kind
 (two sliding, two global), GQA, and a window shorter than the prompts.
 """
@@ -18,6 +19,9 @@ SHAPES: dict[str, dict[str, Any]] = {
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=16, vocab_size=512, sliding_window=8, query_pre_attn_scalar=16,
                  layer_types=["sliding_attention", "full_attention"] * 2, max_position_embeddings=4096),
+    "270m": dict(hidden_size=640, intermediate_size=2048, num_hidden_layers=18, num_attention_heads=4,
+                 num_key_value_heads=1, head_dim=256, vocab_size=262144, sliding_window=512, query_pre_attn_scalar=256,
+                 max_position_embeddings=32768),
     "1b": dict(hidden_size=1152, intermediate_size=6912, num_hidden_layers=26, num_attention_heads=4,
                num_key_value_heads=1, head_dim=256, vocab_size=262144, sliding_window=512, query_pre_attn_scalar=256,
                max_position_embeddings=32768),
