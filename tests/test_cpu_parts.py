@@ -1,6 +1,6 @@
-"""Quantized matrices widened once for a step's row parts (`cpu_parts.SharedWidening`): the
-same bits as each part widening its own, each weight widened once, a failing part raised, not
-waited on.
+"""Quantized matrices widened once for a step's row parts (`cpu_parts.SharedWidening`), or a block
+at a time on the backend's threads (`matmul_rows` with a pool): the same bits as each part
+widening its own, each weight widened once, a failing part raised, not waited on.
 
 References: `matmul_rows` without sharing on the calling thread (itself checked against float64
 products of the dequantized matrix in test_quant.py), and counts of the rows each call widens.
@@ -75,3 +75,14 @@ def test_a_part_that_fails_is_raised_while_the_others_wait_for_it():
 
     with ThreadPoolExecutor(3) as pool, pytest.raises(ValueError, match="part 1 broke"):
         on_parts(pool, shared, part, range(3))
+
+
+def test_the_pools_blocks_widen_each_row_once_with_many_tiles():
+    """One part with the backend's threads on a matrix's blocks (as the LM head of a step that
+    returns every row's logits): each block widened once for all its tiles, the bits of no pool."""
+    w = counted(3 * W_ROWS + 5, 64, "int8")
+    x = rng.standard_normal((40 * 16 + 3, 64)).astype(np.float32)
+    with ThreadpoolController().limit(limits=1, user_api="blas"), ThreadPoolExecutor(3) as pool:
+        got = matmul_rows(x, w, pool)
+        assert (w.widened == 1).all()
+        assert np.array_equal(got, matmul_rows(x, w))

@@ -23,7 +23,7 @@ LARGE_MATRIX = 1 << 14
 # rows and the number of threads, so each output's sum is one BLAS call of one shape in any step;
 # blocks this small let a step of one tile spread even a 270M's layer matrices over the threads.
 MAX_THREADS = 8
-RUN_TILES = 8  # tiles a thread takes at a time from a block
+RUN_TILES = 8  # tiles a thread takes at a time from a float32 block
 Matrix = np.ndarray | QuantizedTensor
 
 
@@ -31,7 +31,7 @@ def matmul_rows(x: np.ndarray, w: Matrix, pool: ThreadPoolExecutor | None = None
                 shared: tuple[SharedWidening, int] | None = None) -> np.ndarray:
     """x [T, K] @ w.T for w [N, K], in tiles of ROW_TILE rows so each row's result is batch-invariant,
     and in blocks of `block_rows(N)` output rows (a quantized matrix is dequantized a block at a
-    time). With `pool`, its threads take the blocks, each with runs of RUN_TILES tiles: the same
+    time). With `pool`, its threads take the blocks (a float32 one in runs of RUN_TILES tiles): the same
     tiles and blocks, so the same bits, as without. With `shared` (a SharedWidening and this
     thread's part index in it), a quantized matrix is widened once for all the parts' threads."""
     T, K, N = x.shape[0], x.shape[1], w.shape[0]
@@ -41,7 +41,7 @@ def matmul_rows(x: np.ndarray, w: Matrix, pool: ThreadPoolExecutor | None = None
     out = np.empty((tiles, ROW_TILE, N), F32)
     step = block_rows(N)
     blocks = [slice(r, r + step) for r in range(0, N, step)]
-    run = max(tiles, 1) if pool is None else RUN_TILES
+    run = RUN_TILES if pool is not None and isinstance(w, np.ndarray) else max(tiles, 1)  # (quantized: widened once)
     runs = [slice(i, i + run) for i in range(0, tiles, run)]
 
     widened = None if shared is None or isinstance(w, np.ndarray) else shared[0].matrix(shared[1], w)
