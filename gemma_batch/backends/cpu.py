@@ -37,8 +37,8 @@ from ..model.quant import FORMATS, QuantizedTensor
 from ..model.weights import tensor_shapes
 from .base import Backend, StepBatch, StepResult
 from .cpu_attention import AttentionPlan, attend, attention_plan
-from .cpu_math import (F32, MAX_THREADS, Matrix, apply_rope, embed_rows, gelu_tanh, matmul_rows, rms_norm,
-                       rope_cos_sin)
+from .cpu_math import (F32, MAX_THREADS, Matrix, apply_rope, embed_rows, gelu_tanh, matmul_each, matmul_rows,
+                       rms_norm, rope_cos_sin)
 from .cpu_parts import on_parts, row_parts
 from .kv_formats import KVStore, kv_label, kv_slot_bytes, kv_token_bytes
 from .placement import Segment, held_tensors
@@ -231,9 +231,9 @@ class CpuBackend(Backend):
             a = rms_norm(x[rows], w["input_layernorm.weight"], eps)
             if self.observe:
                 self.observe(layer, "qkv", a)
-            q = matmul_rows(a, w["self_attn.q_proj.weight"], pool, widen).reshape(T, cfg.num_heads, cfg.head_dim)
-            k = matmul_rows(a, w["self_attn.k_proj.weight"], pool, widen).reshape(T, cfg.num_kv_heads, cfg.head_dim)
-            v = matmul_rows(a, w["self_attn.v_proj.weight"], pool, widen).reshape(T, cfg.num_kv_heads, cfg.head_dim)
+            q, k, v = matmul_each(a, [w[f"self_attn.{n}_proj.weight"] for n in "qkv"], pool, widen)
+            q = q.reshape(T, cfg.num_heads, cfg.head_dim)
+            k, v = (t.reshape(T, cfg.num_kv_heads, cfg.head_dim) for t in (k, v))
             cos, sin = (table[rows] for table in rope)
             q = apply_rope(rms_norm(q, w["self_attn.q_norm.weight"], eps), cos, sin)  # QK-norm, then RoPE
             k = apply_rope(rms_norm(k, w["self_attn.k_norm.weight"], eps), cos, sin)
@@ -271,8 +271,8 @@ class CpuBackend(Backend):
         def ffn(part: int) -> None:
             rows, widen = parts[part], None if shared is None else (shared, part)
             b = rms_norm(h[rows], w["pre_feedforward_layernorm.weight"], eps)
-            gate = gelu_tanh(matmul_rows(b, w["mlp.gate_proj.weight"], pool, widen))  # [T, I]
-            gated = gate * matmul_rows(b, w["mlp.up_proj.weight"], pool, widen)
+            gate, up = matmul_each(b, [w["mlp.gate_proj.weight"], w["mlp.up_proj.weight"]], pool, widen)  # [T, I]
+            gated = gelu_tanh(gate) * up
             if self.observe:
                 self.observe(layer, "gate_up", b)
                 self.observe(layer, "down", gated)

@@ -34,43 +34,52 @@ def matmul_rows(x: np.ndarray, w: Matrix, pool: ThreadPoolExecutor | None = None
     time). With `pool`, its threads take the blocks (a float32 one in runs of RUN_TILES tiles): the same
     tiles and blocks, so the same bits, as without. With `shared` (a SharedWidening and this
     thread's part index in it), a quantized matrix is widened once for all the parts' threads."""
-    T, K, N = x.shape[0], x.shape[1], w.shape[0]
+    return matmul_each(x, [w], pool, shared)[0]
+
+
+def matmul_each(x: np.ndarray, ws: list[Matrix], pool: ThreadPoolExecutor | None = None,
+                shared: tuple[SharedWidening, int] | None = None) -> list[np.ndarray]:
+    """[matmul_rows(x, w, pool, shared) for w in ws], the same bits, with the blocks of all of them
+    handed to the pool's threads at once: a step of one tile hands a layer's q/k/v (or gate/up)
+    over once rather than once a matrix."""
+    if shared is not None and len(ws) > 1:  # (each matrix widened, then multiplied, in turn: the buffers take turns)
+        return [matmul_each(x, [w], None, shared)[0] for w in ws]
+    T, K = x.shape
     tiles = -(-T // ROW_TILE)
     padded = np.zeros((tiles, ROW_TILE, K), F32)
     padded.reshape(-1, K)[:T] = x
-    out = np.empty((tiles, ROW_TILE, N), F32)
-    step = block_rows(N)
-    blocks = [slice(r, r + step) for r in range(0, N, step)]
-    run = RUN_TILES if pool is not None and isinstance(w, np.ndarray) else max(tiles, 1)  # (quantized: widened once)
-    runs = [slice(i, i + run) for i in range(0, tiles, run)]
+    outs, work = [], []
+    for w in ws:
+        N, step = w.shape[0], block_rows(w.shape[0])
+        outs.append(np.empty((tiles, ROW_TILE, N), F32))
+        run = RUN_TILES if pool is not None and isinstance(w, np.ndarray) else max(tiles, 1)  # (quantized: widened once)
+        ready = w if isinstance(w, np.ndarray) else None if shared is None else shared[0].matrix(shared[1], w)
+        spare: SimpleQueue[np.ndarray] = SimpleQueue()  # dequantized blocks' buffers, reused by the threads
+        work += [(w, ready, spare, outs[-1], slice(r, r + step), slice(i, i + run))
+                 for r in range(0, N, step) for i in range(0, tiles, run)]
 
-    widened = None if shared is None or isinstance(w, np.ndarray) else shared[0].matrix(shared[1], w)
-    spare: SimpleQueue[np.ndarray] = SimpleQueue()  # dequantized blocks' buffers, reused by the threads
-
-    def product(work: tuple[slice, slice]) -> None:
-        rows, run = work
-        if isinstance(w, np.ndarray):
-            weights = w[rows]
-        elif widened is not None:
-            weights = widened[rows]
+    def product(item: tuple) -> None:
+        w, ready, spare, out, rows, run = item
+        if ready is not None:
+            weights = ready[rows]
         else:  # quantized: made as needed, into a buffer an earlier block used (no fresh pages to fault in)
+            step = block_rows(w.shape[0])
             buffer = np.empty((step, K), F32) if spare.empty() else spare.get()
-            weights = w.dequantize(rows, out=buffer[: min(step, N - rows.start)])
+            weights = w.dequantize(rows, out=buffer[: min(step, w.shape[0] - rows.start)])
         # As w @ tile.T, one BLAS call a tile: the tile's rows are the product's columns. OpenBLAS
         # 0.3.31's small-matrix sgemm sums a row of `tile @ w.T` in an order that depends on the
         # row's place in the tile (rows 6-15 differ from row 0 on Haswell); columns of
         # `w @ tile.T` do not, up to 16 of them.
         out[run, :, rows] = np.matmul(weights, padded[run].transpose(0, 2, 1)).transpose(0, 2, 1)
-        if not isinstance(w, np.ndarray) and widened is None:
+        if ready is None:
             spare.put(buffer)
 
-    work = [(rows, run) for rows in blocks for run in runs]
     if pool is None or len(work) == 1:
         for item in work:
             product(item)
     else:
         list(pool.map(product, work))
-    return out.reshape(-1, N)[:T]
+    return [out.reshape(-1, out.shape[2])[:T] for out in outs]
 
 
 def block_rows(n: int) -> int:
