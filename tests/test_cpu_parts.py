@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from threadpoolctl import ThreadpoolController
 
-from gemma_batch.backends.cpu_math import W_ROWS, matmul_rows
+from gemma_batch.backends.cpu_math import W_ROWS, matmul_each, matmul_rows
 from gemma_batch.backends.cpu_parts import SharedWidening, on_parts
 from gemma_batch.model.quant import QuantizedTensor, WeightFormat, quantize
 
@@ -47,8 +47,7 @@ def test_parts_sharing_the_widening_get_the_bits_of_widening_alone_and_widen_eac
     shared = SharedWidening(parts, [np.empty(max(w.shape[0] * w.shape[1] for w in ws), np.float32) for _ in range(2)])
 
     def part(i: int) -> list[np.ndarray]:
-        first = matmul_rows(x[rows[i]], ws[0], None, (shared, i))
-        second = matmul_rows(x[rows[i]], ws[1], None, (shared, i))
+        first, second = matmul_each(x[rows[i]], ws[:2], None, (shared, i))  # (as q/k/v take one input)
         return [first, second, matmul_rows(first, ws[2], None, (shared, i))]
 
     with ThreadpoolController().limit(limits=1, user_api="blas"):  # (as the backend runs its steps)
@@ -86,3 +85,16 @@ def test_the_pools_blocks_widen_each_row_once_with_many_tiles():
         got = matmul_rows(x, w, pool)
         assert (w.widened == 1).all()
         assert np.array_equal(got, matmul_rows(x, w))
+
+
+@pytest.mark.parametrize("rows", [5, 16, 40 * 16 + 3])
+def test_matrices_of_one_input_handed_to_the_threads_together_give_each_ones_bits(rows):
+    """`matmul_each` (a layer's q/k/v or gate/up in one hand-off) against each matrix alone."""
+    ws = [rng.standard_normal((2 * W_ROWS + 64, 64)).astype(np.float32), counted(96, 64, "int8"),
+          counted(W_ROWS + 7, 64, "int4")]
+    x = rng.standard_normal((rows, 64)).astype(np.float32)
+    with ThreadpoolController().limit(limits=1, user_api="blas"), ThreadPoolExecutor(3) as pool:
+        together = matmul_each(x, ws, pool)
+        assert all((w.widened == 1).all() for w in ws[1:])
+        for got, w in zip(together, ws, strict=True):
+            assert np.array_equal(got, matmul_rows(x, w))
