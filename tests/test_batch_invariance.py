@@ -100,8 +100,8 @@ def test_rows_are_identical_alone_together_and_shuffled_with_preemption(backend)
                                    (16448, 64)])
 def test_row_tiled_products_do_not_depend_on_the_other_rows(shape):
     """Also with the products' blocks on threads (`block_rows`: one to nine blocks of output rows
-    here, and the last shape's 17 of the larger size); BLAS on one thread, as the CPU backend runs its steps (with two
-    threads OpenBLAS sums some shapes in another order, so the count is fixed)."""
+    here, and the last shape's 17 of the larger size); BLAS on one thread, as the CPU backend runs
+    its steps (with two threads OpenBLAS sums some shapes in another order, so the count is fixed)."""
     rng = np.random.default_rng(0)
     w = rng.standard_normal(shape).astype(np.float32)
     x = rng.standard_normal((40, shape[1])).astype(np.float32)
@@ -144,7 +144,7 @@ def test_attention_reads_keys_once_or_per_query_with_the_same_bits(kv_dtype, win
 def test_cpu_threads_do_not_change_the_bits(weights):
     """One thread, or three taking parts of each step's rows (steps of 2+ tiles), give every
     position's logits bit for bit (the tests' machine may have one core: the count is forced);
-    int4 layer matrices too, whose blocks the three widen together (cpu_math.SharedWidening)."""
+    int4 layer matrices too, whose blocks the three widen together (cpu_parts.SharedWidening)."""
     cfg = Gemma3Config.from_dir(DEMO_MODEL)
     requests = make_requests(cfg, NEW_TOKENS["cpu"])
     tensors = list(Checkpoint.open(DEMO_MODEL, cfg).tensors())

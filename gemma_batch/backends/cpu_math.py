@@ -43,7 +43,7 @@ def matmul_each(x: np.ndarray, ws: list[Matrix], pool: ThreadPoolExecutor | None
     handed to the pool's threads at once: a step of one tile hands a layer's q/k/v (or gate/up)
     over once rather than once a matrix."""
     if shared is not None and len(ws) > 1:  # (each matrix widened, then multiplied, in turn: the buffers take turns)
-        return [matmul_each(x, [w], None, shared)[0] for w in ws]
+        return [matmul_rows(x, w, None, shared) for w in ws]
     T, K = x.shape
     tiles = -(-T // ROW_TILE)
     padded = np.zeros((tiles, ROW_TILE, K), F32)
@@ -63,9 +63,8 @@ def matmul_each(x: np.ndarray, ws: list[Matrix], pool: ThreadPoolExecutor | None
         if ready is not None:
             weights = ready[rows]
         else:  # quantized: made as needed, into a buffer an earlier block used (no fresh pages to fault in)
-            step = block_rows(w.shape[0])
-            buffer = np.empty((step, K), F32) if spare.empty() else spare.get()
-            weights = w.dequantize(rows, out=buffer[: min(step, w.shape[0] - rows.start)])
+            buffer = np.empty((rows.stop - rows.start, K), F32) if spare.empty() else spare.get()
+            weights = w.dequantize(rows, out=buffer[: min(rows.stop, w.shape[0]) - rows.start])
         # As w @ tile.T, one BLAS call a tile: the tile's rows are the product's columns. OpenBLAS
         # 0.3.31's small-matrix sgemm sums a row of `tile @ w.T` in an order that depends on the
         # row's place in the tile (rows 6-15 differ from row 0 on Haswell); columns of

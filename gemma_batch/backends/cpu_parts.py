@@ -88,8 +88,8 @@ class SharedWidening:
 
 
 def row_parts(rows: int, threads: int, buffers: list[np.ndarray]) -> tuple[list[slice], SharedWidening | None]:
-    """A step's `rows` cut at ROW_TILE boundaries into one part per thread (one part when there
-    are fewer tiles than threads: the products' blocks take the threads instead; small decode
+    """A step's `rows` cut at ROW_TILE boundaries into a part per thread, at most a tile a part
+    (one part for a step of one tile: its products' blocks take the threads instead; small decode
     steps split further were slower, the threads' hand-offs costing more than the work), and the
     parts' SharedWidening where there are several and `buffers` (none: no quantized matrices)."""
     tiles = -(-rows // ROW_TILE)
