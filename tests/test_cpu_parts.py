@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 from threadpoolctl import ThreadpoolController
 
+from gemma_batch.backends.cpu import CpuBackend
 from gemma_batch.backends.cpu_math import W_ROWS, matmul_each, matmul_rows
 from gemma_batch.backends.cpu_parts import SharedWidening, on_parts
+from gemma_batch.bench.shapes import shape_config
 from gemma_batch.model.quant import QuantizedTensor, WeightFormat, quantize
 
 rng = np.random.default_rng(0)
@@ -98,3 +100,10 @@ def test_matrices_of_one_input_handed_to_the_threads_together_give_each_ones_bit
         assert all((w.widened == 1).all() for w in ws[1:])
         for got, w in zip(together, ws, strict=True):
             assert np.array_equal(got, matmul_rows(x, w))
+
+
+@pytest.mark.parametrize("shape, budget", [("270m", 8192), ("4b", 6144), ("27b", 3072)])
+def test_a_cpu_job_takes_long_steps_within_the_activations_bytes(shape, budget):
+    """The CPU's default step budget: 8,192 tokens, fewer where a step's widest activation (27b:
+    [T, 21,504] float32, 252 MiB at 3,072 tokens, 294 MiB at 3,584) would pass 256 MiB."""
+    assert CpuBackend(shape_config(shape), threads=1).default_step_tokens == budget

@@ -46,6 +46,8 @@ from .sampler import sample_tokens, scores
 
 
 Observer = Callable[[int, str, np.ndarray], None]
+STEP_TOKENS = 8192  # the step budget a job takes by default (`default_step_tokens`), at most
+STEP_ROWS_BYTES = 1 << 28  # ... and a step's widest activation [T, max(I, nh * hd)] float32 at most
 
 
 class CpuBackend(Backend):
@@ -81,6 +83,16 @@ class CpuBackend(Backend):
         self.v_cache: dict[int, KVStore] = {}
         self.block_size = 0
         self._tables: tuple = (None, {}, {})  # (the step, its RoPE tables and attention plans by kind)
+
+    @property
+    def default_step_tokens(self) -> int:
+        """Long steps: each step widens every quantized matrix once, computes the LM head for the
+        rows it samples and pays the layers' per-step costs, so a prefill in fewer steps costs less
+        (the 270M's 64 x 200-token job on 8 threads: 17-19 s rather than 23-34 s with 512-token steps,
+        docs/EXPERIMENTS.md, "The CPU step budget"). Up to STEP_TOKENS, fewer where a step's widest
+        activation would pass STEP_ROWS_BYTES (27b: 3,072 tokens)."""
+        widest = 4 * max(self.cfg.intermediate_size, self.cfg.q_width)
+        return max(512, min(STEP_TOKENS, STEP_ROWS_BYTES // widest // 512 * 512))
 
     @property
     def identity(self) -> str:
