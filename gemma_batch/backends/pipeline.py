@@ -156,8 +156,8 @@ class PipelineBackend(Backend):
 
     @property
     def default_step_tokens(self) -> int:
-        """The longest any stage wants: a GPU's products gain from long steps, the CPU's cost the
-        same per token."""
+        """The longest any stage wants: a GPU's products and the CPU's widening of quantized
+        matrices both gain from long steps (`max_step_tokens` still bounds each stage)."""
         return max(s.default_step_tokens for s in self.stages.values())
 
     def max_step_tokens(self, max_seqs: int, max_blocks: Mapping[str, int]) -> int | None:
