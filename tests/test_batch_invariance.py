@@ -18,7 +18,7 @@ from gemma_batch.backends import create_backend
 from gemma_batch.backends.base import Backend
 from gemma_batch.backends.cpu import CpuBackend
 from gemma_batch.backends.cpu_math import matmul_rows
-from gemma_batch.backends.cpu_attention import AttentionPlan, attend
+from gemma_batch.backends.cpu_attention import AttentionPlan, attend, attend_tiles
 from gemma_batch.backends.kv_formats import KVStore
 from gemma_batch.engine.engine import Engine, Request
 from gemma_batch.engine.kv_plan import KVPlan, blocks_per_sequence
@@ -119,8 +119,9 @@ def test_row_tiled_products_do_not_depend_on_the_other_rows(shape):
 @pytest.mark.parametrize("window", [None, 64, 40])
 def test_attention_reads_keys_once_or_per_query_with_the_same_bits(kv_dtype, window):
     """A sequence with many queries in a step reads its keys once and views each query's window
-    in them; the same queries copying their windows one by one must give the same bits. Prompts
-    cross the window (40 is not a multiple of the 64-key bucket: the copying path runs there)."""
+    in them; the same queries copying their windows one by one must give the same bits, and so must
+    the queries in pieces on threads (`attend_tiles`). Prompts cross the window (40 is not a
+    multiple of the 64-key bucket: the copying path runs there)."""
     rng = np.random.default_rng(3)
     cfg = dataclasses.replace(Gemma3Config.from_dir(DEMO_MODEL), num_heads=4, num_kv_heads=2)
     bs, blocks = 8, 64
@@ -138,13 +139,17 @@ def test_attention_reads_keys_once_or_per_query_with_the_same_bits(kv_dtype, win
     copied = attend(q, k_cache, v_cache, plan, cfg, run_min=1 << 30)
     assert np.array_equal(once, copied)
     assert np.isfinite(once).all()
+    with ThreadPoolExecutor(3) as pool:  # in pieces on threads, runs cut anywhere (a piece of 5 holds no long run)
+        for tile in (16, 5):
+            assert np.array_equal(attend_tiles(pool, q, k_cache, v_cache, plan, cfg, tile), once)
 
 
 @pytest.mark.parametrize("weights", ["fp32", "int4"])
 def test_cpu_threads_do_not_change_the_bits(weights):
-    """One thread, or three taking parts of each step's rows (steps of 2+ tiles), give every
-    position's logits bit for bit (the tests' machine may have one core: the count is forced);
-    int4 layer matrices too, whose blocks the three widen together (cpu_parts.SharedWidening)."""
+    """One thread, or three taking parts of each step's rows (steps of 3+ tiles) or else the blocks
+    and attention tiles of a step (2 tiles), give every position's logits bit for bit (the tests'
+    machine may have one core: the count is forced); int4 layer matrices too, whose blocks the
+    three widen together (cpu_parts.SharedWidening)."""
     cfg = Gemma3Config.from_dir(DEMO_MODEL)
     requests = make_requests(cfg, NEW_TOKENS["cpu"])
     tensors = list(Checkpoint.open(DEMO_MODEL, cfg).tensors())

@@ -1,9 +1,10 @@
 """The numpy float32 backend: the reference every other backend is tested against.
 
 It favours clarity over speed. Per step it loops in Python over layers, and inside attention over
-the lengths of key windows; everything else is whole-array numpy. A step of two or more tiles of
-rows runs each layer on the backend's threads, a part of the rows a thread (`cpu_parts.row_parts`); a
-smaller one gives the threads the blocks of its matrices (`cpu_math.block_rows`).
+the lengths of key windows; everything else is whole-array numpy. A step of at least as many tiles
+of rows as threads runs each layer on the backend's threads, a part of the rows a thread
+(`cpu_parts.row_parts`); a smaller one gives the threads the blocks of its matrices
+(`cpu_math.block_rows`) and its attention a tile at a time.
 
 Batch invariance (see `Backend.step`) is by construction, because BLAS does not promise it:
 OpenBLAS sums a 1-row product (gemv) in another order than a many-row one, and may switch kernels
@@ -36,10 +37,10 @@ from ..model.config import Gemma3Config
 from ..model.quant import FORMATS, QuantizedTensor
 from ..model.weights import tensor_shapes
 from .base import Backend, StepBatch, StepResult
-from .cpu_attention import AttentionPlan, attend, attention_plan
+from .cpu_attention import AttentionPlan, attend_tiles, attention_plan
 from .cpu_math import (F32, MAX_THREADS, Matrix, apply_rope, embed_rows, gelu_tanh, matmul_each, matmul_rows,
                        rms_norm, rope_cos_sin)
-from .cpu_parts import on_parts, row_parts
+from .cpu_parts import ROW_TILE, on_parts, row_parts
 from .kv_formats import KVStore, kv_label, kv_slot_bytes, kv_token_bytes
 from .placement import Segment, held_tensors
 from .sampler import sample_tokens, scores
@@ -258,7 +259,8 @@ class CpuBackend(Backend):
         def rest(part: int, q: np.ndarray) -> None:
             rows, widen = parts[part], None if shared is None else (shared, part)
             T = rows.stop - rows.start
-            o = attend(q, self.k_cache[layer], self.v_cache[layer], plan.rows(rows), cfg).reshape(T, cfg.q_width)
+            o = attend_tiles(pool, q, self.k_cache[layer], self.v_cache[layer], plan.rows(rows), cfg, ROW_TILE)
+            o = o.reshape(T, cfg.q_width)
             if self.observe:
                 self.observe(layer, "o", o)
             attn = matmul_rows(o, w["self_attn.o_proj.weight"], pool, widen)  # [T, H]

@@ -11,6 +11,7 @@ nh/nkv heads of hd.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,6 +87,17 @@ def attend(
             # k: [n, nkv, hd, b], v: [n, nkv, b, hd], as views
             out[part] = _weigh(q[part], k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3), b - seen[part], cfg)
     return out.reshape(len(q), cfg.num_heads, cfg.head_dim)
+
+
+def attend_tiles(pool: ThreadPoolExecutor | None, q: np.ndarray, k_cache: KVStore, v_cache: KVStore,
+                 plan: AttentionPlan, cfg: Gemma3Config, tile: int) -> np.ndarray:
+    """`attend` of the queries in pieces of `tile` on the pool's threads (none, or one piece: on
+    this thread). The same bits: a query's arithmetic is its own (the module doc)."""
+    cuts = range(0, len(q), tile)
+    if pool is None or len(cuts) == 1:
+        return attend(q, k_cache, v_cache, plan, cfg)
+    pieces = [slice(i, i + tile) for i in cuts]
+    return np.concatenate(list(pool.map(lambda r: attend(q[r], k_cache, v_cache, plan.rows(r), cfg), pieces)))
 
 
 def _attend_run(q, out, run, padded, seen, k_cache, v_cache, plan, cfg) -> bool:

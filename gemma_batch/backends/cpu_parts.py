@@ -88,12 +88,14 @@ class SharedWidening:
 
 
 def row_parts(rows: int, threads: int, buffers: list[np.ndarray]) -> tuple[list[slice], SharedWidening | None]:
-    """A step's `rows` cut at ROW_TILE boundaries into a part per thread, at most a tile a part
-    (one part for a step of one tile: its products' blocks take the threads instead; small decode
-    steps split further were slower, the threads' hand-offs costing more than the work), and the
-    parts' SharedWidening where there are several and `buffers` (none: no quantized matrices)."""
+    """A step's `rows` cut at ROW_TILE boundaries into a part per thread, or one part for a step
+    of fewer tiles than threads: its products' blocks, and its attention a tile at a time, take
+    all the threads instead (a part a tile kept only as many threads busy as tiles: 32-row decode
+    steps on 8 threads ran 13-30% faster as one part, docs/EXPERIMENTS.md, "The CPU step budget");
+    and the parts' SharedWidening where there are several and `buffers` (none: no quantized
+    matrices)."""
     tiles = -(-rows // ROW_TILE)
-    count = min(threads, tiles)
+    count = threads if tiles >= threads else 1
     ends = [min(rows, ROW_TILE * (tiles * i // count)) for i in range(count + 1)]
     parts = [slice(a, b) for a, b in zip(ends, ends[1:])]
     return parts, SharedWidening(count, buffers) if count > 1 and buffers else None
