@@ -87,13 +87,13 @@ class CpuBackend(Backend):
 
     @property
     def default_step_tokens(self) -> int:
-        """Long steps: each step widens every quantized matrix once, computes the LM head for the
-        rows it samples and pays the layers' per-step costs, so a prefill in fewer steps costs less
-        (the 270M's 64 x 200-token job on 8 threads: 17-21 s rather than 23-34 s with 512-token steps,
+        """Long steps: a step widens every quantized matrix once and pays the layers' hand-offs once
+        (the 270M's 64 x 200-token job on 8 threads: 17-21 s, not 23-34 s, with 512-token steps:
         docs/EXPERIMENTS.md, "The CPU step budget"). Up to STEP_TOKENS, fewer where a step's widest
         activation would pass STEP_ROWS_BYTES (27b: 3,072 tokens)."""
-        widest = 4 * max(self.cfg.intermediate_size, self.cfg.q_width)
-        return max(512, min(STEP_TOKENS, STEP_ROWS_BYTES // widest // 512 * 512))
+        least = super().default_step_tokens  # (also the step the budget is a multiple of)
+        row_bytes = 4 * max(self.cfg.intermediate_size, self.cfg.q_width)
+        return max(least, min(STEP_TOKENS, STEP_ROWS_BYTES // row_bytes // least * least))
 
     @property
     def identity(self) -> str:
