@@ -3,11 +3,13 @@
 //
 // Variants (defines):
 //   W_BF16 | W_F16 | W_F32  storage type of W (K must be a multiple of 8)
-//   W_I8 | W_I4             quantized W (model/quant.py; backends/vulkan/weights.py: codes, then
-//                           scales, in one buffer): int8 codes with an fp16 scale per 32 weights;
+//   W_I8 | W_I4 | W_Q4 | W_Q5  quantized W (model/quant.py; backends/vulkan/weights.py: codes,
+//                           then scales, in one buffer): int8 codes with an fp16 scale per 32 weights;
 //                           int4 codes (two per byte, 0..15) with an fp16 scale and minimum per
-//                           pc.group weights. Applied per piece of 8 (a piece lies in one group):
-//                           scale * sum(x * code) (+ minimum * sum(x)). Dequantized in registers only.
+//                           pc.group weights; min8 (min8.glsl): int4 / int5 codes with 8-bit
+//                           multiples of the row's steps per pc.group. Applied per piece of 8 (a piece
+//                           lies in one group): scale * sum(x * code) (+ minimum * sum(x)).
+//                           Dequantized in registers only.
 //   NORM_IN                 x is RMS-normalised on the fly with (1 + g): y = inv_rms[m] * sum_k x*(1+g)*W,
 //                           the sum of squares is accumulated in the same pass over x
 //   GATED                   two weights (gate: binding 0, up: binding 4): y = gelu_tanh(x.Wg) * (x.Wu)
@@ -40,6 +42,7 @@
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "workgroup.glsl"
+#include "min8.glsl"
 
 #define WG 128
 #define TEAM 32
@@ -57,8 +60,8 @@ layout(local_size_x = WG) in;
 #if defined(W_I8)
 layout(std430, binding = 0) readonly buffer Wb { uvec2 w4[]; };      // 8 int8 codes per element
 layout(std430, binding = 4) readonly buffer W2b { uvec2 u4[]; };
-#elif defined(W_I4)
-layout(std430, binding = 0) readonly buffer Wb { uint w4[]; };       // 8 int4 codes per element
+#elif defined(W_I4) || defined(W_Q4) || defined(W_Q5)
+layout(std430, binding = 0) readonly buffer Wb { uint w4[]; };       // 8 int4 codes (or low 4 bits) per element
 layout(std430, binding = 4) readonly buffer W2b { uint u4[]; };
 #else
 layout(std430, binding = 0) readonly buffer Wb { uvec4 w4[]; };
@@ -85,7 +88,7 @@ layout(push_constant) uniform Push {
     uint num_heads;     // EPI_QK_ROPE: q heads, kv heads and head size of y's columns
     uint num_kv_heads;
     uint head_dim;
-    uint group;         // W_I4: weights per scale and minimum
+    uint group;         // W_I4, W_Q4, W_Q5: weights per scale and minimum
 } pc;
 
 // 8 consecutive weights of row n from k8*8, as two vec4.
@@ -96,7 +99,7 @@ layout(push_constant) uniform Push {
     lo = vec4(unpackHalf2x16(v_.x), unpackHalf2x16(v_.y)); hi = vec4(unpackHalf2x16(v_.z), unpackHalf2x16(v_.w)); }
 #elif defined(W_I8)
 #define LOAD8(buf, n, k8, lo, hi) { uvec2 v_ = buf[(n) * (pc.K / 8) + (k8)]; lo = int8x4(v_.x); hi = int8x4(v_.y); }
-#elif defined(W_I4)
+#elif defined(W_I4) || defined(W_Q4) || defined(W_Q5)
 #define LOAD8(buf, n, k8, lo, hi) { uint v_ = buf[(n) * (pc.K / 8) + (k8)]; lo = uint4x4(v_); hi = uint4x4(v_ >> 16); }
 #else
 #define LOAD8(buf, n, k8, lo, hi) { uvec4 v_ = buf[(n) * (pc.K / 8) + (k8)]; \
@@ -107,14 +110,34 @@ layout(push_constant) uniform Push {
 // int4's pair per pc.group (a word after the codes); 1 and 0 for float weights.
 #if defined(W_I8)
 #define SCALE_AT(n, k8) ((n) * (pc.K / INT8_GROUP) + (k8) / (INT8_GROUP / 8))
-#define PIECE_SCALE(scales, n, k8) vec2(half_of(scales[pc.N * (pc.K / 4) + SCALE_AT(n, k8) / 2], SCALE_AT(n, k8) & 1u), 0.0)
+#define PIECE_SCALE(scales, n, k8, steps) vec2(half_of(scales[pc.N * (pc.K / 4) + SCALE_AT(n, k8) / 2], SCALE_AT(n, k8) & 1u), 0.0)
 #elif defined(W_I4)
-#define PIECE_SCALE(scales, n, k8) unpackHalf2x16(scales[pc.N * (pc.K / 8) + (n) * (pc.K / pc.group) + (k8) * 8 / pc.group])
+#define PIECE_SCALE(scales, n, k8, steps) unpackHalf2x16(scales[pc.N * (pc.K / 8) + (n) * (pc.K / pc.group) + (k8) * 8 / pc.group])
+#elif defined(W_Q4) || defined(W_Q5)
+#define Q_ROW(n) (pc.N * (pc.K / 8) + (n) * Q_SIDE_WORDS(pc.K, pc.group))
+#define PIECE_SCALE(scales, n, k8, steps) min8_pair(steps, scales[Q_ROW(n) + Q_PAIR_WORD(pc.K, (k8) * 8u / pc.group)], (k8) * 8u / pc.group)
+#define ROW_STEPS(scales, n) unpackHalf2x16(scales[Q_ROW(n)])
 #else
-#define PIECE_SCALE(scales, n, k8) vec2(1.0, 0.0)
+#define PIECE_SCALE(scales, n, k8, steps) vec2(1.0, 0.0)
 #endif
-// A piece's part of a sum: x . w (lo and hi halves) times the scale, plus the minimum times the sum of x (int4).
-#if defined(W_I4)
+#ifndef ROW_STEPS
+#define ROW_STEPS(scales, n) vec2(0.0)
+#endif
+#ifdef GATED
+#define UP_STEPS(n) ROW_STEPS(u_scales, n)
+#else
+#define UP_STEPS(n) vec2(0.0)
+#endif
+// W_Q5: the fifth bits of the piece k8 of row n added to its codes (lo, hi); nothing for the others.
+#if defined(W_Q5)
+#define HIGH8(scales, n, k8, lo, hi) { uint h_ = scales[Q_ROW(n) + 1u + (k8) / 4u] >> (8u * ((k8) & 3u)); \
+    lo += high4(h_); hi += high4(h_ >> 4); }
+#else
+#define HIGH8(scales, n, k8, lo, hi)
+#endif
+// A piece's part of a sum: x . w (lo and hi halves) times the scale, plus the minimum times the sum of x (int4, min8).
+#if defined(W_I4) || defined(W_Q4) || defined(W_Q5)
+#define W_MINIMUM
 #define PIECE_SUM(xlo, xhi, wlo, whi, s, xsum) ((s).x * (dot(xlo, wlo) + dot(xhi, whi)) + (s).y * (xsum))
 #else
 #define PIECE_SUM(xlo, xhi, wlo, whi, s, xsum) ((s).x * (dot(xlo, wlo) + dot(xhi, whi)))
@@ -172,6 +195,9 @@ void main() {
     }
     uint nrow[NT];
     [[unroll]] for (uint n = 0; n < NT; n++) nrow[n] = min(n0 + ogroup * NT + n, pc.N - 1);
+    // min8: each row's two steps, read once (the k loop reads a piece's pair alone); 0 for the others.
+    vec2 wstep[NT], ustep[NT];
+    [[unroll]] for (uint n = 0; n < NT; n++) { wstep[n] = ROW_STEPS(w_scales, nrow[n]); ustep[n] = UP_STEPS(nrow[n]); }
 
     float sums[NV];
     [[unroll]] for (uint v = 0; v < NV; v++) sums[v] = 0.0;
@@ -184,14 +210,16 @@ void main() {
         vec2 ws[NT];
         [[unroll]] for (uint n = 0; n < NT; n++) {
             LOAD8(w4, nrow[n], k8, wlo[n], whi[n]);
-            ws[n] = PIECE_SCALE(w_scales, nrow[n], k8);
+            HIGH8(w_scales, nrow[n], k8, wlo[n], whi[n]);
+            ws[n] = PIECE_SCALE(w_scales, nrow[n], k8, wstep[n]);
         }
 #ifdef GATED
         vec4 ulo[NT], uhi[NT];
         vec2 us[NT];
         [[unroll]] for (uint n = 0; n < NT; n++) {
             LOAD8(u4, nrow[n], k8, ulo[n], uhi[n]);
-            us[n] = PIECE_SCALE(u_scales, nrow[n], k8);
+            HIGH8(u_scales, nrow[n], k8, ulo[n], uhi[n]);
+            us[n] = PIECE_SCALE(u_scales, nrow[n], k8, ustep[n]);
         }
 #endif
 #ifdef NORM_IN
@@ -207,7 +235,7 @@ void main() {
             xlo *= glo;
             xhi *= ghi;
 #endif
-#ifdef W_I4
+#ifdef W_MINIMUM
             float xsum = dot(xlo, vec4(1.0)) + dot(xhi, vec4(1.0));
 #endif
             [[unroll]] for (uint n = 0; n < NT; n++) {

@@ -8,8 +8,8 @@
 // x_lo) takes hi alone: 11 significant bits, half the matrix work and half the x staging. W is fp16 in 16 x 16 tiles (W_T16: bf16 and fp16
 // checkpoints, converted at upload by weights.py, exact in fp16's normal range, which holds every
 // weight of a real checkpoint), or int8 / int4 codes (matmul.comp's W_I8 / W_I4 layout: codes,
-// then scales, in one buffer; W_T8: int8 codes in fragment-order tiles, matmul_coop_direct.comp's
-// layout), dequantized while staged as fp16(code * scale (+ minimum)): the
+// then scales, in one buffer; W_Q4 / W_Q5: min8.glsl's codes and side rows; W_T8: int8 codes in
+// fragment-order tiles, matmul_coop_direct.comp's layout), dequantized while staged as fp16(code * scale (+ minimum)): the
 // weight the CPU uses, rounded once more, to fp16 (a relative 2^-11, well inside the
 // quantization's own error).
 // fp16 tiles may be stored in fragment order (coop_fragment.glsl), and W_T8's always are: a staged
@@ -57,7 +57,7 @@
 // an SM on the H100 where the chunk-order tile fits one). The same sums in the same order as the
 // prefill tile's per-chunk workgroups, so the same bits.
 //
-// Variants: W_T16 | W_T8 | W_I8 | W_I4; GATED (N = 2 I: output columns [0, I) from W at binding 0, [I, 2 I)
+// Variants: W_T16 | W_T8 | W_I8 | W_I4 | W_Q4 | W_Q5; GATED (N = 2 I: output columns [0, I) from W at binding 0, [I, 2 I)
 // from the up weights at binding 4); ROWS (M = meta.num_rows: the LM head's gathered rows); the
 // tile (SG_N, SG_M, TN, TM, KU; above COOP_FOLD_ROWS rows the host runs coop_tiles.COOP_FOLD_DEFINES'
 // tile, or for fp16 tiles COOP_WIDE_DEFINES' (X_LO false) or COOP_WIDE_SPLIT_DEFINES' (X_LO true)).
@@ -67,6 +67,7 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
+#include "min8.glsl"
 
 #ifndef SG_N
 #define SG_N 4
@@ -89,7 +90,7 @@ layout(constant_id = 0) const bool X_LO = true;  // x as hi + lo (true) or hi al
 
 #if defined(W_I8) || defined(W_T8)
 #define WPIECE uvec2  // 8 weights
-#elif defined(W_I4)
+#elif defined(W_I4) || defined(W_Q4) || defined(W_Q5)
 #define WPIECE uint
 #else
 #define WPIECE uvec4
@@ -105,7 +106,7 @@ layout(push_constant) uniform Push {
     uint N;
     uint K;
     uint kchunk;   // K per chunk, a multiple of KU dividing K
-    uint group;    // W_I4: weights per scale and minimum
+    uint group;    // W_I4, W_Q4, W_Q5: weights per scale and minimum
     uint fold_rows;  // most rows whose chunks are workgroups of their own (above: summed in the workgroup)
 } pc;
 
@@ -120,7 +121,7 @@ shared uvec4 xsh[(X_LO ? 2 : 1) * BM * PAD];  // x stage: hi rows, then lo rows 
 #define W_LOADS (BN * XV / WG)       // pieces of 8 weights of W per invocation per stage
 #if defined(W_I8) || defined(W_T8)
 #define W_BYTES_PER_8 8
-#elif defined(W_I4)
+#elif defined(W_I4) || defined(W_Q4) || defined(W_Q5)
 #define W_BYTES_PER_8 4
 #else
 #define W_BYTES_PER_8 16
@@ -149,13 +150,16 @@ uvec4 fp16_8(vec4 lo, vec4 hi) {
     return uvec4(fp16_pair(lo.x, lo.y), fp16_pair(lo.z, lo.w), fp16_pair(hi.x, hi.y), fp16_pair(hi.z, hi.w));
 }
 
-uvec4 to_fp16(WPIECE v, vec2 scale) {  // 8 weights of W's storage type as 8 fp16 (scale: quantized W's scale, minimum)
+uvec4 to_fp16(WPIECE v, vec2 scale, uint high) {  // 8 weights of W's storage type as 8 fp16 (scale: quantized W's
+    // scale, minimum; high: W_Q5's fifth bits)
 #if defined(W_I8)
     return fp16_8(int8x4(v.x) * scale.x, int8x4(v.y) * scale.x);
 #elif defined(W_T8)  // scale: (row g, row g + 8) of the lane's fragment
     return fp16_8(int8x4(v.x) * scale.x, int8x4(v.y) * scale.y);
-#elif defined(W_I4)
+#elif defined(W_I4) || defined(W_Q4)
     return fp16_8(uint4x4(v) * scale.x + scale.y, uint4x4(v >> 16) * scale.x + scale.y);
+#elif defined(W_Q5)
+    return fp16_8((uint4x4(v) + high4(high)) * scale.x + scale.y, (uint4x4(v >> 16) + high4(high >> 4)) * scale.x + scale.y);
 #else
     return v;
 #endif
@@ -220,8 +224,28 @@ void main() {
 #elif defined(W_I4)
 #define LOAD_SCALE(i, e, k0) { uint g_ = (wrow0 + (e) / XV) * (pc.K / pc.group) + ((k0) + 8 * ((e) % XV)) / pc.group; \
         wsc[i] = unpackHalf2x16(up ? u_scales[scale_base + g_] : w_scales[scale_base + g_]); }
+#elif defined(W_Q4) || defined(W_Q5)  // (min8.glsl) the group's pair with its row's steps (qstep), W_Q5: the piece's fifth bits
+#define Q_SIDE_ROW(e) (scale_base + (wrow0 + (e) / XV) * Q_SIDE_WORDS(pc.K, pc.group))
+#define LOAD_SCALE(i, e, k0) { uint row_ = Q_SIDE_ROW(e), k8_ = (k0) / 8 + (e) % XV; \
+        uint g_ = k8_ * 8u / pc.group, at_ = row_ + Q_PAIR_WORD(pc.K, g_); \
+        wsc[i] = min8_pair(qstep[i], up ? u_scales[at_] : w_scales[at_], g_); \
+        LOAD_HIGH(i, row_ + 1u + k8_ / 4u, k8_) }
 #else
 #define LOAD_SCALE(i, e, k0)
+#endif
+#if defined(W_Q4) || defined(W_Q5)
+    vec2 qstep[W_LOADS];  // the steps of each staged piece's row, the same at every stage: read once
+    [[unroll]] for (uint i = 0; i < W_LOADS; i++) {
+        uint row_ = Q_SIDE_ROW(tid + WG * i);
+        qstep[i] = unpackHalf2x16(up ? u_scales[row_] : w_scales[row_]);
+    }
+#endif
+    uint whigh[W_LOADS];  // W_Q5: each staged piece's fifth bits (its byte, in the low 8 bits)
+#ifdef W_Q5
+#define LOAD_HIGH(i, at, k8) whigh[i] = (up ? u_scales[at] : w_scales[at]) >> (8u * ((k8) & 3u));
+#else
+#define LOAD_HIGH(i, at, k8)
+    [[unroll]] for (uint i = 0; i < W_LOADS; i++) whigh[i] = 0u;
 #endif
 
     WPIECE wr[W_LOADS];
@@ -250,7 +274,7 @@ void main() {
         barrier();  // the last stage's multiplies are done with shared memory
         [[unroll]] for (uint i = 0; i < W_LOADS; i++) {
             uint e = tid + WG * i;
-            uvec4 h = to_fp16(wr[i], wsc[i]);
+            uvec4 h = to_fp16(wr[i], wsc[i], whigh[i]);
 #if defined(W_T16) || defined(W_T8)
             if (PIECE_FRAGMENTS) {  // lane l = 4 g + t of stage tile e / 32: rows g, g + 8; columns 2t, 2t + 1 and 2t + 8, 2t + 9
                 uint tile_ = e / 32, at_ = ((tile_ / KBS) * 16 + (e % 32) / 4) * PAD + (tile_ % KBS) * 2, t_ = e % 4;

@@ -54,12 +54,14 @@ CASE_FIELDS = {
 TINY_PARAMS = 32768 + 4 * 37152 + 64
 # The same in the quantized formats. A layer's matrices [N, K]: q and o 64x64, k and v 32x64, gate and up 128x64,
 # down 64x128: 36864 weights in 512 rows. The embedding 512x64. Norms 4 * (4*64 + 2*16) + 64 = 1216, bf16 always.
-# int8: N*K codes + a 2-B scale per 32 weights; int4 (groups of 32): N*K/2 + a 2-B scale and a 2-B minimum per 32
-# weights, the embedding int8.
+# int8: N*K codes + a 2-B scale per 32 weights; int4: the embedding int8.
 TINY_NORM_BYTES = 2 * 1216
 TINY_EMBED_INT8 = 512 * 64 + 2 * 512 * 64 // 32
 TINY_INT8 = TINY_EMBED_INT8 + 4 * (36864 + 2 * 36864 // 32) + TINY_NORM_BYTES
-TINY_INT4_G32 = TINY_EMBED_INT8 + 4 * (36864 // 2 + 4 * 36864 // 32) + TINY_NORM_BYTES
+# int4 (min8, quant.py): a row's low 4 bits (K/2 bytes), then 4 bytes of steps, int5's fifth bits (K/8), a 2-B pair
+# per group, padding to 4 bytes. q, k, v, gate and up (384 rows, K 64) int5 in groups of 64: 32 + 4 + 8 + 2 + 2 = 48
+# bytes a row; o (64 rows, K 64) int4 in groups of 32: 32 + 4 + 4 = 40; down (64 rows, K 128): 64 + 4 + 8 = 76.
+TINY_INT4_MIN8 = TINY_EMBED_INT8 + 4 * (48 * 384 + 40 * 64 + 76 * 64) + TINY_NORM_BYTES
 PROMPT, GEN = 12, 6
 
 
@@ -133,7 +135,7 @@ def test_bench_on_vulkan_reports_device_and_host_time(tmp_path):
 
 @pytest.mark.parametrize("weights, options, kv_dtype, kv_value_bytes, expected_weight_bytes", [
     ("int8-g32", ("--weights", "int8"), "bf16", 2 * 16 * 2, TINY_INT8),  # per layer's K (or V): 2 heads of 16
-    ("int4-g32+min", ("--weights", "int4", "--int4-group", "32"), "int8", 2 * 16 + 4 * 2, TINY_INT4_G32),  # + fp32 scales
+    ("int4-g32+min8", ("--weights", "int4", "--int4-group", "32"), "int8", 2 * 16 + 4 * 2, TINY_INT4_MIN8),  # + fp32 scales
 ])
 def test_bench_on_cpu_runs_quantized_weights_and_counts_their_bytes(tmp_path, weights, options, kv_dtype,
                                                                      kv_value_bytes, expected_weight_bytes):
@@ -164,8 +166,15 @@ def test_quantized_weight_bytes_of_the_1b_by_hand(weights, group):
     def int4(n: int, k: int) -> int:
         return n * k // 2 + 4 * n * k // group
 
-    per_matrix = int8 if weights == "int8" else int4
-    expected = int8(vocab, h) + layers * sum(per_matrix(n, k) for n, k in layer) + 2 * norms
+    def min8(n: int, k: int, bits: int, g: int) -> int:  # low 4 bits, then 4 bytes of steps, fifth bits, pairs
+        return n * (k // 2 + -(-(4 + (k // 8 if bits == 5 else 0) + 2 * k // g) // 4) * 4)
+
+    if weights == "int4" and group == 32:  # q/k/v int5 in groups of 64, gate/up of 128 (1152 = 9 x 128), o/down int4
+        matrices = [min8(q, h, 5, 64), min8(kv, h, 5, 64), min8(kv, h, 5, 64), min8(h, q, 4, 32),
+                    min8(i, h, 5, 128), min8(i, h, 5, 128), min8(h, i, 4, 32)]
+    else:
+        matrices = [(int8 if weights == "int8" else int4)(n, k) for n, k in layer]
+    expected = int8(vocab, h) + layers * sum(matrices) + 2 * norms
     assert weight_bytes(shape_config("1b"), WeightFormat.parse(weights, group)) == expected
 
 

@@ -82,7 +82,7 @@ def test_negative_control_a_4_bit_lm_head_costs_measurably_more(sequences, bf16,
     from gemma_batch.model import conversion
 
     kept = cpu_scores(sequences, "int4")
-    monkeypatch.setattr(conversion, "matrix_format", lambda name, fmt: fmt)
+    monkeypatch.setattr(conversion, "matrix_format", lambda name, fmt, columns: fmt)
     everywhere = cpu_scores(sequences, "int4")
     assert 1 - everywhere.top1_agreement(bf16) > 1.2 * (1 - kept.top1_agreement(bf16))
     assert everywhere.perplexity > kept.perplexity

@@ -1,7 +1,7 @@
-"""Weight formats (int8, int4, fp16), their on-disk cache, and the KV cache formats.
+"""Weight formats (int8, int4, int5, fp16), their on-disk cache, and the KV cache formats.
 
-References are independent of the code under test: element-by-element loops for the int4
-packing, torch for bf16 rounding, the `safetensors` library for the files we write.
+References are independent of the code under test: element-by-element loops for the int4 and
+min8 packings, torch for bf16 rounding, the `safetensors` library for the files we write.
 """
 
 from __future__ import annotations
@@ -53,9 +53,11 @@ def test_int8_is_round_to_nearest_with_an_fp16_scale_per_32():
 @pytest.mark.parametrize("group", [32, 64])
 def test_int4_layout_matches_an_element_by_element_reference(group):
     """Two codes a byte (even k low), each the nearest of 0..15 on its group's fp16 (scale,
-    minimum) grid, clipped; the dequantized weight is code * scale + minimum."""
+    minimum) grid, clipped; the dequantized weight is code * scale + minimum. (`--int4-group 64`;
+    groups of 32 are a GGUF's carried Q4 blocks.)"""
     w = matrix()
-    fmt = WeightFormat.parse("int4", group)
+    fmt = WeightFormat("int4", group)
+    assert group == 32 or fmt == WeightFormat.parse("int4", group)
     qt = quantize(w, fmt)
     n, k = w.shape
     assert qt.q.shape == (n, k // 2) and qt.scales.shape == (n, k // group, 2) and qt.scales.dtype == np.float16
@@ -71,11 +73,46 @@ def test_int4_layout_matches_an_element_by_element_reference(group):
                 assert qt.dequantize(slice(r, r + 1))[0, col] == np.float32(want) * np.float32(s) + np.float32(low)
 
 
+@pytest.mark.parametrize("fmt", [WeightFormat("int4", 32, min8=True), WeightFormat("int5", 64, min8=True)])
+def test_min8_layouts_match_an_element_by_element_reference(fmt):
+    """A row's side bytes: its two fp16 steps (ds, dm), int5's fifth bits (bit j of byte i for
+    column 8 i + j), then per group the scale's multiple of ds (uint8) and the minimum's of dm
+    (int8), zeros to a multiple of 4 bytes. Each code is the nearest of 0..2^b - 1 on its group's
+    grid, clipped; the dequantized weight is code * (s8 ds) + m8 dm in float32."""
+    w = matrix(24, 256)
+    qt = quantize(w, fmt, rng.random(256).astype(np.float32) + 0.1)
+    n, k = w.shape
+    bits, levels = (4, 15) if fmt.name == "int4" else (5, 31)
+    groups = k // fmt.group
+    side = 4 + (k // 8 if bits == 5 else 0) + 2 * groups
+    assert qt.q.shape == (n, k // 2) and qt.scales.shape == (n, -(-side // 4) * 4) and qt.scales.dtype == np.uint8
+    assert qt.nbytes == fmt.matrix_bytes(w.shape) and not qt.scales[:, side:].any()
+    assert str(fmt) == f"{fmt.name}-g{fmt.group}+min8" and fmt.grid_levels == levels
+    values = qt.dequantize()
+    for r in range(n):
+        row = bytes(qt.scales[r])
+        ds, dm = (float(v) for v in np.frombuffer(row[:4], "<f2"))
+        pairs = row[side - 2 * groups : side]
+        for g in range(groups):
+            s = np.float32(pairs[2 * g] * ds)
+            low = np.float32(int.from_bytes(pairs[2 * g + 1 : 2 * g + 2], "little", signed=True) * dm)
+            for j in range(fmt.group):
+                col = g * fmt.group + j
+                want = 0 if s == 0 else int(np.clip(np.rint((w[r, col] - low) / s), 0, levels))
+                byte = int(qt.q[r, col // 2])
+                code = (byte >> 4 if col % 2 else byte & 0xF) | ((row[4 + col // 8] >> (col % 8) & 1) << 4 if bits == 5 else 0)
+                assert code == want
+                assert values[r, col] == np.float32(code) * s + low
+    assert (values[3] == 0).all()  # an all-zero row stays zero
+    # Quality (measured: 7.8% / 4.6% relative RMS error), and the outlier's group keeps it:
+    assert np.sqrt(((values - w) ** 2).mean()) / w.std() < (0.1 if bits == 4 else 0.06) and abs(values[5, 7] - 0.9) < 0.05
+
+
 def test_int4_grids_are_no_worse_than_each_groups_min_and_max():
     """The refitted grid's error, group by group, is at most that of the plain min-max grid (what
     the refits start from, kept only where they improve), and lower overall."""
     w = matrix(64, 256)
-    qt = quantize(w, WeightFormat.parse("int4", 32))
+    qt = quantize(w, WeightFormat("int4", 32))
     groups = w.reshape(64, 8, 32)
     lo, hi = groups.min(axis=2), groups.max(axis=2)
     s = ((hi - lo) / 15).astype(np.float16).astype(np.float32)
@@ -90,7 +127,7 @@ def test_int4_grids_are_no_worse_than_each_groups_min_and_max():
 def test_quantized_products_are_the_products_of_the_dequantized_matrix_and_batch_invariant():
     w = rng.standard_normal((2100, 64)).astype(np.float32) * 0.05  # more than one W_ROWS block
     x = rng.standard_normal((37, 64)).astype(np.float32)
-    for fmt in (WeightFormat.parse("int8"), WeightFormat.parse("int4")):
+    for fmt in (WeightFormat.parse("int8"), WeightFormat.parse("int4"), WeightFormat("int5", 64, min8=True)):
         qt = quantize(w, fmt)
         ours = matmul_rows(x, qt)
         np.testing.assert_allclose(ours, x.astype(np.float64) @ qt.dequantize().T.astype(np.float64), rtol=1e-5, atol=1e-5)
@@ -155,7 +192,8 @@ def test_the_cache_is_written_once_and_read_back_identically(tiny, tmp_path, mon
     assert converted["norm.weight"].dtype == "BF16"  # norms stay as stored
     if weights == "int4":
         assert converted["embed_tokens.weight"].format.name == "int8"
-        assert converted["layers.0.mlp.up_proj.weight"].format == fmt
+        assert converted["layers.0.mlp.up_proj.weight"].format == WeightFormat("int5", 64, min8=True)  # (the hidden state feeds it)
+        assert converted["layers.0.mlp.down_proj.weight"].format == fmt
 
 
 def test_a_damaged_entry_is_rebuilt_and_a_changed_checkpoint_gets_its_own(tiny, tmp_path):
@@ -219,7 +257,12 @@ def test_a_quantized_product_never_holds_the_dequantized_matrix():
 
 @pytest.mark.parametrize("weights, group, layers, embedding", [
     ("int8", 32, 8 + 16 / 32, 8 + 16 / 32),  # a code, and an fp16 scale per 32
-    ("int4", 32, 4 + 32 / 32, 8 + 16 / 32),  # a code, and an fp16 scale and minimum per group; the embedding int8
+    # min8, by hand for H 64, q 128, k and v 64, I 128: q, k, v, gate and up (32,768 weights) int5 in
+    # groups of 64 (128 does not divide 64 columns), a row 32 bytes of low bits, 4 of steps, 8 of
+    # fifth bits, 2 of pairs, 2 of padding: 6 bits a weight; o and down (8,192 each) int4 in groups
+    # of 32, a row of 128 in 64 + 4 + 8 bytes. (A row's 4 bytes of steps weigh less in wider rows:
+    # the real 270M's layers take 4.98 bits.)
+    ("int4", 32, (32768 * 48 + 16384 * 76 / 2) * 8 / 64 / 49152, 8 + 16 / 32),
     ("int4", 64, 4 + 32 / 64, 8 + 16 / 32),
 ])
 def test_a_conversion_says_its_bits_a_weight_scales_included(tmp_path, weights, group, layers, embedding):

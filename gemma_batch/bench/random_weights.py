@@ -13,6 +13,9 @@ drawn directly in their storage dtype:
   std-0.02 group whose extreme lies at 3 std).
 * int4: any bytes (every byte is a pair of codes), fp16 group scales and minimums of magnitude
   around 0.02 * 3 / 8 and either sign (so a row's values centre on zero).
+* min8 (int4 and int5): any bytes for the codes; the side rows' bytes (steps, fifth bits, 8-bit
+  multiples) drawn from 0..15, so that a row's fp16 steps are positive and at most 2^-11, its
+  scales and minimums at most 15 of them, and a weight at most about 0.25.
 
 The values only have to be finite and ordinary: a benchmark's speed does not depend on them.
 """
@@ -60,7 +63,8 @@ def random_tensors(cfg: Gemma3Config, seed: int = 0,
     `quant_cache.load_converted` would hand them to `Backend.load_weights` in `fmt`: a
     QuantizedTensor for an int8 / int4 matrix, else a Tensor (F16 for an fp16 matrix, BF16 else).
     Raises ValueError when a matrix's columns are not a whole number of int4 groups."""
-    entries = {name: stored_entries(name, dtype, shape, fmt) for name, (dtype, shape) in layout(cfg).items()}
+    stored = layout(cfg)
+    entries = {name: stored_entries(name, dtype, shape, fmt) for name, (dtype, shape) in stored.items()}
     longest: dict[Pool, int] = {}
     for entry, dtype, shape in (e for es in entries.values() for e in es):
         key = (dtype, _part(entry, shape))
@@ -70,7 +74,7 @@ def random_tensors(cfg: Gemma3Config, seed: int = 0,
     for name, tensor_entries in entries.items():
         arrays = {entry: _take(rng, pools[dtype, _part(entry, shape)], shape) for entry, dtype, shape in tensor_entries}
         if f"{name}.q" in arrays:
-            yield name, QuantizedTensor(matrix_format(name, fmt), arrays[f"{name}.q"], arrays[f"{name}.scales"])
+            yield name, QuantizedTensor(matrix_format(name, fmt, stored[name][1][1]), arrays[f"{name}.q"], arrays[f"{name}.scales"])
         else:
             yield name, Tensor(tensor_entries[0][1], arrays[name])
 
@@ -92,8 +96,8 @@ def _pool(rng: np.random.Generator, key: Pool, length: int) -> np.ndarray:
 def _draw(rng: np.random.Generator, key: Pool, n: int) -> np.ndarray:
     """n values of the pool `key` (see the module docstring)."""
     dtype, part = key
-    if dtype == "U8":  # int4: two codes a byte, every byte a valid pair
-        return rng.integers(0, 256, n, dtype=np.uint8)
+    if dtype == "U8":  # int4: two codes a byte, every byte a valid pair; min8's side rows: bytes of 0..15
+        return rng.integers(0, 16 if part == "scales" else 256, n, dtype=np.uint8)
     x = rng.standard_normal(n, dtype=np.float32)
     if part in ("scales", "pairs"):
         nominal = np.float32(MATRIX_STD * 3 / (127 if part == "scales" else 8)) * (1 + np.float32(SCALE_SPREAD) * np.tanh(x))

@@ -21,16 +21,30 @@ from .checkpoint import Tensor, to_float32
 from .quant import QuantizedTensor, WeightFormat, carried_format, entry_shapes, quantize, to_fp16
 from .safetensors_file import DTYPE_SIZES
 
+# min8 (`--weights int4`): the matrices given 5-bit codes, and their group, the first of these that
+# divides the columns (quant.py's docstring)
+INT5_GROUPS = {"q_proj.weight": (64,), "k_proj.weight": (64,), "v_proj.weight": (64,), "gate_proj.weight": (128, 64),
+               "up_proj.weight": (128, 64)}
 CONVERT_ROWS = 512  # rows converted at a time, a block a thread: a 27B embedding table is 5.6 GB as float32
 CONVERT_THREADS = min(8, os.cpu_count() or 1)
 Loaded = Tensor | QuantizedTensor
 
 
-def matrix_format(name: str, fmt: WeightFormat) -> WeightFormat:
-    """The format a matrix gets under `fmt`: int4 keeps the embedding table (the tied LM head) in
-    int8, which on the demo model keeps top-1 agreement at 93% instead of 91%."""
+def matrix_format(name: str, fmt: WeightFormat, columns: int) -> WeightFormat:
+    """The format a matrix of `columns` inputs gets under `fmt`. int4 keeps the embedding table
+    (the tied LM head) in int8, which on the demo model keeps top-1 agreement at 93% instead of
+    91%. Its min8 layout (`--weights int4`) gives the matrices the block's normalised hidden state
+    feeds (q/k/v, gate/up) 5-bit codes in the groups of INT5_GROUPS, where their columns are whole
+    groups; o and down keep 4-bit codes in groups of 32. On the real 270M: 4.98 bits a weight,
+    +2.9-4.7% perplexity rather than +8-10% at 5.0 (docs/EXPERIMENTS.md, "5-bit codes where the
+    hidden state feeds": o in groups of 64 cost 1-2 points; gate/up in groups of 64 take 5.03 bits)."""
     if fmt.name == "int4" and name in ("embed_tokens.weight", "lm_head.weight"):
         return WeightFormat.parse("int8")
+    if fmt.min8:
+        groups = next((g for suffix, g in INT5_GROUPS.items() if name.endswith(suffix)), ())
+        group = next((g for g in groups if columns % g == 0), 0)
+        if group:
+            return WeightFormat("int5", group, min8=True)
     return fmt
 
 
@@ -40,7 +54,7 @@ def convert(name: str, tensor: Loaded, fmt: WeightFormat, channel_weights: np.nd
     under auto or when it is in the format asked, else is dequantized first (bf16: to float32).
     `channel_weights` [K]: what int4's rounding weighs the input channels by (`quant.quantize`)."""
     if isinstance(tensor, QuantizedTensor):
-        if fmt.name == "auto" or matrix_format(name, fmt) == tensor.format:
+        if fmt.name == "auto" or matrix_format(name, fmt, tensor.shape[1]) == tensor.format:
             return tensor
         rows = range(0, tensor.shape[0], CONVERT_ROWS)
         if fmt.name == "bf16":  # (into one array: a concatenation's copy took as long as the dequantizing)
@@ -55,11 +69,12 @@ def convert(name: str, tensor: Loaded, fmt: WeightFormat, channel_weights: np.nd
         rows = range(0, tensor.data.shape[0], CONVERT_ROWS)
         # One block in float32 at a time: each is converted before the next is widened.
         blocks = (to_float32(Tensor(tensor.dtype, tensor.data[r : r + CONVERT_ROWS])) for r in rows)
-    mfmt = matrix_format(name, fmt)
-    mfmt.check_shape(name, tensor.shape if isinstance(tensor, QuantizedTensor) else tensor.data.shape)
+    shape = tensor.shape if isinstance(tensor, QuantizedTensor) else tensor.data.shape
+    mfmt = matrix_format(name, fmt, shape[1])
+    mfmt.check_shape(name, shape)
     if mfmt.name == "fp16":
         return Tensor("F16", np.concatenate([to_fp16(b) for b in blocks]))
-    weights = channel_weights if mfmt.name == "int4" else None
+    weights = channel_weights if mfmt.grid_levels else None
     parts = _on_threads(lambda block: quantize(block, mfmt, weights), blocks)
     return QuantizedTensor(mfmt, np.concatenate([p.q for p in parts]), np.concatenate([p.scales for p in parts]))
 
@@ -97,10 +112,10 @@ def _converted_format(name: str, dtype: str, shape: tuple[int, ...], fmt: Weight
     or None where it stays as stored."""
     carried = dtype not in DTYPE_SIZES
     if not carried:
-        return matrix_format(name, fmt) if fmt.converts(shape) else None
-    if fmt.name == "auto" or str(matrix_format(name, fmt)) == dtype:
+        return matrix_format(name, fmt, shape[-1]) if fmt.converts(shape) else None
+    if fmt.name == "auto" or str(matrix_format(name, fmt, shape[-1])) == dtype:
         return None
-    return matrix_format(name, fmt)
+    return matrix_format(name, fmt, shape[-1])
 
 
 def _target(name: str, dtype: str, shape: tuple[int, ...], fmt: WeightFormat) -> WeightFormat | None:
@@ -111,7 +126,7 @@ def _target(name: str, dtype: str, shape: tuple[int, ...], fmt: WeightFormat) ->
 
 def converted_nbytes_by_dtype(layout: Mapping[str, tuple[str, tuple[int, ...]]], fmt: WeightFormat) -> dict[str, int]:
     """Bytes the tensors of `layout` (name -> stored dtype and shape, `Checkpoint.layout`) take in
-    `fmt`, by storage kind: BF16 / F16 / F32, and INT8 / INT4 for quantized matrices (data and
+    `fmt`, by storage kind: BF16 / F16 / F32, and INT8 / INT4 / INT5 for quantized matrices (data and
     scales), for `Backend.weight_bytes`."""
     out: dict[str, int] = {}
     for name, (dtype, shape) in layout.items():

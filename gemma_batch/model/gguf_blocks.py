@@ -24,7 +24,7 @@ import numpy as np
 from .quant import QuantizedTensor, WeightFormat, quantize
 
 INT8 = WeightFormat.parse("int8")
-INT4 = WeightFormat.parse("int4", 32)
+INT4 = WeightFormat("int4", 32)  # fp16 (scale, minimum) pairs
 _EXACT_INT8 = {"Q8_0": 34, "Q5_0": 22}  # type -> block bytes (an fp16 scale first, per 32 weights)
 _INT4 = {"Q4_0": 18, "Q4_1": 20, "Q4_K": 144}  # per 32 weights (Q4_0, Q4_1) or per 256 (Q4_K)
 EMBEDDINGS = ("embed_tokens.weight", "lm_head.weight")

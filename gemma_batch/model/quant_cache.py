@@ -143,7 +143,7 @@ def _read_cached(path: Path, entries: dict, checkpoint: Checkpoint, fmt: WeightF
         for name in checkpoint.names:
             if f"{name}.q" in entries:
                 q, scales = read_tensor(f, entries[f"{name}.q"]), read_tensor(f, entries[f"{name}.scales"])
-                yield name, QuantizedTensor(matrix_format(name, fmt), q, scales)
+                yield name, QuantizedTensor(matrix_format(name, fmt, checkpoint.shape(name)[1]), q, scales)
             else:
                 e = entries[name]
                 yield name, Tensor(e.dtype, read_tensor(f, e))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ...switches import switched_on
 
-COOP_DTYPES = ("T16", "T8", "I8", "I4")  # weight dtypes of the cooperative path (matmul_coop.comp reads each)
+COOP_DTYPES = ("T16", "T8", "I8", "I4", "Q4", "Q5")  # weight dtypes of the cooperative path (matmul_coop.comp reads each)
 COOP_DIRECT_DTYPES = ("T16", "T8")  # ... whose decode tile is matmul_coop_direct.comp's
 COOP_WIDE_DTYPES = ("T16",)  # ... whose prefill tiles include the 128-output ones (COOP_WIDE_DEFINES)
 COOP_COLS, COOP_ROWS = 64, 32  # outputs and rows per workgroup of matmul_coop.comp (BN, BM)

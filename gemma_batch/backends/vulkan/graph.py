@@ -196,7 +196,7 @@ class StepGraph(CoopMatmul):
             buffers[3] = norm
         cfg = self.cfg
         push = {"N": N, "K": K, "eps": cfg.rms_norm_eps, "num_heads": cfg.num_heads,
-                "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim, "group": self.w.group}
+                "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim, "group": self.w.group(layer, key)}
         self._dispatch(matmul_variant(kind, dtype), buffers, push,
                        ("matmul_rows" if kind == "norm_rows" else "matmul_tokens", -(-N // matmul_cols(kind))))
 

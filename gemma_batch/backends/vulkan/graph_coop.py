@@ -39,7 +39,7 @@ class CoopMatmul:
         # Up to fold_rows rows each K chunk is a workgroup; above, a prefill workgroup sums its own (coop_tiles).
         fold_rows = COOP_FOLD_ROWS if rows else coop_fold_rows(
             -(-cols // coop_cols(dtype, prefill_tile)), chunks, self.kernels.dev.info.sm_count)
-        push = {"N": cols, "K": K, "kchunk": K // chunks, "group": self.w.group, "fold_rows": fold_rows}
+        push = {"N": cols, "K": K, "kchunk": K // chunks, "group": self.w.group(layer, key), "fold_rows": fold_rows}
         chunk_tile = self.chunk_tile and not rows  # chunks that are workgroups take the chunk tile (coop_tiles)
         for fold in folds:
             tiles = -(-cols // coop_cols(dtype, fold))

@@ -16,12 +16,13 @@ from .coop_tiles import (COOP_DIRECT_DTYPES, COOP_DTYPES, COOP_WIDE_DTYPES, DEFA
 
 SPV_DIR = Path(__file__).resolve().parent / "spv"
 
-# Weight storage types (weights.py): as stored, quantized (int8 / int4, model/quant.py), or fp16
+# Weight storage types (weights.py): as stored, quantized (int8 / int4, and int4 / int5 with min8
+# scales: Q4 / Q5, model/quant.py), or fp16
 # in 16 x 16 tiles (T16: bf16 / fp16 matrices of the cooperative-matrix path), or int8 in such tiles
 # in fragment order (T8: int8 matrices of that path, where fragment_order.py knows the order).
-WEIGHT_DEFINES = {"BF16": "W_BF16", "F16": "W_F16", "F32": "W_F32", "I8": "W_I8", "I4": "W_I4", "T16": "W_T16",
-                  "T8": "W_T8"}
-MATMUL_DTYPES = ("BF16", "F16", "F32", "I8", "I4")  # matmul.comp's
+WEIGHT_DEFINES = {"BF16": "W_BF16", "F16": "W_F16", "F32": "W_F32", "I8": "W_I8", "I4": "W_I4", "Q4": "W_Q4",
+                  "Q5": "W_Q5", "T16": "W_T16", "T8": "W_T8"}
+MATMUL_DTYPES = ("BF16", "F16", "F32", "I8", "I4", "Q4", "Q5")  # matmul.comp's
 EMBED_DTYPES = ("BF16", "F16", "F32", "I8", "T16", "T8")  # embed.comp's (int4 keeps the embedding int8: model/conversion.py)
 KV_DEFINES = {"float16": "KV_F16", "float32": "KV_F32", "bfloat16": "KV_BF16", "int8": "KV_I8"}  # shaders/kv_pages.glsl
 MATMUL_KINDS = {  # kind -> defines (see the header of shaders/matmul.comp)

@@ -50,14 +50,21 @@ _MATRICES = ("self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.wei
 _NORMS = ("input_layernorm.weight", "post_attention_layernorm.weight", "pre_feedforward_layernorm.weight",
           "post_feedforward_layernorm.weight")
 _ITEMSIZE = {"BF16": 2, "F16": 2, "F32": 4}
-_QUANTIZED = {"int8": "I8", "int4": "I4"}  # format name -> the shaders' storage type
 Matrix = Tensor | QuantizedTensor
 _TILE_BLOCK_ROWS = 1024  # rows converted to tiles per task, by _TILE_WORKERS threads
 _TILE_WORKERS = min(8, os.cpu_count() or 1)
 
 
 def _storage(tensor: Matrix) -> str:
-    return _QUANTIZED[tensor.format.name] if isinstance(tensor, QuantizedTensor) else tensor.dtype
+    """The shaders' storage type of a matrix: its dtype, or I8 / I4 / Q4 / Q5 (int8, int4, min8 int4 / int5)."""
+    if not isinstance(tensor, QuantizedTensor):
+        return tensor.dtype
+    fmt = tensor.format
+    return {"int8": "I8", "int4": "Q4" if fmt.min8 else "I4", "int5": "Q5"}[fmt.name]
+
+
+def _group(tensor: Matrix) -> int:
+    return tensor.format.group if isinstance(tensor, QuantizedTensor) else 0
 
 
 def fp16_bits(tensor: Tensor, refuse_non_finite: bool = False) -> np.ndarray:
@@ -110,9 +117,9 @@ def _row_bytes(tensor: Matrix) -> tuple[int, int]:
 class DeviceWeights:
     """Per layer: `qkv`, `o_proj`, `gate_proj`, `up_proj`, `down_proj` (matrices), `qk_norm` and
     the four block norms (fp32); globally `embed`, `lm_head` (the embedding when tied), `norm`.
-    `dtypes` gives each matrix's storage dtype ("BF16" | "F16" | "F32" | "I8" | "I4" | "T16" | "T8"),
-    `group` the int4 group size (0 when no matrix is int4). `tiles`: store the matrices of the
-    cooperative-matrix path as fp16 tiles (the module doc), with `fragment_order` each tile in the
+    `dtypes` gives each matrix's storage dtype ("BF16" | "F16" | "F32" | "I8" | "I4" | "Q4" | "Q5" |
+    "T16" | "T8"), `group` its weights per scale of I4 / Q4 / Q5 (the shaders' pc.group). `tiles`:
+    store the matrices of the cooperative-matrix path as fp16 tiles (the module doc), with `fragment_order` each tile in the
     matrix units' fragment order (fragment_order.py), and with `int8_tiles` as well their int8
     matrices in fragment-order tiles ("T8")."""
 
@@ -132,13 +139,17 @@ class DeviceWeights:
         self.layers: list[dict[str, Buffer]] = [{} for _ in range(cfg.num_layers)]
         self.globals: dict[str, Buffer] = {}
         self.dtypes: dict[tuple[int, str], str] = {}  # (layer or -1, key) -> dtype
-        self.group = 0
+        self.groups: dict[tuple[int, str], int] = {}  # (layer or -1, key) -> weights per scale (0: none)
 
     def buffer(self, layer: int, key: str) -> Buffer:
         return self.globals[key] if layer < 0 else self.layers[layer][key]
 
     def dtype(self, layer: int, key: str) -> str:
         return self.dtypes[(layer, key)]
+
+    def group(self, layer: int, key: str) -> int:
+        """Weights per scale (and minimum) of a matrix of I4, Q4 or Q5 weights: the shaders' pc.group."""
+        return self.groups.get((layer, key), 0)
 
     def load(self, tensors: Iterable[tuple[str, Matrix]]) -> None:
         cfg = self.cfg
@@ -182,12 +193,14 @@ class DeviceWeights:
             tiled = self._tile_dtype(tensor, rows) if cfg.q_width % TILE == 0 and cfg.kv_width % TILE == 0 else None
             dtype = tiled or self._check_dtype(tensor, name)
             code_row, scale_row = _row_bytes(tensor)
+            group = _group(tensor)
             if (layer, "qkv") not in self.dtypes:
                 slots["qkv"] = self.mem.alloc(rows * (code_row + scale_row), f"{name} (fused qkv)")
-                self.dtypes[(layer, "qkv")] = dtype
-            elif self.dtypes[(layer, "qkv")] != dtype:
-                raise ValueError(f"{name} is {dtype} but the layer's other q/k/v weights are "
-                                 f"{self.dtypes[(layer, 'qkv')]}; the fused projection needs one dtype")
+                self.dtypes[(layer, "qkv")], self.groups[(layer, "qkv")] = dtype, group
+            elif (self.dtypes[(layer, "qkv")], self.groups[(layer, "qkv")]) != (dtype, group):
+                raise ValueError(f"{name} is {dtype} (groups of {group}) but the layer's other q/k/v weights are "
+                                 f"{self.dtypes[(layer, 'qkv')]} (groups of {self.groups[(layer, 'qkv')]}); "
+                                 f"the fused projection needs one layout")
             first_row = (0, cfg.q_width, cfg.q_width + cfg.kv_width)[_QKV.index(suffix)]
             self._upload_rows(slots["qkv"], tensor, first_row, rows, tiled, name)
         elif suffix in _QK_NORM:
@@ -208,6 +221,7 @@ class DeviceWeights:
         # The embedding is tiled only when it is also the LM head (tied), which reads it as a matrix.
         tiled = None if key == "embed" and not self.cfg.tie_word_embeddings else self._tile_dtype(tensor, rows)
         self.dtypes[(layer, key)] = tiled or self._check_dtype(tensor, name)
+        self.groups[(layer, key)] = _group(tensor)
         buf = self.mem.alloc(tensor.nbytes if quantized else tensor.data.nbytes, name)
         self._upload_rows(buf, tensor, 0, rows, tiled, name)
         return buf
@@ -223,13 +237,8 @@ class DeviceWeights:
 
     def _check_dtype(self, tensor: Matrix, name: str) -> str:
         dtype = _storage(tensor)
-        if isinstance(tensor, QuantizedTensor):
-            if tensor.format.name == "int4":
-                if self.group not in (0, tensor.format.group):
-                    raise ValueError(f"{name}: int4 groups of {tensor.format.group}, but other matrices have {self.group}")
-                self.group = tensor.format.group
-        elif dtype not in _ITEMSIZE:
-            raise ValueError(f"{name}: dtype {dtype} is not supported by the Vulkan backend (BF16, F16, F32, int8, int4)")
+        if not isinstance(tensor, QuantizedTensor) and dtype not in _ITEMSIZE:
+            raise ValueError(f"{name}: dtype {dtype} is not supported by the Vulkan backend (BF16, F16, F32, int8, int4, int5)")
         return dtype
 
     def _upload_rows(self, buf: Buffer, tensor: Matrix, first_row: int, rows: int, tiled: str | None, name: str) -> None:
