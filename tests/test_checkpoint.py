@@ -203,7 +203,7 @@ def test_a_quantized_matrix_stored_as_codes_and_scales_reads_back_as_written(tmp
     cfg = tiny_cfg(hidden_size=64, intermediate_size=128, head_dim=32)
     arrays = text_arrays(cfg)
     name = "model.layers.1.mlp.down_proj.weight"  # [64, 128]
-    fmt = WeightFormat.parse(weights, group)
+    fmt = WeightFormat("int4", group) if weights == "int4" else WeightFormat.parse(weights)  # the carried layouts
     stored = quantize(arrays.pop(name), fmt)
     packed = {**f32(arrays), f"{name}.q": ({"int8": "I8", "int4": "U8"}[weights], stored.q),
               f"{name}.scales": ("F16", stored.scales)}

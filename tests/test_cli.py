@@ -70,7 +70,11 @@ def test_inspect_plans_the_27b_shape_in_int4_with_an_int8_kv_cache():
     """Sizes worked out here from the published 27B shape, independently of the code."""
     h, i, layers, nh, nkv, hd, vocab = 5376, 21504, 62, 32, 16, 128, 262208
     matrices = [(nh * hd, h), (nkv * hd, h), (nkv * hd, h), (h, nh * hd), (i, h), (i, h), (h, i)]
-    int4 = layers * sum(n * k // 2 + 4 * n * k // 32 for n, k in matrices)  # codes, an fp16 scale and minimum per 32
+    # min8: a row's low 4 bits, then 4 bytes of steps, int5's fifth bits, a 2-byte pair per group, padded to 4
+    # bytes; 5-bit codes for q/k/v (groups of 64) and gate/up (128), 4-bit for o and down (32)
+    formats = [(5, 64), (5, 64), (5, 64), (4, 32), (5, 128), (5, 128), (4, 32)]
+    int4 = layers * sum(n * (k // 2 + -(-(4 + (k // 8 if bits == 5 else 0) + 2 * k // group) // 4) * 4)
+                        for (n, k), (bits, group) in zip(matrices, formats))
     embed_int8 = vocab * h + 2 * vocab * h // 32  # the tied LM head stays int8, an fp16 scale per 32
     norms = 2 * (layers * (4 * h + 2 * hd) + h)
     weights = int4 + embed_int8 + norms
@@ -81,10 +85,10 @@ def test_inspect_plans_the_27b_shape_in_int4_with_an_int8_kv_cache():
     fit = (18 * 2**30 - weights) // seq
     done = run_cli("inspect", "27b", "--weights", "int4", "--kv-dtype", "int8", "--memory", "18GiB")
     assert done.returncode == 0, done.stderr
-    assert f"weights int4-g32+min: {weights / 2**30:.1f} GiB" in done.stdout
+    assert f"weights int4-g32+min8: {weights / 2**30:.1f} GiB" in done.stdout
     assert f"KV int8: {(global_layers + sliding_layers) * per_token_layer / 1024:.1f} KiB per token" in done.stdout
     assert f"reserves {seq / 2**20:.1f} MiB" in done.stdout
-    assert f"does not fit: {fit} do" in done.stdout and fit == 3
+    assert f"does not fit: {fit} do" in done.stdout and fit == 4
     # beside 3 of them in 20 GiB, the prefix cache: blocks of every layer, or 2048-token prompt starts
     # (every global block, the sliding layers' last window: ceil(1023 / 16) + 1 = 65 blocks)
     free = 20 * 2**30 - weights - 3 * seq

@@ -409,7 +409,7 @@ def test_an_int4_job_records_its_calibration_and_refuses_another(tmp_path, sampl
     assert first.returncode == 0, first.stderr
     assert "int4 grid weighted by" in first.stderr and "tokens of the bundled text" in first.stderr
     label = pq.read_table(tmp_path / "out.stats.parquet").column("weights")[0].as_py()
-    assert label.startswith("int4-g32+min weighted:")
+    assert label.startswith("int4-g32+min8 weighted:")
     text = write_jsonl(tmp_path / "calibration.txt", ["Another text to weigh the rounding by."] * 20)
     other = gemma_batch("run", sample_jsonl, *flags, env={"GEMMA_BATCH_CALIBRATION": str(text)})
     assert other.returncode == 2 and "params.weights" in other.stderr, other.stderr

@@ -55,9 +55,8 @@ from .quant_grid import (FP16_MAX, MIN_CODES, SCALE_CODES, fit_grid, fp16_round,
 
 FORMATS = ("auto", "bf16", "fp16", "int8", "int4")
 FORMATS_HELP = ("Weight format: auto (as stored: a GGUF in its own quantization, a float32 checkpoint fp32), bf16 (as "
-                "stored, a GGUF's blocks dequantized), fp16, int8 (a scale per 32 weights) or int4 (calibrated 4-bit codes, "
-                "5-bit in q/k/v and gate/up, a scale and a minimum per group: 5.0 bits a weight; with --int4-group 64 "
-                "4-bit codes, 4.5 bits; the embedding int8).")
+                "stored, a GGUF's blocks dequantized), fp16, int8 (a scale per 32 weights) or int4 (calibrated; 5.0 bits a "
+                "weight, 4.5 with --int4-group 64; the embedding int8).")
 STORED_NAMES = {"BF16": "bf16", "F16": "fp16", "F32": "fp32"}  # a checkpoint's float dtypes, as formats are named
 INT4_GROUPS = (32, 64)
 INT8_GROUP = 32  # int8 weights per scale
