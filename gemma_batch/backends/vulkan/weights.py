@@ -119,9 +119,9 @@ class DeviceWeights:
     the four block norms (fp32); globally `embed`, `lm_head` (the embedding when tied), `norm`.
     `dtypes` gives each matrix's storage dtype ("BF16" | "F16" | "F32" | "I8" | "I4" | "Q4" | "Q5" |
     "T16" | "T8"), `group` its weights per scale of I4 / Q4 / Q5 (the shaders' pc.group). `tiles`:
-    store the matrices of the cooperative-matrix path as fp16 tiles (the module doc), with `fragment_order` each tile in the
-    matrix units' fragment order (fragment_order.py), and with `int8_tiles` as well their int8
-    matrices in fragment-order tiles ("T8")."""
+    store the matrices of the cooperative-matrix path as fp16 tiles (the module doc), with
+    `fragment_order` each tile in the matrix units' fragment order (fragment_order.py), and with
+    `int8_tiles` as well their int8 matrices in fragment-order tiles ("T8")."""
 
     def __init__(self, cfg: Gemma3Config, memory: Memory, tiles: bool = False, fragment_order: bool = False,
                  segments: Sequence[Segment] | None = None, kernels: Kernels | None = None,
