@@ -149,8 +149,8 @@ class CpuBackend(Backend):
         """BF16 and F16 tensors are held as float32 (they double); quantized ones as they are, and
         with more than one thread two float32 buffers of the largest layer matrix to widen them."""
         cfg = self.cfg
-        widening = 2 * 4 * cfg.hidden_size * max(cfg.intermediate_size, cfg.q_width) if self.threads > 1 and (
-            {"INT8", "INT4", "INT5"} & set(tensor_bytes)) else 0
+        quantized = any(dtype not in ("BF16", "F16", "F32") for dtype in tensor_bytes)  # (INT8, INT4, INT5)
+        widening = 2 * 4 * cfg.hidden_size * max(cfg.intermediate_size, cfg.q_width) if self.threads > 1 and quantized else 0
         return widening + sum(n * (2 if dtype in ("BF16", "F16") else 1) for dtype, n in tensor_bytes.items())
 
     def kv_bytes_per_token(self, group: str) -> int:
