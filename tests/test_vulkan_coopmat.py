@@ -22,9 +22,12 @@ from gemma_batch.backends.vulkan import VulkanBackend
 from gemma_batch.backends.vulkan.coopmat import DISABLE_ENV, INPUTS_ENV, split_inputs
 from gemma_batch.backends.vulkan.device import Device
 from gemma_batch.backends.vulkan.fragment_order import ENV as FRAGMENT_ENV
+from gemma_batch.backends.vulkan.tuning import TUNE_ENV
 from gemma_batch.job.spec import DEMO_MODEL
 from gemma_batch.model.checkpoint import Checkpoint
 from gemma_batch.model.config import Gemma3Config
+from gemma_batch.model.quant import WeightFormat
+from gemma_batch.model.quant_cache import load_converted
 from tests.test_cpu_vs_transformers import checkpoints, cpu_backend, run_batched  # noqa: F401
 
 
@@ -42,10 +45,13 @@ def _device_has_coopmat() -> bool:
 needs_coopmat = pytest.mark.skipif(not _device_has_coopmat(), reason="the Vulkan device has no fp16 cooperative matrices")
 
 
-def backend_for(model_dir, **kwargs) -> VulkanBackend:
+def backend_for(model_dir, weights: str = "bf16", **kwargs) -> VulkanBackend:
     cfg = Gemma3Config.from_dir(model_dir)
     backend = VulkanBackend(cfg, kv_dtype="fp32", profile=True, **kwargs)
-    backend.load_weights(Checkpoint.open(model_dir, cfg).tensors())
+    checkpoint = Checkpoint.open(model_dir, cfg)
+    quantized = weights != "bf16"
+    backend.load_weights(load_converted(checkpoint, WeightFormat.parse(weights), None).tensors if quantized
+                         else checkpoint.tensors())
     return backend
 
 
@@ -118,31 +124,38 @@ def test_prefill_above_the_fold_matches_decode_sized_steps(monkeypatch, inputs, 
 
 
 @needs_coopmat
-@pytest.mark.parametrize("inputs", ["split", "fp16"])
-def test_the_prompt_tile_gives_the_same_bits_in_any_step_and_form(monkeypatch, inputs):
+@pytest.mark.parametrize("inputs, weights", [("split", "bf16"), ("fp16", "bf16"), ("fp16", "int4"), ("fp16", "int8")])
+def test_the_prompt_tile_gives_the_same_bits_in_any_step_and_form(monkeypatch, inputs, weights):
     """Prompt tokens' products are one sum over K on the prompt tile (coop_tiles): a prompt run in
     one 80-token step, in 7-token steps (each beside a decode token once the first prompt is in),
-    and with the tile's 128-row or (fp16 inputs) 32-row form forced gives identical logits."""
+    and with the tile's 128-row or (fp16 inputs, or the 64-output tile of int8 / int4 weights)
+    32-row form forced gives identical logits."""
     from gemma_batch.backends.vulkan import grids
     from gemma_batch.engine.generate import generate_greedy
 
     monkeypatch.setenv(INPUTS_ENV, inputs)
+    monkeypatch.setenv(TUNE_ENV, "0")  # (the tuner's timings of the forms would show in the profile)
     prompts = [list(range(3, 83)), list(range(5, 40))]
+    weights_small = not (inputs == "split" and weights == "bf16")
     runs = []
     for budget, small in ((128, None), (7, None), (128, True), (128, False)):
         rows: dict = {}
+        ran: set = set()
 
-        def record(ids, batch, result, rows=rows):
+        def record(ids, batch, result, rows=rows, ran=ran):
             for s, seq in enumerate(ids):
                 for t in range(batch.seq_starts[s], batch.seq_starts[s + 1]):
                     rows[(seq, int(batch.positions[t]))] = result.logits[t].copy()
+            ran.update(backend.profile_seconds())
 
         with monkeypatch.context() as patch:
             if small is not None:
                 patch.setattr(grids, "coop_whole_small", lambda rows, tiles, sms, small=small: small)
-            backend = backend_for(DEMO_MODEL)
+            backend = backend_for(DEMO_MODEL, weights)
             generate_greedy(backend, prompts, 4, step_token_budget=budget, on_step=record)
             backend.close()
+        if small is not None:  # the form forced is the one that ran (split inputs' 128-wide tile has no 32-row form)
+            assert any(name.endswith("_whole_small") for name in ran) == (small and weights_small), sorted(ran)
         runs.append(rows)
     for other in runs[1:]:
         assert other.keys() == runs[0].keys()

@@ -53,7 +53,7 @@ class CoopMatmul:
             self._dispatch(coop_variant(gemm, dtype, fold), {**weights, 1: b.split, 2: b.partial}, push, grid)
         if not rows and self.mode not in DECODE_MODES:  # the prompt tokens' rows (decode steps have none)
             tiles = -(-cols // coop_cols(dtype, prefill_tile))
-            forms = ((False, "coopwhole_big"), (True, "coopwhole_small")) if prefill_tile == "wide" else ((False, "coopwhole"),)
+            forms = ((False, "coopwhole_big"), (True, "coopwhole_small")) if prefill_tile in ("wide", True) else ((False, "coopwhole"),)
             form = self.kernels.prompt_form(cols, K, gated) if prefill_tile == "wide" else DEFAULT_PROMPT_FORM  # (tuning.py)
             for small, kind in forms:  # (a 32-row form for short prompt blocks: coop_tiles.coop_whole_small)
                 self._dispatch(coop_variant(gemm, dtype, prefill_tile, whole=True, small=small,

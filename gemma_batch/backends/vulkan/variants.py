@@ -122,9 +122,10 @@ def _variants() -> dict[str, Variant]:
                 if "ROWS" not in gemm:  # the chunk tile (the LM head's prefill tile never runs per chunk)
                     out.append(Variant(coop_variant(gemm, dtype, fold, chunk=True), "matmul_coop",
                                        (WEIGHT_DEFINES[dtype], *gemm, *coop_tile_defines(fold, chunk=True)), "glslang"))
-                if fold == "wide":  # the prompt tile's 32-row form (coop_tiles.coop_whole_small), its other forms
+                if fold in ("wide", True) and "ROWS" not in gemm:  # the prompt tile's 32-row form (coop_tiles.coop_whole_small)
                     out.append(Variant(coop_variant(gemm, dtype, fold, True, True), "matmul_coop",
                                        (WEIGHT_DEFINES[dtype], *gemm, *coop_tile_defines(fold, True, True)), "glslang"))
+                if fold == "wide":  # its other forms
                     out += [Variant(coop_variant(gemm, dtype, fold, True, form=form), "matmul_coop",
                                     (WEIGHT_DEFINES[dtype], *gemm, *coop_tile_defines(fold, True, form=form)), "glslang")
                             for form in PROMPT_FORMS if form != DEFAULT_PROMPT_FORM]
