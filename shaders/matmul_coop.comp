@@ -18,7 +18,8 @@
 // A fragments from it. Building them from a stage kept in fragment order (fragment_of) was slower
 // on the H200: the 4b labelling prefill (fp16) 27,120 against 28,091 tok/s, W_T8's prompt tile
 // 10-27% (docs/EXPERIMENTS.md, "int8 weights in fragment-order tiles").
-// For fp16 tiles, steps of up to COOP_FOLD_ROWS (64) rows run matmul_coop_direct.comp instead (same sums,
+// For fp16 tiles, steps of up to the decode tiles' rows (coop_tiles.coop_decode_rows: 128 where every
+// layer matrix has fp16 or int8 tiles, else 64) run matmul_coop_direct.comp instead (same sums,
 // same order), so only this kernel's prefill tile is built for them.
 //
 // Sum order, the same for every M and every tile shape (batch invariance): K is cut into
@@ -59,7 +60,7 @@
 //
 // Variants: W_T16 | W_T8 | W_I8 | W_I4 | W_Q4 | W_Q5; GATED (N = 2 I: output columns [0, I) from W at binding 0, [I, 2 I)
 // from the up weights at binding 4); ROWS (M = meta.num_rows: the LM head's gathered rows); the
-// tile (SG_N, SG_M, TN, TM, KU; above COOP_FOLD_ROWS rows the host runs coop_tiles.COOP_FOLD_DEFINES'
+// tile (SG_N, SG_M, TN, TM, KU; above the decode tiles' rows the host runs coop_tiles.COOP_FOLD_DEFINES'
 // tile, or for fp16 tiles COOP_WIDE_DEFINES' (X_LO false) or COOP_WIDE_SPLIT_DEFINES' (X_LO true)).
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require

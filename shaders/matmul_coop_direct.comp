@@ -1,6 +1,7 @@
 #version 450
 // Decode matmul on the matrix units, weights loaded straight into matrix registers:
-// partial[c, m, n] = sum over chunk c of K of W[n, k] * x[m, k], for steps of up to coop_tiles.COOP_FOLD_ROWS rows.
+// partial[c, m, n] = sum over chunk c of K of W[n, k] * x[m, k], for steps of up to coop_tiles.coop_decode_rows
+// rows (128 where every layer matrix on the path has fp16 or int8 tiles, else 64).
 //
 // W is fp16 in 16 x 16 tiles (weights.py: tile (nt, kt) is the 512 contiguous bytes at
 // (nt * K / 16 + kt) * 256 halves, rows of 16 halves, or in fragment order: coop_fragment.glsl),

@@ -77,11 +77,12 @@ def test_cooperative_matmuls_match_the_cpu_backend(checkpoints, model, min_chunk
 @pytest.mark.parametrize("summed", ["in the tile", "by the reduce", "by the reduce, no chunk tile"])
 @pytest.mark.parametrize("inputs", ["split", "fp16"])
 def test_prefill_above_the_fold_matches_decode_sized_steps(monkeypatch, inputs, summed):
-    """Steps of more than 64 tokens run the prefill tile, smaller ones the decode tile. The prefill
+    """Steps of more than 128 tokens run the prefill tile (the demo model's fp16 tiles: the direct
+    decode tile takes up to COOP_DIRECT_FOLD_ROWS), smaller ones the decode tile. The prefill
     tile's workgroups sum the K chunks themselves where the step fills the device (forced here for
     the demo model's small matrices: no step is too small), else each chunk is a workgroup and
     reduce.comp adds them, as in decode steps (coop_tiles.coop_fold_rows). A prompt run in one
-    80-token step and in 7-token steps gives identical logits either way, with either inputs (the
+    160-token step and in 7-token steps gives identical logits either way, with either inputs (the
     demo model's matrices of 128-multiple widths on the 128-wide tile of that input mode). Prompt
     tokens take these tiles only without the prompt tile (GEMMA_BATCH_VK_PROMPT_TILE=0); with it,
     decode tokens and recomputed completions still do (test_batch_invariance.py's preemptions).
@@ -95,16 +96,16 @@ def test_prefill_above_the_fold_matches_decode_sized_steps(monkeypatch, inputs, 
     monkeypatch.setenv(coop_tiles.CHUNK_TILE_ENV, "0" if summed.endswith("no chunk tile") else "1")
     if summed == "in the tile":
         monkeypatch.setattr(coop_tiles, "COOP_FOLD_GROUPS_PER_SM", 0)
-    prompt = list(range(3, 83))
+    prompt = list(range(3, 163))
     runs, ran, fold_rows = [], set(), set()
-    for budget in (128, 7):
+    for budget in (256, 7):
         backend = backend_for(DEMO_MODEL, coop_min_chunk=64)
         rows = {}
 
         def record(_, batch, result, rows=rows, backend=backend):
             for t in range(batch.num_tokens):
                 rows[int(batch.positions[t])] = result.logits[t].copy()
-            if batch.num_tokens > 64:
+            if batch.num_tokens > coop_tiles.COOP_DIRECT_FOLD_ROWS:
                 ran.update(backend.profile_seconds())
 
         generate_greedy(backend, [prompt], 4, step_token_budget=budget, on_step=record)
@@ -112,7 +113,8 @@ def test_prefill_above_the_fold_matches_decode_sized_steps(monkeypatch, inputs, 
                       if (words := kind.split())[0] == "coopfold_tokens" and int(words[1]) > 1}
         runs.append(rows)
         backend.close()
-    assert fold_rows and (max(fold_rows) == 64 if summed == "in the tile" else min(fold_rows) >= len(prompt))
+    assert fold_rows and (max(fold_rows) == coop_tiles.COOP_DIRECT_FOLD_ROWS if summed == "in the tile"
+                          else min(fold_rows) >= len(prompt))
     tile, other = ("_wide", "_wide_split") if inputs == "fp16" else ("_wide_split", "_wide")
     chunk_tile = {f"coop_t16_fold{tile}_chunk", f"coop_gated_t16_fold{tile}_chunk"}
     assert {f"coop_t16_fold{tile}", f"coop_gated_t16_fold{tile}"} <= ran
@@ -154,8 +156,9 @@ def test_the_prompt_tile_gives_the_same_bits_in_any_step_and_form(monkeypatch, i
             backend = backend_for(DEMO_MODEL, weights)
             generate_greedy(backend, prompts, 4, step_token_budget=budget, on_step=record)
             backend.close()
-        if small is not None:  # the form forced is the one that ran (split inputs' 128-wide tile has no 32-row form)
-            assert any(name.endswith("_whole_small") for name in ran) == (small and weights_small), sorted(ran)
+        # The recording holds the 32-row form beside the 128-row one where the tile has it (split inputs'
+        # 128-wide tile has none); the grids give one of the two the step's workgroups, as forced.
+        assert any(name.endswith("_whole_small") for name in ran) == weights_small, sorted(ran)
         runs.append(rows)
     for other in runs[1:]:
         assert other.keys() == runs[0].keys()

@@ -13,7 +13,8 @@ import pytest
 
 from gemma_batch.backends.vulkan import pipeline_stats
 from gemma_batch.backends.vulkan.attention import MAX_CHUNKS, chunk_counts
-from gemma_batch.backends.vulkan.coop_tiles import COOP_FOLD_ROWS, COOP_UNKNOWN_SMS, coop_fold_rows, coop_partial_floats
+from gemma_batch.backends.vulkan.coop_tiles import (COOP_DIRECT_FOLD_ROWS, COOP_FOLD_ROWS, COOP_UNKNOWN_SMS, coop_decode_rows,
+                                                    coop_fold_rows, coop_partial_floats)
 from gemma_batch.backends.vulkan.grids import ROWS_GROUPS_PER_SM, DispatchGrids
 from gemma_batch.backends.vulkan.push_constants import PUSH, PUSH_BYTES
 from gemma_batch.backends.vulkan.variants import (GATED_ACT_ROUND, GATED_ROW_WG, GATED_SPLIT_MAX_ROW, VARIANTS,
@@ -90,17 +91,30 @@ def test_the_gated_reduce_row_limit_is_mirrored_on_the_host():
 
 
 def test_only_the_looping_lm_head_grid_is_capped_by_the_sm_count():
-    """grids.py caps a "coop_rows C loop" grid (matmul_coop_direct.comp, whose workgroups loop over
+    """grids.py caps a "coop_rows C F loop" grid (matmul_coop_direct.comp, whose workgroups loop over
     the tiles) at ROWS_GROUPS_PER_SM workgroups an SM where the SM count is known, and nothing else:
     matmul_coop.comp's decode tile (int8 / int4 LM heads) needs a workgroup a tile."""
     cfg, tiles = shape_config("4b"), 2049
     for sm_count, expected in ((132, ROWS_GROUPS_PER_SM * 132), (0, tiles), (1000, tiles)):
         grids = DispatchGrids(cfg, 64, sm_count)
-        looped, plain, tokens = grids.offset("coop_rows 1 loop", tiles), grids.offset("coop_rows 1", tiles), grids.offset("coop_tokens 2", 160)
+        looped, plain, tokens = (grids.offset("coop_rows 1 64 loop", tiles), grids.offset("coop_rows 1 64", tiles),
+                                 grids.offset("coop_tokens 2 64", 160))
         counts = grids.counts(1, 1, np.array([127]))
         assert counts[looped // 12].tolist() == [expected, 1, 1]
         assert counts[plain // 12].tolist() == [tiles, 1, 1]
         assert counts[tokens // 12].tolist() == [320, 1, 1]
+
+
+def test_the_decode_tiles_take_steps_up_to_their_rows():
+    """A "coop_tokens C F" grid has C workgroups a 32-row tile and column tile up to F chunked rows
+    and none above; F is 128 where every layer matmul has direct tiles (fp16 / int8), else 64."""
+    grids = DispatchGrids(shape_config("4b"), 64, 132)
+    direct, staged = grids.offset("coop_tokens 4 128", 10) // 12, grids.offset("coop_tokens 4 64", 10) // 12
+    for tokens, at_128, at_64 in ((1, 40, 40), (64, 80, 80), (65, 120, 0), (128, 160, 0), (129, 0, 0)):
+        counts = grids.counts(tokens, 1, np.arange(tokens))
+        assert (counts[direct, :2].prod(), counts[staged, :2].prod()) == (at_128, at_64), tokens
+    assert coop_decode_rows(["T16", "T8"]) == COOP_DIRECT_FOLD_ROWS == 128
+    assert coop_decode_rows(["T16", "Q4", "T8"]) == coop_decode_rows(["I8"]) == COOP_FOLD_ROWS == 64
 
 
 def test_the_chunk_tile_takes_the_chunks_that_are_workgroups_and_the_prefill_tile_the_rest():

@@ -10,9 +10,10 @@ sums (attention.comp QK_IN) and writes o's split (SPLIT_OUT).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from ...model.config import Gemma3Config
-from .coop_tiles import COOP_DTYPES, coop_fits
+from .coop_tiles import COOP_DTYPES, coop_decode_rows, coop_fits
 from .variants import GATED_SPLIT_MAX_ROW
 from .weights import DeviceWeights
 
@@ -35,6 +36,13 @@ class CoopPlan:
     def __init__(self, cfg: Gemma3Config, weights: DeviceWeights, coop_min_chunk: int | None) -> None:
         """`coop_min_chunk`: the path's shortest K chunk (coop_tiles.coop_chunks), None without the path."""
         self.cfg, self.w, self.coop_min_chunk = cfg, weights, coop_min_chunk
+
+    @cached_property
+    def decode_rows(self) -> int:
+        """The most rows of a step on the decode tiles (coop_tiles.coop_decode_rows) for the layer
+        matmuls this plan's weights (loaded by the first step) hold."""
+        return coop_decode_rows(dtype for (layer, _), dtype in self.w.dtypes.items()
+                                if 0 <= layer < self.cfg.num_layers and dtype in COOP_DTYPES)
 
     def on_coop(self, layer: int, key: str, N: int, K: int) -> bool:
         """Whether matmul `key` of `layer` (N outputs per weight; -1: the LM head, no layer past

@@ -9,6 +9,8 @@ own constants are named beside each value here; `variants.py` lists a variant pe
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ...switches import switched_on
 
 COOP_DTYPES = ("T16", "T8", "I8", "I4", "Q4", "Q5")  # weight dtypes of the cooperative path (matmul_coop.comp reads each)
@@ -54,7 +56,13 @@ PROMPT_TILE_ENV = "GEMMA_BATCH_VK_PROMPT_TILE"  # "0": prompt tokens' products i
 # only its one sum (the `_wide` form in its 32-k stages). The same sums, so the same bits.
 CHUNK_TILE_ENV = "GEMMA_BATCH_VK_CHUNK_TILE"  # "0": those workgroups run the chunk-order prefill tile
 COOP_KU = 64  # k per stage of matmul_coop.comp's tiles (the _wide_split tile's 32 divides it)
-COOP_FOLD_ROWS = 64  # FOLD_ROWS of matmul_coop.comp and reduce.comp
+COOP_FOLD_ROWS = 64  # the most rows of a step on the decode tiles (pc.fold_rows of matmul_coop.comp and reduce.comp) ...
+# ... or COOP_DIRECT_FOLD_ROWS where every layer matmul on the path has fp16 or int8 tiles
+# (COOP_DIRECT_DTYPES: matmul_coop_direct.comp), `coop_decode_rows`. 4b on the H200, decode tok/s
+# at batch 96 / 128 with 128 against 64: bf16 11,445 / 12,492 against 9,456 / 10,263, int8 8,999 /
+# 9,762 against 6,753 / 8,251, batch 1 and 32 unchanged; int4's staged decode tile lost at 128
+# (7,142 against 7,591), so it keeps 64 (docs/EXPERIMENTS.md, "The decode tiles up to 128 rows").
+COOP_DIRECT_FOLD_ROWS = 128
 COOP_TARGET_GROUPS = 512  # K is cut into chunks until a decode matmul has this many workgroups
 COOP_MIN_CHUNK = 256  # ... or until a chunk would be shorter than this
 # A prefill tile's workgroup sums its K chunks itself (and writes one partial) only where the
@@ -98,20 +106,27 @@ def coop_chunks(N: int, K: int, min_chunk: int = COOP_MIN_CHUNK) -> int:
     return chunks
 
 
-def coop_fold_rows(tiles: int, chunks: int, sm_count: int) -> int:
+def coop_decode_rows(dtypes: Iterable[str]) -> int:
+    """The most rows of a step on the decode tiles for layer matmuls of these weight `dtypes` on the
+    path: COOP_DIRECT_FOLD_ROWS where each has direct tiles, else COOP_FOLD_ROWS."""
+    return COOP_DIRECT_FOLD_ROWS if all(dtype in COOP_DIRECT_DTYPES for dtype in dtypes) else COOP_FOLD_ROWS
+
+
+def coop_fold_rows(tiles: int, chunks: int, sm_count: int, decode_rows: int = COOP_FOLD_ROWS) -> int:
     """The most rows of a step in which each K chunk of a matmul is a workgroup of its own (above:
-    the prefill tile's workgroup sums its chunks): at least COOP_FOLD_ROWS (the decode tiles), and
+    the prefill tile's workgroup sums its chunks): at least `decode_rows` (the decode tiles'), and
     as long as the prefill tile's grid, COOP_FOLD_TILE_ROWS-row tiles by `tiles` column tiles, has
     fewer than COOP_FOLD_GROUPS_PER_SM workgroups for each of `sm_count` SMs (0: unknown)."""
     if chunks == 1:
-        return COOP_FOLD_ROWS
+        return decode_rows
     row_tiles = (COOP_FOLD_GROUPS_PER_SM * (sm_count or COOP_UNKNOWN_SMS) - 1) // tiles
-    return max(COOP_FOLD_ROWS, row_tiles * COOP_FOLD_TILE_ROWS)
+    return max(decode_rows, row_tiles * COOP_FOLD_TILE_ROWS)
 
 
 def coop_fold_rows_bound(N: int, chunks: int, sm_count: int) -> int:
-    """`coop_fold_rows` of N outputs in whichever prefill tile (the widest has the fewest tiles)."""
-    return coop_fold_rows(-(-N // COOP_WIDE_COLS), chunks, sm_count)
+    """`coop_fold_rows` of N outputs in whichever prefill tile (the widest has the fewest tiles)
+    and with either decode tiles' rows."""
+    return coop_fold_rows(-(-N // COOP_WIDE_COLS), chunks, sm_count, COOP_DIRECT_FOLD_ROWS)
 
 
 def coop_partial_floats(max_rows: int, N: int, chunks: int, fold_rows: int) -> int:

@@ -44,8 +44,8 @@ On a device with cooperative matrices (`Device.coopmat`), each matmul whose shap
 (coop_tiles.coop_fits) and whose weights are int8, int4 or fp16 tiles (weights.py stores every bf16
 or fp16 matrix that fits as tiles there) is three dispatches instead: `split` writes its input
 (normalised where the kind fuses the norm; the gathered rows for the LM head) as fp16 hi + lo,
-`coop` multiplies on the matrix units into partial sums per K chunk (steps of up to
-COOP_FOLD_ROWS tokens: matmul_coop_direct.comp for tiles, matmul_coop.comp's decode tile for
+`coop` multiplies on the matrix units into partial sums per K chunk (steps of up to the decode
+tiles' rows, coop_tiles.coop_decode_rows: matmul_coop_direct.comp for tiles, matmul_coop.comp's decode tile for
 int8 / int4; longer steps: matmul_coop.comp's prefill tile, the same sums; the step's prompt tokens,
 which come last, on the prompt tile: one sum over all of K, shaders/partial_rows.glsl), and
 `reduce` adds the chunks and runs the kind's epilogue (the same code as matmul.comp's). Where the next matmul
@@ -137,7 +137,7 @@ class StepGraph(CoopMatmul):
         prompt tokens or none (`profile_seconds` then reads its timestamps). Each recording is made
         when a step first needs it: a job records the modes its steps use, not all (at 4b on the
         H200, about 0.1 s a recording; a 32-row job of long prompts uses two of the six)."""
-        mode = recording_for(num_tokens, num_seqs, prompt, self.modes)
+        mode = recording_for(num_tokens, num_seqs, prompt, self.modes, self.plan.decode_rows)
         if mode not in self._recorded:
             self.mode = mode.removesuffix(FLASH)  # which one `_record` is recording
             self.flash = mode.endswith(FLASH)

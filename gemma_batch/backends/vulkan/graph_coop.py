@@ -4,7 +4,7 @@ the step."""
 
 from __future__ import annotations
 
-from .coop_tiles import (COOP_DIRECT_DTYPES, COOP_FOLD_ROWS, DEFAULT_PROMPT_FORM, coop_chunks, coop_cols, coop_fold,
+from .coop_tiles import (COOP_DIRECT_DTYPES, DEFAULT_PROMPT_FORM, coop_chunks, coop_cols, coop_fold,
                          coop_fold_rows, coop_variant)
 from .memory import Buffer
 from .recordings import DECODE_MODES
@@ -31,14 +31,15 @@ class CoopMatmul:
         chunks = coop_chunks(cols, K, self.plan.coop_min_chunk)
         weights = {0: self.w.buffer(layer, key), **({4: self.w.buffer(layer, "up_proj")} if gated else {})}
         # The step's tokens before its prompt tokens (partial_rows.glsl): the decode tile for steps
-        # of up to COOP_FOLD_ROWS tokens, the prefill tile for longer ones; the LM head's rows may
+        # of up to `decode_rows` tokens, the prefill tile for longer ones; the LM head's rows may
         # be few in a long step, so that recording has both for it. Then the prompt tokens' rows:
         # the prefill tile as the prompt tile (WHOLE_K), in every recording but the decode steps'.
         prefill_tile = coop_fold(dtype, cols, self.kernels.x_lo) if not rows else True
         folds = ((False, prefill_tile) if rows else (prefill_tile,)) if self.mode == "prefill" else (False,)
         # Up to fold_rows rows each K chunk is a workgroup; above, a prefill workgroup sums its own (coop_tiles).
-        fold_rows = COOP_FOLD_ROWS if rows else coop_fold_rows(
-            -(-cols // coop_cols(dtype, prefill_tile)), chunks, self.kernels.dev.info.sm_count)
+        decode_rows = self.plan.decode_rows  # the decode tiles' most rows (coop_tiles.coop_decode_rows)
+        fold_rows = decode_rows if rows else coop_fold_rows(
+            -(-cols // coop_cols(dtype, prefill_tile)), chunks, self.kernels.dev.info.sm_count, decode_rows)
         push = {"N": cols, "K": K, "kchunk": K // chunks, "group": self.w.group(layer, key), "fold_rows": fold_rows}
         chunk_tile = self.chunk_tile and not rows  # chunks that are workgroups take the chunk tile (coop_tiles)
         for fold in folds:
@@ -49,7 +50,7 @@ class CoopMatmul:
                 self._dispatch(coop_variant(gemm, dtype, fold, chunk=True), {**weights, 1: b.split, 2: b.partial}, push,
                                (f"coopchunk_{count} {chunks} {fold_rows}", tiles))
                 above = " above"
-            grid = (f"coopfold_{count} {chunks} {fold_rows}{above}", tiles) if fold else (f"coop_{count} {chunks}{loop}", tiles)
+            grid = (f"coopfold_{count} {chunks} {fold_rows}{above}", tiles) if fold else (f"coop_{count} {chunks} {decode_rows}{loop}", tiles)
             self._dispatch(coop_variant(gemm, dtype, fold), {**weights, 1: b.split, 2: b.partial}, push, grid)
         if not rows and self.mode not in DECODE_MODES:  # the prompt tokens' rows (decode steps have none)
             tiles = -(-cols // coop_cols(dtype, prefill_tile))

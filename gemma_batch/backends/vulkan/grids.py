@@ -6,15 +6,15 @@ on T, R or the positions. Kinds:
 
     "tokens" / "rows"                T * n / R * n workgroups
     "matmul_tokens" / "matmul_rows"  row tiles of M (T or R) times n column tiles (matmul.comp)
-    "coop_tokens C" / "coop_rows C"  the cooperative decode tiles of the chunked rows (D: the
+    "coop_tokens C F" / "coop_rows C F"  the cooperative decode tiles of the chunked rows (D: the
                                      step's tokens before its prompt tokens, or R) times their C
-                                     chunks of K; none above COOP_FOLD_ROWS rows; with a last word
+                                     chunks of K; none above F rows (coop_tiles.coop_decode_rows); with a last word
                                      "loop" (the LM head on matmul_coop_direct.comp, whose
                                      workgroups loop over the tiles) at most ROWS_GROUPS_PER_SM
                                      workgroups an SM where the device says how many SMs it has
     "coopfold_tokens C F" / "coopfold_rows C F"  the prefill tiles of the chunked rows, times their
                                      C chunks of K up to F rows (coop_tiles.coop_fold_rows); for
-                                     rows none up to COOP_FOLD_ROWS (the decode tile's); with a
+                                     rows none up to F (the decode tile's most rows); with a
                                      last word "above", none up to F rows (the chunk tile's)
     "coopchunk_tokens C F"           the chunk tile's: the prefill tiles of the chunked rows times
                                      their C chunks of K, up to F rows; none above
@@ -33,7 +33,7 @@ import numpy as np
 
 from ...model.config import Gemma3Config
 from .attention import most_chunks
-from .coop_tiles import COOP_FOLD_ROWS, COOP_FOLD_TILE_ROWS, COOP_ROWS, COOP_WHOLE_SMALL_ROWS, coop_whole_small
+from .coop_tiles import COOP_FOLD_TILE_ROWS, COOP_ROWS, COOP_WHOLE_SMALL_ROWS, coop_whole_small
 from .variants import MATMUL_ROWS
 
 GRID_SLOTS = 80  # distinct indirect grids (3 uint32 each)
@@ -67,7 +67,7 @@ class DispatchGrids:
             words = kind.split()
             window = self._windows[words[1]] if words[0] == "attention" else False
             chunks = int(words[1]) if words[0].startswith("coop") and len(words) > 1 else 1
-            fold_rows = int(words[2]) if words[0].startswith(("coopfold", "coopchunk")) else 0
+            fold_rows = int(words[2]) if words[0].startswith(("coop_", "coopfold", "coopchunk")) else 0  # (coop_: decode rows)
             capped = words[-1] == "loop" and self.rows_cap is not None
             above = words[-1] == "above"
             self._parsed.append((words[0].endswith("rows"), words[0], n, chunks, fold_rows, window, capped, above))
@@ -93,14 +93,14 @@ class DispatchGrids:
                 count = -(-prompt // rows_per) * n if on else 0
             elif kind.startswith("coopfold"):  # the prefill tile: for rows, no workgroups at decode sizes
                 m = m if rows else chunked
-                floor = fold_rows if above else COOP_FOLD_ROWS if rows else 0
+                floor = fold_rows if above or rows else 0
                 count = -(-m // COOP_FOLD_TILE_ROWS) * n * (chunks if m <= fold_rows else 1) if m > floor else 0
             elif kind.startswith("coopchunk"):  # the chunk tile: the prefill tile's chunks that are workgroups
                 m = m if rows else chunked
                 count = -(-m // COOP_FOLD_TILE_ROWS) * n * chunks if m <= fold_rows else 0
             elif kind.startswith("coop"):  # the decode tile: none above the fold
                 m = m if rows else chunked
-                count = -(-m // COOP_ROWS) * n * chunks if m <= COOP_FOLD_ROWS else 0
+                count = -(-m // COOP_ROWS) * n * chunks if m <= fold_rows else 0
                 if capped:
                     count = min(count, self.rows_cap)
             elif kind == "flash":

@@ -1,7 +1,7 @@
 """Which recordings of the step a graph makes (`recording_modes`), and which one a step replays
 (`recording_for`).
 
-The cooperative path records the step for steps of up to COOP_FOLD_ROWS tokens ("small": decode
+The cooperative path records the step for steps of up to the decode tiles' rows ("small": decode
 tiles only) and for longer ones ("prefill": prefill tiles; both for the LM head, whose rows may be
 fewer), so that neither replays dispatches of the other's tile without work; with prompt attention
 on the matrix units, both again for steps with prompt tokens (suffix FLASH: attention_flash.comp
@@ -44,12 +44,14 @@ def recording_modes(coop: bool, flash: bool, heads_in_attention: bool) -> tuple[
     return modes + (DECODE_MODES if heads_in_attention else ())
 
 
-def recording_for(num_tokens: int, num_seqs: int, prompt: bool, recorded: Container[str]) -> str:
+def recording_for(num_tokens: int, num_seqs: int, prompt: bool, recorded: Container[str],
+                  decode_rows: int = COOP_FOLD_ROWS) -> str:
     """The recording a step of `num_tokens` tokens of `num_seqs` sequences replays, with prompt
     tokens (`prompt`: on the flash kernel where its recordings were made; never in the decode
-    recordings, which have no prompt tile) or none, among the `recorded` ones."""
+    recordings, which have no prompt tile) or none, among the `recorded` ones; "small" up to
+    `decode_rows` tokens (the decode tiles', coop_tiles.coop_decode_rows)."""
     mode = "small"
-    if num_tokens > COOP_FOLD_ROWS and "prefill" in recorded:
+    if num_tokens > decode_rows and "prefill" in recorded:
         mode = "prefill"
     elif num_tokens == num_seqs <= QK_IN_MAX_TOKENS and "decode" in recorded and not prompt:
         mode = "decode" if num_tokens <= GATED_PIECES_MAX_TOKENS else "decode_rows"
