@@ -17,6 +17,7 @@ from gemma_batch.backends.vulkan.coop_tiles import (COOP_DIRECT_FOLD_ROWS, COOP_
                                                     coop_fold_rows, coop_partial_floats)
 from gemma_batch.backends.vulkan.grids import ROWS_GROUPS_PER_SM, DispatchGrids
 from gemma_batch.backends.vulkan.push_constants import PUSH, PUSH_BYTES
+from gemma_batch.backends.vulkan.recordings import recording_for, recording_modes
 from gemma_batch.backends.vulkan.variants import (GATED_ACT_ROUND, GATED_ROW_WG, GATED_SPLIT_MAX_ROW, VARIANTS,
                                                   gated_row_vec)
 from gemma_batch.bench.shapes import shape_config
@@ -103,6 +104,20 @@ def test_only_the_looping_lm_head_grid_is_capped_by_the_sm_count():
         assert counts[looped // 12].tolist() == [expected, 1, 1]
         assert counts[plain // 12].tolist() == [tiles, 1, 1]
         assert counts[tokens // 12].tolist() == [320, 1, 1]
+
+
+def test_each_step_replays_the_recording_of_its_kind():
+    """recordings.recording_for: steps past the decode tiles' rows "prefill"; decode steps of up to
+    32 tokens "decode" / "decode_rows" (heads made in attention); other steps without prompt
+    tokens "chunked" (no prompt tile), with prompt tokens "small" (+flash where recorded)."""
+    modes = recording_modes(True, True, True)
+    for tokens, seqs, prompt, rows, expected in ((1, 1, False, 64, "decode"), (32, 32, False, 64, "decode_rows"),
+                                                 (33, 33, False, 64, "chunked"), (64, 64, False, 64, "chunked"),
+                                                 (65, 65, False, 64, "prefill"), (128, 128, False, 128, "chunked"),
+                                                 (40, 20, False, 128, "chunked"), (40, 20, True, 128, "small+flash"),
+                                                 (1, 1, True, 64, "small+flash"), (200, 20, True, 128, "prefill+flash")):
+        assert recording_for(tokens, seqs, prompt, modes, rows) == expected, (tokens, seqs, prompt, rows)
+    assert recording_for(64, 64, False, recording_modes(False, False, False), 64) == "small"  # the portable path
 
 
 def test_the_decode_tiles_take_steps_up_to_their_rows():

@@ -7,7 +7,7 @@ from __future__ import annotations
 from .coop_tiles import (COOP_DIRECT_DTYPES, DEFAULT_PROMPT_FORM, coop_chunks, coop_cols, coop_fold,
                          coop_fold_rows, coop_variant)
 from .memory import Buffer
-from .recordings import DECODE_MODES
+from .recordings import PROMPTLESS_MODES
 from .variants import COOP_KINDS, COOP_REDUCE_WG, GATED_SPLIT_PIECE, ROWS_REDUCE_COLS
 
 
@@ -52,7 +52,7 @@ class CoopMatmul:
                 above = " above"
             grid = (f"coopfold_{count} {chunks} {fold_rows}{above}", tiles) if fold else (f"coop_{count} {chunks} {decode_rows}{loop}", tiles)
             self._dispatch(coop_variant(gemm, dtype, fold), {**weights, 1: b.split, 2: b.partial}, push, grid)
-        if not rows and self.mode not in DECODE_MODES:  # the prompt tokens' rows (decode steps have none)
+        if not rows and self.mode not in PROMPTLESS_MODES:  # the prompt tokens' rows (none in those steps)
             tiles = -(-cols // coop_cols(dtype, prefill_tile))
             forms = ((False, "coopwhole_big"), (True, "coopwhole_small")) if prefill_tile in ("wide", True) else ((False, "coopwhole"),)
             form = self.kernels.prompt_form(cols, K, gated) if prefill_tile == "wide" else DEFAULT_PROMPT_FORM  # (tuning.py)

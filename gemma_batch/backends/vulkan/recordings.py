@@ -7,7 +7,9 @@ fewer), so that neither replays dispatches of the other's tile without work; wit
 on the matrix units, both again for steps with prompt tokens (suffix FLASH: attention_flash.comp
 beside attention.comp); and for decode steps of up to QK_IN_MAX_TOKENS tokens, whose attention
 makes its heads from qkv's K-chunk sums itself (one dispatch a layer fewer), up to
-GATED_PIECES_MAX_TOKENS ("decode") and more ("decode_rows"). The portable path records "small" only.
+GATED_PIECES_MAX_TOKENS ("decode") and more ("decode_rows"); other steps without prompt tokens up
+to the decode tiles' rows: "small" without the prompt tile ("chunked"). The portable path records
+"small" only.
 """
 
 from __future__ import annotations
@@ -31,6 +33,12 @@ QK_IN_MAX_TOKENS = 32
 # 6.35-6.39, and in decode steps with heads made in attention 5.74-5.75 against 6.14-6.16 at 32.
 GATED_PIECES_MAX_TOKENS = 8
 DECODE_MODES = ("decode", "decode_rows")  # up to GATED_PIECES_MAX_TOKENS tokens, and more
+# Other steps without prompt tokens, up to the decode tiles' rows ("chunked"): "small" without the
+# prompt tile's dispatches, which such steps give no workgroups (8 a layer: 272 at 4b). 4b bf16
+# on the H200, decode at batch 64 / 128: 9,407-9,439 / 12,599-12,621 tok/s against 8,917-8,982 /
+# 12,158-12,216 on "small" (docs/EXPERIMENTS.md, "The decode tiles up to 128 rows").
+CHUNKED = "chunked"
+PROMPTLESS_MODES = (*DECODE_MODES, CHUNKED)  # recordings without the prompt tile
 FLASH = "+flash"  # suffix of the recordings of steps with prompt tokens on attention_flash.comp
 
 
@@ -38,7 +46,7 @@ FLASH = "+flash"  # suffix of the recordings of steps with prompt tokens on atte
 def recording_modes(coop: bool, flash: bool, heads_in_attention: bool) -> tuple[str, ...]:
     """The recordings to make: on the cooperative path (`coop`) or not, with prompt tokens on the
     flash kernel (`flash`), and whether some layer may make its heads in attention."""
-    modes = ("small", "prefill") if coop else ("small",)
+    modes = ("small", "prefill", CHUNKED) if coop else ("small",)
     if flash:
         modes += tuple(f"{mode}{FLASH}" for mode in modes)
     return modes + (DECODE_MODES if heads_in_attention else ())
@@ -55,4 +63,6 @@ def recording_for(num_tokens: int, num_seqs: int, prompt: bool, recorded: Contai
         mode = "prefill"
     elif num_tokens == num_seqs <= QK_IN_MAX_TOKENS and "decode" in recorded and not prompt:
         mode = "decode" if num_tokens <= GATED_PIECES_MAX_TOKENS else "decode_rows"
+    elif not prompt and CHUNKED in recorded:
+        mode = CHUNKED
     return mode + FLASH if prompt and mode + FLASH in recorded else mode
