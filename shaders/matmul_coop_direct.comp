@@ -20,8 +20,7 @@
 // workgroup c's, and reduce.comp adds the chunks in order. X_LO false (kernels.Kernels' x_lo):
 // x's hi halves only, neither staged nor multiplied lo.
 //
-// Tile: a workgroup owns BN = 128 outputs (4 subgroups of 2 x 16) x BM = 32 rows (TM=4: 64, the
-// build for steps of 33 rows on without prompt tokens, coop_tiles.COOP_DIRECT_WIDE_ROWS); a subgroup
+// Tile: a workgroup owns BN = 128 outputs (4 subgroups of 2 x 16) x BM = 32 rows; a subgroup
 // whose outputs lie past N only helps stage x. Rows past M read row M - 1 and are written only
 // into the padding of partial; row tiles past M are skipped.
 // Variants: W_T16 (the default) | W_T8; GATED (N = 2 I: outputs [0, I) from W at binding 0, [I, 2 I) from binding 4; I is a
@@ -35,9 +34,7 @@
 
 #define SG_N 4
 #define TN 2                    // 16-output tiles per subgroup
-#ifndef TM
 #define TM 2                    // 16-row tiles per workgroup
-#endif
 #define KS 4                    // 16-wide k blocks per stage (64 k: coop_tiles.COOP_KU)
 #define WG (32 * SG_N)
 #define BN (16 * SG_N * TN)     // coop_tiles.COOP_DIRECT_COLS
@@ -173,7 +170,7 @@ void main() {
             }
         }
         if (live) {
-            uint base = c * chunk_slot_rows(M) * pc.N;  // (partial_rows.glsl)
+            uint base = c * m_groups * BM * pc.N;
             [[unroll]] for (uint tn = 0; tn < TN; tn++) {
                 [[unroll]] for (uint tm = 0; tm < TM; tm++) {
                     if (tm >= live_tm) break;
