@@ -13,8 +13,8 @@ import pytest
 
 from gemma_batch.backends.vulkan import pipeline_stats
 from gemma_batch.backends.vulkan.attention import MAX_CHUNKS, chunk_counts
-from gemma_batch.backends.vulkan.coop_tiles import (COOP_DIRECT_FOLD_ROWS, COOP_FOLD_ROWS, COOP_UNKNOWN_SMS, coop_decode_rows,
-                                                    coop_fold_rows, coop_partial_floats)
+from gemma_batch.backends.vulkan.coop_tiles import (COOP_DIRECT_FOLD_ROWS, COOP_FOLD_ROWS, COOP_UNKNOWN_SMS, WIDE_DECODE_ENV,
+                                                    coop_decode_rows, coop_fold_rows, coop_partial_floats)
 from gemma_batch.backends.vulkan.grids import ROWS_GROUPS_PER_SM, DispatchGrids
 from gemma_batch.backends.vulkan.push_constants import PUSH, PUSH_BYTES
 from gemma_batch.backends.vulkan.recordings import recording_for, recording_modes
@@ -120,7 +120,7 @@ def test_each_step_replays_the_recording_of_its_kind():
     assert recording_for(64, 64, False, recording_modes(False, False, False), 64) == "small"  # the portable path
 
 
-def test_the_decode_tiles_take_steps_up_to_their_rows():
+def test_the_decode_tiles_take_steps_up_to_their_rows(monkeypatch):
     """A "coop_tokens C F" grid has C workgroups a 32-row tile and column tile up to F chunked rows
     and none above; F is 128 where every layer matmul has direct tiles (fp16 / int8), else 64."""
     grids = DispatchGrids(shape_config("4b"), 64, 132)
@@ -130,6 +130,8 @@ def test_the_decode_tiles_take_steps_up_to_their_rows():
         assert (counts[direct, :2].prod(), counts[staged, :2].prod()) == (at_128, at_64), tokens
     assert coop_decode_rows(["T16", "T8"]) == COOP_DIRECT_FOLD_ROWS == 128
     assert coop_decode_rows(["T16", "Q4", "T8"]) == coop_decode_rows(["I8"]) == COOP_FOLD_ROWS == 64
+    monkeypatch.setenv(WIDE_DECODE_ENV, "0")  # the switch keeps every decode tile at 64
+    assert coop_decode_rows(["T16", "T8"]) == COOP_FOLD_ROWS
 
 
 def test_the_chunk_tile_takes_the_chunks_that_are_workgroups_and_the_prefill_tile_the_rest():

@@ -63,6 +63,7 @@ COOP_FOLD_ROWS = 64  # the most rows of a step on the decode tiles (pc.fold_rows
 # 9,762 against 6,753 / 8,251, batch 1 and 32 unchanged; int4's staged decode tile lost at 128
 # (7,142 against 7,591), so it keeps 64 (docs/EXPERIMENTS.md, "The decode tiles up to 128 rows").
 COOP_DIRECT_FOLD_ROWS = 128
+WIDE_DECODE_ENV = "GEMMA_BATCH_VK_WIDE_DECODE"  # "0": the direct decode tile too takes at most COOP_FOLD_ROWS rows
 COOP_TARGET_GROUPS = 512  # K is cut into chunks until a decode matmul has this many workgroups
 COOP_MIN_CHUNK = 256  # ... or until a chunk would be shorter than this
 # A prefill tile's workgroup sums its K chunks itself (and writes one partial) only where the
@@ -108,8 +109,10 @@ def coop_chunks(N: int, K: int, min_chunk: int = COOP_MIN_CHUNK) -> int:
 
 def coop_decode_rows(dtypes: Iterable[str]) -> int:
     """The most rows of a step on the decode tiles for layer matmuls of these weight `dtypes` on the
-    path: COOP_DIRECT_FOLD_ROWS where each has direct tiles, else COOP_FOLD_ROWS."""
-    return COOP_DIRECT_FOLD_ROWS if all(dtype in COOP_DIRECT_DTYPES for dtype in dtypes) else COOP_FOLD_ROWS
+    path: COOP_DIRECT_FOLD_ROWS where each has direct tiles (and the user's switch allows), else
+    COOP_FOLD_ROWS."""
+    direct = all(dtype in COOP_DIRECT_DTYPES for dtype in dtypes) and switched_on(WIDE_DECODE_ENV)
+    return COOP_DIRECT_FOLD_ROWS if direct else COOP_FOLD_ROWS
 
 
 def coop_fold_rows(tiles: int, chunks: int, sm_count: int, decode_rows: int = COOP_FOLD_ROWS) -> int:
