@@ -161,7 +161,7 @@ def coop_variant(defines: tuple[str, ...], dtype: str, fold: bool | str = False,
 def coop_tile_defines(fold: bool | str, whole: bool = False, small: bool = False, chunk: bool = False,
                       form: str = DEFAULT_PROMPT_FORM) -> tuple[str, ...]:
     """matmul_coop.comp's defines for the prefill tile `fold` (True, "wide" or "wide_split"), as
-    the prompt tile where `whole` (`small`: its 32-row form, "wide" or True; `form`: which of
+    the prompt tile where `whole` (`small`: its 32-row form, where `has_small_form`; `form`: which of
     PROMPT_FORMS, "wide" only) or the chunk tile where `chunk` (both hold one set of sums: "wide"
     takes the prompt tile's 32-k stages)."""
     if small:
@@ -184,6 +184,12 @@ def coop_cols(dtype: str, fold: bool | str) -> int:
     if isinstance(fold, str):
         return COOP_WIDE_COLS
     return COOP_DIRECT_COLS if dtype in COOP_DIRECT_DTYPES and not fold else COOP_COLS
+
+
+def has_small_form(fold: bool | str) -> bool:
+    """Whether the prefill tile `fold` has a 32-row prompt form (`coop_tile_defines(fold, True,
+    True)`): the fp16-input 128-wide tile and the 64-output tile do, the split-input one not."""
+    return fold in ("wide", True)
 
 
 def coop_whole_small(rows: int, tiles: int, sm_count: int) -> bool:

@@ -5,7 +5,7 @@ the step."""
 from __future__ import annotations
 
 from .coop_tiles import (COOP_DIRECT_DTYPES, DEFAULT_PROMPT_FORM, coop_chunks, coop_cols, coop_fold,
-                         coop_fold_rows, coop_variant)
+                         coop_fold_rows, coop_variant, has_small_form)
 from .memory import Buffer
 from .recordings import PROMPTLESS_MODES
 from .variants import COOP_KINDS, COOP_REDUCE_WG, GATED_SPLIT_PIECE, ROWS_REDUCE_COLS
@@ -54,7 +54,7 @@ class CoopMatmul:
             self._dispatch(coop_variant(gemm, dtype, fold), {**weights, 1: b.split, 2: b.partial}, push, grid)
         if not rows and self.mode not in PROMPTLESS_MODES:  # the prompt tokens' rows (none in those steps)
             tiles = -(-cols // coop_cols(dtype, prefill_tile))
-            forms = ((False, "coopwhole_big"), (True, "coopwhole_small")) if prefill_tile in ("wide", True) else ((False, "coopwhole"),)
+            forms = ((False, "coopwhole_big"), (True, "coopwhole_small")) if has_small_form(prefill_tile) else ((False, "coopwhole"),)
             form = self.kernels.prompt_form(cols, K, gated) if prefill_tile == "wide" else DEFAULT_PROMPT_FORM  # (tuning.py)
             for small, kind in forms:  # (a 32-row form for short prompt blocks: coop_tiles.coop_whole_small)
                 self._dispatch(coop_variant(gemm, dtype, prefill_tile, whole=True, small=small,

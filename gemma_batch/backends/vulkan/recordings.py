@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Container
 
-from .coop_tiles import COOP_FOLD_ROWS
-
 # Decode steps (each token its sequence's only one) of up to this many tokens make their heads in
 # attention, its sizes specialised in (the "decode" and "decode_rows" recordings). 4b on the H100,
 # median step: 5.33-5.35 against 5.42-5.44 ms at batch 1 before the specialisation; with it,
@@ -52,8 +50,7 @@ def recording_modes(coop: bool, flash: bool, heads_in_attention: bool) -> tuple[
     return modes + (DECODE_MODES if heads_in_attention else ())
 
 
-def recording_for(num_tokens: int, num_seqs: int, prompt: bool, recorded: Container[str],
-                  decode_rows: int = COOP_FOLD_ROWS) -> str:
+def recording_for(num_tokens: int, num_seqs: int, prompt: bool, recorded: Container[str], decode_rows: int) -> str:
     """The recording a step of `num_tokens` tokens of `num_seqs` sequences replays, with prompt
     tokens (`prompt`: on the flash kernel where its recordings were made; never in the decode
     recordings, which have no prompt tile) or none, among the `recorded` ones; "small" up to

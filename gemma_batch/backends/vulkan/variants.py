@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .coop_tiles import (COOP_DIRECT_DTYPES, COOP_DTYPES, COOP_WIDE_DTYPES, DEFAULT_PROMPT_FORM, PROMPT_FORMS,
-                         coop_tile_defines, coop_variant)
+                         coop_tile_defines, coop_variant, has_small_form)
 
 SPV_DIR = Path(__file__).resolve().parent / "spv"
 
@@ -122,7 +122,7 @@ def _variants() -> dict[str, Variant]:
                 if "ROWS" not in gemm:  # the chunk tile (the LM head's prefill tile never runs per chunk)
                     out.append(Variant(coop_variant(gemm, dtype, fold, chunk=True), "matmul_coop",
                                        (WEIGHT_DEFINES[dtype], *gemm, *coop_tile_defines(fold, chunk=True)), "glslang"))
-                if fold in ("wide", True) and "ROWS" not in gemm:  # the prompt tile's 32-row form (coop_tiles.coop_whole_small)
+                if has_small_form(fold) and "ROWS" not in gemm:  # the prompt tile's 32-row form (coop_tiles.coop_whole_small)
                     out.append(Variant(coop_variant(gemm, dtype, fold, True, True), "matmul_coop",
                                        (WEIGHT_DEFINES[dtype], *gemm, *coop_tile_defines(fold, True, True)), "glslang"))
                 if fold == "wide":  # its other forms
