@@ -49,6 +49,11 @@ float half_of(uint pair, uint which) {
     vec2 s = unpackHalf2x16(pair);
     return which == 0u ? s.x : s.y;
 }
+// Dequantized weights as fp16 for the matrix units: two (a word), or 8 (lo then hi), clamped into fp16's range.
+uint fp16_pair(float a, float b) { return packHalf2x16(clamp(vec2(a, b), vec2(-65504.0), vec2(65504.0))); }
+uvec4 fp16_8(vec4 lo, vec4 hi) {
+    return uvec4(fp16_pair(lo.x, lo.y), fp16_pair(lo.z, lo.w), fp16_pair(hi.x, hi.y), fp16_pair(hi.z, hi.w));
+}
 
 // tanh without overflow: exp of a non-positive argument only.
 float safe_tanh(float x) {

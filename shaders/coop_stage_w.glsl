@@ -54,14 +54,6 @@
 #define W_SH(e) (((e) / XQ) * PAD + ((e) % XQ) * WORDS)
 #endif
 
-uint fp16_pair(float a, float b) {  // two weights as fp16, clamped into fp16's range
-    return packHalf2x16(clamp(vec2(a, b), vec2(-65504.0), vec2(65504.0)));
-}
-
-uvec4 fp16_8(vec4 lo, vec4 hi) {
-    return uvec4(fp16_pair(lo.x, lo.y), fp16_pair(lo.z, lo.w), fp16_pair(hi.x, hi.y), fp16_pair(hi.z, hi.w));
-}
-
 #ifdef W_4BIT
 #define W8 uint         // to_fp16's 8 weights: a word of codes
 #define WORD(v, j) (v)[j]

@@ -54,7 +54,6 @@ layout(std430, binding = 0) readonly buffer W8b { uvec2 w8[]; };
 layout(std430, binding = 4) readonly buffer U8b { uvec2 u8[]; };
 layout(std430, binding = 0) readonly buffer WSb { uint w_scales[]; };
 layout(std430, binding = 4) readonly buffer USb { uint u_scales[]; };
-uint fp16_pair(float a, float b) { return packHalf2x16(clamp(vec2(a, b), vec2(-65504.0), vec2(65504.0))); }
 #endif
 layout(push_constant) uniform Push {
     uint N;
@@ -148,7 +147,7 @@ void main() {
                     uvec2 q = wq[u * TN + tn];
                     vec2 s = unpackHalf2x16(wsw[tn * KS / 2 + u / 2]);  // rows g, g + 8
                     vec4 a = int8x4(q.x) * s.x, b = int8x4(q.y) * s.y;
-                    cur[u * TN + tn] = fragment_of(uvec4(fp16_pair(a.x, a.y), fp16_pair(a.z, a.w), fp16_pair(b.x, b.y), fp16_pair(b.z, b.w)));
+                    cur[u * TN + tn] = fragment_of(fp16_8(a, b));
                 }
 #else
                 [[unroll]] for (uint i = 0; i < KS * TN; i++) cur[i] = FRAGMENT_LOADS ? fragment_of(wf[i]) : wm[i];
