@@ -20,10 +20,8 @@
 // workgroup c's, and reduce.comp adds the chunks in order. X_LO false (kernels.Kernels' x_lo):
 // x's hi halves only, neither staged nor multiplied lo.
 //
-// Tile: a workgroup owns BN = 128 outputs (4 subgroups of 2 x 16) x BM = 32 rows (SG_M=2: two such
-// sets of subgroups, 64 rows, the build for steps of 33 rows on without prompt tokens,
-// coop_tiles.COOP_DIRECT_WIDE_ROWS; both sets load the same weight tiles); a subgroup whose outputs
-// or rows lie past N or M only helps stage x. Rows past M read row M - 1 and are written only
+// Tile: a workgroup owns BN = 128 outputs (4 subgroups of 2 x 16) x BM = 32 rows; a subgroup
+// whose outputs lie past N only helps stage x. Rows past M read row M - 1 and are written only
 // into the padding of partial; row tiles past M are skipped.
 // Variants: W_T16 (the default) | W_T8; GATED (N = 2 I: outputs [0, I) from W at binding 0, [I, 2 I) from binding 4; I is a
 // multiple of 32, so a subgroup's outputs are all gate or all up); ROWS (M = meta.num_rows).
@@ -36,14 +34,11 @@
 
 #define SG_N 4
 #define TN 2                    // 16-output tiles per subgroup
-#define TM 2                    // 16-row tiles per subgroup
-#ifndef SG_M
-#define SG_M 1                  // subgroups along the rows
-#endif
+#define TM 2                    // 16-row tiles per workgroup
 #define KS 4                    // 16-wide k blocks per stage (64 k: coop_tiles.COOP_KU)
-#define WG (32 * SG_N * SG_M)
+#define WG (32 * SG_N)
 #define BN (16 * SG_N * TN)     // coop_tiles.COOP_DIRECT_COLS
-#define BM (16 * TM * SG_M)     // coop_tiles.COOP_ROWS (SG_M=2: COOP_DIRECT_WIDE_ROWS)
+#define BM (16 * TM)            // coop_tiles.COOP_ROWS
 #define XV (2 * KS)             // uvec4 of one x row per stage
 #define PAD (XV + 1)            // against bank conflicts
 #define X_LOADS (2 * BM * XV / WG)
@@ -88,17 +83,10 @@ void main() {
         // against 6.41-6.45 at 32, with column tiles after row tiles and chunks last; the journal, `git show 4d73df3:docs/PERFORMANCE.md`).
         uint c = id % chunks;
         uint m0 = ((id / chunks) % m_groups) * BM;
-#if SG_M > 1
-        uint sg_n = gl_SubgroupID % SG_N, r0 = (gl_SubgroupID / SG_N) * TM * 16;  // r0: this subgroup's first row in the tile
-#else
-        uint sg_n = gl_SubgroupID, r0 = 0u;
-#endif
-        uint n0 = (id / (chunks * m_groups)) * BN + sg_n * TN * 16;  // this subgroup's first output
+        uint n0 = (id / (chunks * m_groups)) * BN + gl_SubgroupID * TN * 16;  // this subgroup's first output
         uint tid = gl_LocalInvocationID.x;
         uint K8 = pc.K / 8, KB = pc.K / 16, xrow = pc.K / 4;  // uvec4 per hi (or lo) row, k blocks, uvec4 per split row
-        uint live_tm = min(TM, (M - min(M, m0 + r0) + 15) / 16);  // its row tiles that hold rows below M
-        uint live_rows = min(BM, (M - min(M, m0) + 15) / 16 * 16);  // the stage's x rows any subgroup multiplies
-        bool live = n0 < pc.N && live_tm > 0u;
+        bool live = n0 < pc.N;
 #ifdef GATED
         bool up = n0 >= pc.N / 2;
         uint tile0 = ((up ? n0 - pc.N / 2 : n0) / 16) * KB;  // tile index of (first output, k = 0)
@@ -106,6 +94,7 @@ void main() {
         bool up = false;
         uint tile0 = (n0 / 16) * KB;
 #endif
+        uint live_tm = min(TM, (M - min(M, m0) + 15) / 16), live_rows = 16 * live_tm;
 
         ACC acc[TN * TM];  // tile (tn, tm) at tn * TM + tm
         [[unroll]] for (uint i = 0; i < TN * TM; i++) acc[i] = ACC(0.0);
@@ -168,11 +157,11 @@ void main() {
                     [[unroll]] for (uint tm = 0; tm < TM; tm++) {
                         if (tm >= live_tm) break;
                         MAT_B hi;
-                        coopMatLoad(hi, xsh, (r0 + tm * 16) * PAD + 2 * u, PAD, gl_CooperativeMatrixLayoutColumnMajor);
+                        coopMatLoad(hi, xsh, (tm * 16) * PAD + 2 * u, PAD, gl_CooperativeMatrixLayoutColumnMajor);
                         [[unroll]] for (uint tn = 0; tn < TN; tn++) acc[tn * TM + tm] = coopMatMulAdd(cur[u * TN + tn], hi, acc[tn * TM + tm]);
                         if (X_LO) {
                             MAT_B lo;
-                            coopMatLoad(lo, xsh, (BM + r0 + tm * 16) * PAD + 2 * u, PAD, gl_CooperativeMatrixLayoutColumnMajor);
+                            coopMatLoad(lo, xsh, (BM + tm * 16) * PAD + 2 * u, PAD, gl_CooperativeMatrixLayoutColumnMajor);
                             [[unroll]] for (uint tn = 0; tn < TN; tn++) acc[tn * TM + tm] = coopMatMulAdd(cur[u * TN + tn], lo, acc[tn * TM + tm]);
                         }
                     }
@@ -180,12 +169,12 @@ void main() {
             }
         }
         if (live) {
-            uint base = c * chunk_slot_rows(M) * pc.N;  // (partial_rows.glsl)
+            uint base = c * m_groups * BM * pc.N;
             [[unroll]] for (uint tn = 0; tn < TN; tn++) {
                 [[unroll]] for (uint tm = 0; tm < TM; tm++) {
                     if (tm >= live_tm) break;
                     // the tile is y^T (n, m): column-major with stride N puts (n, m) at m * N + n
-                    coopMatStore(acc[tn * TM + tm], part, base + (m0 + r0 + tm * 16) * pc.N + n0 + tn * 16, pc.N,
+                    coopMatStore(acc[tn * TM + tm], part, base + (m0 + tm * 16) * pc.N + n0 + tn * 16, pc.N,
                                  gl_CooperativeMatrixLayoutColumnMajor);
                 }
             }

@@ -64,10 +64,6 @@ COOP_FOLD_ROWS = 64  # the most rows of a step on the decode tiles (pc.fold_rows
 # (7,142 against 7,591), so it keeps 64 (docs/EXPERIMENTS.md, "The decode tiles up to 128 rows").
 COOP_DIRECT_FOLD_ROWS = 128
 WIDE_DECODE_ENV = "GEMMA_BATCH_VK_WIDE_DECODE"  # "0": the direct decode tile too takes at most COOP_FOLD_ROWS rows
-# The direct decode tile in 64-row workgroups (matmul_coop_direct.comp SG_M=2, variants `_m64`): steps
-# without prompt tokens of more than QK_IN_MAX_TOKENS tokens (the "chunked" recording), so each
-# weight tile is read by half as many workgroups. 4b bf16 on the H200, decode at batch 64 / 128: ...
-COOP_DIRECT_WIDE_ROWS = 64
 COOP_TARGET_GROUPS = 512  # K is cut into chunks until a decode matmul has this many workgroups
 COOP_MIN_CHUNK = 256  # ... or until a chunk would be shorter than this
 # A prefill tile's workgroup sums its K chunks itself (and writes one partial) only where the
@@ -150,18 +146,16 @@ def coop_partial_floats(max_rows: int, N: int, chunks: int, fold_rows: int) -> i
 
 
 def coop_variant(defines: tuple[str, ...], dtype: str, fold: bool | str = False, whole: bool = False,
-                 small: bool = False, chunk: bool = False, form: str = DEFAULT_PROMPT_FORM, m64: bool = False) -> str:
+                 small: bool = False, chunk: bool = False, form: str = DEFAULT_PROMPT_FORM) -> str:
     """The cooperative matmul variant for weights of `dtype` with `defines` (GATED, ROWS or none),
     with the decode tile (matmul_coop_direct.comp's for COOP_DIRECT_DTYPES) or (`fold`)
     matmul_coop.comp's tile for steps of more than COOP_FOLD_ROWS rows (`fold="wide"` or
     "wide_split": the COOP_WIDE_DEFINES or COOP_WIDE_SPLIT_DEFINES tile); `whole`: that prefill
     tile as the prompt tile (WHOLE_K, `coop_tile_defines`), `small`: its 32-row form; `chunk`: as
-    the chunk tile (CHUNK_K); `form`: the prompt tile's form (PROMPT_FORMS; "wide" only); `m64`: the
-    direct decode tile's 64-row build (COOP_DIRECT_WIDE_ROWS)."""
+    the chunk tile (CHUNK_K); `form`: the prompt tile's form (PROMPT_FORMS; "wide" only)."""
     return "_".join(["coop", *(d.lower() for d in defines), dtype.lower(), *(["fold"] if fold else []),
                      *([fold] if isinstance(fold, str) else []), *(["whole"] if whole else []), *(["small"] if small else []),
-                     *(["chunk"] if chunk else []), *([f"f{form}"] if form != DEFAULT_PROMPT_FORM else []),
-                     *(["m64"] if m64 else [])])
+                     *(["chunk"] if chunk else []), *([f"f{form}"] if form != DEFAULT_PROMPT_FORM else [])])
 
 
 def coop_tile_defines(fold: bool | str, whole: bool = False, small: bool = False, chunk: bool = False,

@@ -4,10 +4,10 @@ the step."""
 
 from __future__ import annotations
 
-from .coop_tiles import (COOP_DIRECT_DTYPES, COOP_DIRECT_WIDE_ROWS, DEFAULT_PROMPT_FORM, coop_chunks, coop_cols, coop_fold,
+from .coop_tiles import (COOP_DIRECT_DTYPES, DEFAULT_PROMPT_FORM, coop_chunks, coop_cols, coop_fold,
                          coop_fold_rows, coop_variant, has_small_form)
 from .memory import Buffer
-from .recordings import CHUNKED, PROMPTLESS_MODES
+from .recordings import PROMPTLESS_MODES
 from .variants import COOP_KINDS, COOP_REDUCE_WG, GATED_SPLIT_PIECE, ROWS_REDUCE_COLS
 
 
@@ -50,11 +50,8 @@ class CoopMatmul:
                 self._dispatch(coop_variant(gemm, dtype, fold, chunk=True), {**weights, 1: b.split, 2: b.partial}, push,
                                (f"coopchunk_{count} {chunks} {fold_rows}", tiles))
                 above = " above"
-            m64 = not rows and not fold and dtype in COOP_DIRECT_DTYPES and self.mode == CHUNKED  # (coop_tiles)
-            tile_rows = f" {COOP_DIRECT_WIDE_ROWS}" if m64 else ""
-            grid = ((f"coopfold_{count} {chunks} {fold_rows}{above}", tiles) if fold
-                    else (f"coop_{count} {chunks} {decode_rows}{tile_rows}{loop}", tiles))
-            self._dispatch(coop_variant(gemm, dtype, fold, m64=m64), {**weights, 1: b.split, 2: b.partial}, push, grid)
+            grid = (f"coopfold_{count} {chunks} {fold_rows}{above}", tiles) if fold else (f"coop_{count} {chunks} {decode_rows}{loop}", tiles)
+            self._dispatch(coop_variant(gemm, dtype, fold), {**weights, 1: b.split, 2: b.partial}, push, grid)
         if not rows and self.mode not in PROMPTLESS_MODES:  # the prompt tokens' rows (none in those steps)
             tiles = -(-cols // coop_cols(dtype, prefill_tile))
             forms = ((False, "coopwhole_big"), (True, "coopwhole_small")) if has_small_form(prefill_tile) else ((False, "coopwhole"),)

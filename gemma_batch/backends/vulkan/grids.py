@@ -6,9 +6,8 @@ on T, R or the positions. Kinds:
 
     "tokens" / "rows"                T * n / R * n workgroups
     "matmul_tokens" / "matmul_rows"  row tiles of M (T or R) times n column tiles (matmul.comp)
-    "coop_tokens C F [B]" / "coop_rows C F"  the cooperative decode tiles of the chunked rows (D: the
-                                     step's tokens before its prompt tokens, or R) in B-row tiles
-                                     (COOP_ROWS unless given) times their C
+    "coop_tokens C F" / "coop_rows C F"  the cooperative decode tiles of the chunked rows (D: the
+                                     step's tokens before its prompt tokens, or R) times their C
                                      chunks of K; none above F rows (coop_tiles.coop_decode_rows); with a last word
                                      "loop" (the LM head on matmul_coop_direct.comp, whose
                                      workgroups loop over the tiles) at most ROWS_GROUPS_PER_SM
@@ -55,8 +54,8 @@ class DispatchGrids:
         self._windows = {g.name: g.window for g in cfg.kv_groups()}
         self._specs: list[tuple[str, int]] = []  # (kind, n) of each slot
         # ... parsed once: (counts rows?, kind's first word, n, K chunks, rows up to which the prefill
-        # tile's chunks are workgroups, attention window or False, capped?, "above"?, the decode tile's rows a workgroup)
-        self._parsed: list[tuple[bool, str, int, int, int, int | None | bool, bool, bool, int]] = []
+        # tile's chunks are workgroups, attention window or False, capped?, "above"?)
+        self._parsed: list[tuple[bool, str, int, int, int, int | None | bool, bool, bool]] = []
 
     def offset(self, kind: str, n: int) -> int:
         """Byte offset of the slot for grid (`kind`, `n`) in the grids buffer."""
@@ -69,10 +68,9 @@ class DispatchGrids:
             window = self._windows[words[1]] if words[0] == "attention" else False
             chunks = int(words[1]) if words[0].startswith("coop") and len(words) > 1 else 1
             fold_rows = int(words[2]) if words[0].startswith(("coop_", "coopfold", "coopchunk")) else 0  # (coop_: decode rows)
-            tile_rows = int(words[3]) if words[0].startswith("coop_") and len(words) > 3 and words[3] != "loop" else COOP_ROWS
             capped = words[-1] == "loop" and self.rows_cap is not None
             above = words[-1] == "above"
-            self._parsed.append((words[0].endswith("rows"), words[0], n, chunks, fold_rows, window, capped, above, tile_rows))
+            self._parsed.append((words[0].endswith("rows"), words[0], n, chunks, fold_rows, window, capped, above))
         return 12 * self._specs.index(spec)
 
     def counts(self, num_tokens: int, num_rows: int, positions: np.ndarray, flash_tiles: int = 0,
@@ -83,7 +81,7 @@ class DispatchGrids:
         `prompt_start` on (None: none) run the prompt tile."""
         out = np.zeros((GRID_SLOTS, 3), np.uint32)
         chunked = num_tokens if prompt_start is None else prompt_start
-        for i, (rows, kind, n, chunks, fold_rows, window, capped, above, tile_rows) in enumerate(self._parsed):
+        for i, (rows, kind, n, chunks, fold_rows, window, capped, above) in enumerate(self._parsed):
             m = num_rows if rows else num_tokens
             if kind.startswith("matmul"):
                 count = -(-m // MATMUL_ROWS) * n
@@ -102,7 +100,7 @@ class DispatchGrids:
                 count = -(-m // COOP_FOLD_TILE_ROWS) * n * chunks if m <= fold_rows else 0
             elif kind.startswith("coop"):  # the decode tile: none above the fold
                 m = m if rows else chunked
-                count = -(-m // tile_rows) * n * chunks if m <= fold_rows else 0
+                count = -(-m // COOP_ROWS) * n * chunks if m <= fold_rows else 0
                 if capped:
                     count = min(count, self.rows_cap)
             elif kind == "flash":
