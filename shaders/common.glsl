@@ -54,6 +54,8 @@ uint fp16_pair(float a, float b) { return packHalf2x16(clamp(vec2(a, b), vec2(-6
 uvec4 fp16_8(vec4 lo, vec4 hi) {
     return uvec4(fp16_pair(lo.x, lo.y), fp16_pair(lo.z, lo.w), fp16_pair(hi.x, hi.y), fp16_pair(hi.z, hi.w));
 }
+// 8 int8 codes (two words) as fp16: the first word's times s.x, the second's times s.y.
+uvec4 int8_fp16_8(uvec2 v, vec2 s) { return fp16_8(int8x4(v.x) * s.x, int8x4(v.y) * s.y); }
 
 // tanh without overflow: exp of a non-positive argument only.
 float safe_tanh(float x) {

@@ -63,9 +63,9 @@
 uvec4 to_fp16(W8 v, vec2 scale, uint high) {  // 8 weights of W's storage type as 8 fp16 (scale: quantized W's
     // scale, minimum; high: W_Q5's fifth bits)
 #if defined(W_I8)
-    return fp16_8(int8x4(v.x) * scale.x, int8x4(v.y) * scale.x);
+    return int8_fp16_8(v, scale.xx);
 #elif defined(W_T8)  // scale: (row g, row g + 8) of the lane's fragment
-    return fp16_8(int8x4(v.x) * scale.x, int8x4(v.y) * scale.y);
+    return int8_fp16_8(v, scale);
 #elif defined(W_4BIT)
     vec4 e, o;  // codes 0, 2, 4, 6 and 1, 3, 5, 7
 #ifdef W_Q5

@@ -144,10 +144,8 @@ void main() {
                 MAT_A cur[KS * TN];
 #ifdef W_T8
                 [[unroll]] for (uint u = 0; u < KS; u++) [[unroll]] for (uint tn = 0; tn < TN; tn++) {
-                    uvec2 q = wq[u * TN + tn];
                     vec2 s = unpackHalf2x16(wsw[tn * KS / 2 + u / 2]);  // rows g, g + 8
-                    vec4 a = int8x4(q.x) * s.x, b = int8x4(q.y) * s.y;
-                    cur[u * TN + tn] = fragment_of(fp16_8(a, b));
+                    cur[u * TN + tn] = fragment_of(int8_fp16_8(wq[u * TN + tn], s));
                 }
 #else
                 [[unroll]] for (uint i = 0; i < KS * TN; i++) cur[i] = FRAGMENT_LOADS ? fragment_of(wf[i]) : wm[i];
