@@ -167,6 +167,45 @@ def test_the_prompt_tile_gives_the_same_bits_in_any_step_and_form(monkeypatch, i
 
 
 @needs_coopmat
+@pytest.mark.parametrize("weights", ["bf16", "int8"])
+def test_decode_steps_of_any_size_make_their_heads_in_attention_with_the_same_bits(monkeypatch, weights):
+    """Decode steps up to the decode tiles' rows replay a recording whose attention makes its heads
+    from qkv's K-chunk sums (attention_<kv>_split_qk; recordings.py), here steps of 100 tokens on
+    the 128-row direct decode tiles (fp16 and int8 tiles). The same steps on the "chunked"
+    recording (qkv's reduce, then attention) give identical logits."""
+    from gemma_batch.backends.vulkan import graph, recordings
+    from gemma_batch.engine.generate import generate_greedy
+
+    rng = np.random.default_rng(7)
+    prompts = [rng.integers(3, 4000, int(rng.integers(2, 40))).tolist() for _ in range(100)]
+    runs = []
+    for heads_in_attention in (True, False):
+        rows: dict = {}
+        ran: set = set()
+
+        def record(ids, batch, result, rows=rows, ran=ran):
+            for s, seq in enumerate(ids):
+                for t in range(batch.seq_starts[s], batch.seq_starts[s + 1]):
+                    rows[(seq, int(batch.positions[t]))] = result.logits[t].copy()
+            if batch.num_tokens == len(ids) == 100:  # a decode step of every sequence
+                ran.update(backend.profile_seconds())
+
+        with monkeypatch.context() as patch:
+            if not heads_in_attention:
+                patch.setattr(graph, "recording_for", lambda *args: {"decode": "chunked", "decode_rows": "chunked"}.get(
+                    mode := recordings.recording_for(*args), mode))
+            backend = backend_for(DEMO_MODEL, weights, coop_min_chunk=64)
+            generate_greedy(backend, prompts, 4, step_token_budget=4096, on_step=record)
+            backend.close()
+        assert ("attention_float32_split_qk" in ran) == heads_in_attention, sorted(ran)
+        assert ("reduce_qk_rope_float32" in ran) != heads_in_attention, sorted(ran)
+        runs.append(rows)
+    assert runs[0].keys() == runs[1].keys()
+    for key in runs[0]:
+        assert np.array_equal(runs[0][key], runs[1][key]), key
+
+
+@needs_coopmat
 def test_tiles_in_fragment_order_give_the_same_logits(monkeypatch):
     """fp16 weight tiles in the matrix units' fragment order (fragment_order.py; on where the
     probe reads that order, as on the H100's driver) against row-major tiles read by coopMatLoad:

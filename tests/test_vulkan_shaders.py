@@ -107,13 +107,14 @@ def test_only_the_looping_lm_head_grid_is_capped_by_the_sm_count():
 
 
 def test_each_step_replays_the_recording_of_its_kind():
-    """recordings.recording_for: steps past the decode tiles' rows "prefill"; decode steps of up to
-    32 tokens "decode" / "decode_rows" (heads made in attention); other steps without prompt
-    tokens "chunked" (no prompt tile), with prompt tokens "small" (+flash where recorded)."""
+    """recordings.recording_for: steps past the decode tiles' rows "prefill"; decode steps up to
+    them "decode" (up to 8 tokens) / "decode_rows" (heads made in attention); other steps without
+    prompt tokens "chunked" (no prompt tile), with prompt tokens "small" (+flash where recorded)."""
     modes = recording_modes(True, True, True)
-    for tokens, seqs, prompt, rows, expected in ((1, 1, False, 64, "decode"), (32, 32, False, 64, "decode_rows"),
-                                                 (33, 33, False, 64, "chunked"), (64, 64, False, 64, "chunked"),
-                                                 (65, 65, False, 64, "prefill"), (128, 128, False, 128, "chunked"),
+    for tokens, seqs, prompt, rows, expected in ((1, 1, False, 64, "decode"), (8, 8, False, 64, "decode"),
+                                                 (9, 9, False, 64, "decode_rows"), (64, 64, False, 64, "decode_rows"),
+                                                 (65, 65, False, 64, "prefill"), (128, 128, False, 128, "decode_rows"),
+                                                 (129, 129, False, 128, "prefill"), (64, 32, False, 64, "chunked"),
                                                  (40, 20, False, 128, "chunked"), (40, 20, True, 128, "small+flash"),
                                                  (1, 1, True, 64, "small+flash"), (200, 20, True, 128, "prefill+flash")):
         assert recording_for(tokens, seqs, prompt, modes, rows) == expected, (tokens, seqs, prompt, rows)

@@ -52,7 +52,7 @@ which come last, on the prompt tile: one sum over all of K, shaders/partial_rows
 is on that path too, the reduces of o (post-norm), gate/up and down (post-norm) write its split
 themselves (reduce.comp SPLIT_NEXT), and attention writes o's (attention.comp SPLIT_OUT), so a
 layer is 9 dispatches: qkv, reduce, attention, o, reduce, gate/up, reduce, down, reduce (and the
-first layer's split before them). In decode steps of up to QK_IN_MAX_TOKENS tokens it is 8:
+first layer's split before them). In decode steps (recordings.py) it is 8:
 attention sums qkv's chunks and runs its epilogue itself (attention.comp QK_IN; which layers may,
 coop_plan.py). Fewer is faster at small batches: on the H100 a dependent dispatch costs about
 9 us at 4b batch 1, whatever its work, most of it the first memory round trips of the kernel

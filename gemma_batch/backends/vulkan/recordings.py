@@ -5,8 +5,8 @@ The cooperative path records the step for steps of up to the decode tiles' rows 
 tiles only) and for longer ones ("prefill": prefill tiles; both for the LM head, whose rows may be
 fewer), so that neither replays dispatches of the other's tile without work; with prompt attention
 on the matrix units, both again for steps with prompt tokens (suffix FLASH: attention_flash.comp
-beside attention.comp); and for decode steps of up to QK_IN_MAX_TOKENS tokens, whose attention
-makes its heads from qkv's K-chunk sums itself (one dispatch a layer fewer), up to
+beside attention.comp); and for decode steps up to the decode tiles' rows, whose attention makes
+its heads from qkv's K-chunk sums itself (one dispatch a layer fewer), up to
 GATED_PIECES_MAX_TOKENS ("decode") and more ("decode_rows"); other steps without prompt tokens up
 to the decode tiles' rows: "small" without the prompt tile ("chunked"). The portable path records
 "small" only.
@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Container
 
-# Decode steps (each token its sequence's only one) of up to this many tokens make their heads in
-# attention, its sizes specialised in (the "decode" and "decode_rows" recordings). 4b on the H100,
-# median step: 5.33-5.35 against 5.42-5.44 ms at batch 1 before the specialisation; with it,
-# 5.07-5.15 against 5.34-5.35 at 16 and 5.74-5.75 against 5.91-5.93 at 32 (docs/EXPERIMENTS.md,
-# "Code size"). Either way the same bits (tests/test_vulkan_attention.py): the choice may follow
-# the batch.
-QK_IN_MAX_TOKENS = 32
+# Decode steps (each token its sequence's only one) up to the decode tiles' rows make their heads
+# in attention, its sizes specialised in (the "decode" and "decode_rows" recordings); the same bits
+# either way (tests/test_vulkan_attention.py, tests/test_vulkan_coopmat.py), so the choice may
+# follow the batch. 4b on the H100, median step: 5.33-5.35 against 5.42-5.44 ms at batch 1 before
+# the specialisation; with it, 5.07-5.15 against 5.34-5.35 at 16 and 5.74-5.75 against 5.91-5.93 at
+# 32 (docs/EXPERIMENTS.md, "Code size"). On the H200 (bf16, 2026-11-30) above 32 too: decode tok/s
+# at batch 48 / 96 / 128 7,810-7,821 / 12,380-12,382 / 13,404-13,413 against 7,608-7,627 /
+# 12,052-12,083 / 13,056-13,078 ("Heads made in attention at every decode step").
 # Decode steps of up to GATED_PIECES_MAX_TOKENS tokens (the "decode" recording) run gate/up's
 # reduce in pieces of a row (reduce_gated_split); the others a workgroup of 1,024 invocations per
 # row (reduce_gated_split_rows). The same bits either way. 4b on the H100, median decode step, pieces
@@ -58,7 +59,7 @@ def recording_for(num_tokens: int, num_seqs: int, prompt: bool, recorded: Contai
     mode = "small"
     if num_tokens > decode_rows and "prefill" in recorded:
         mode = "prefill"
-    elif num_tokens == num_seqs <= QK_IN_MAX_TOKENS and "decode" in recorded and not prompt:
+    elif num_tokens == num_seqs and "decode" in recorded and not prompt:
         mode = "decode" if num_tokens <= GATED_PIECES_MAX_TOKENS else "decode_rows"
     elif not prompt and CHUNKED in recorded:
         mode = CHUNKED
