@@ -14,6 +14,9 @@
 //
 // Grid: workgroup id = i * (T * nkv) + t * nkv + j, for chunk i of token t and kv head j; the host
 // sizes i by the step's most chunks, and workgroups past their token's chunk count exit at once.
+// Or, serial (grids.py: in steps with workgroups enough to fill the device without the chunks),
+// id = t * nkv + j, the workgroup taking its token's chunks one after the other, each as its
+// own workgroup would, and merging them itself: the same sums in the same order, so the same bits.
 // A workgroup serves the G = nh / nkv query heads of kv head j (one read of each K/V row for the
 // group; the scaled queries [G, hd] sit in shared memory) over its chunk, in passes of KB keys
 // with an online softmax. Rows (kv_pages.glsl) are read as pieces of 8 elements, widened in
@@ -28,9 +31,10 @@
 //            two, at most the subgroup) take keys kg, kg + KG, ... of the pass, so each V row piece
 //            is read once per workgroup, VK keys' loads issued together; at the end of the chunk
 //            an xor butterfly over the KG lanes adds the key groups.
-// Merge: a token with a single chunk writes its output directly. Otherwise each workgroup writes
+// Merge: a token with a single chunk writes its output directly. Otherwise each chunk writes
 // its partial (running max m, sum l and the unnormalised output acc of the G heads) to `part_*`
-// at record `id`, and counts itself done on the (t, j) counter; the last of the token's chunks to
+// at record i * T * nkv + t * nkv + j, and counts itself done on the (t, j) counter (serial: the
+// workgroup, once it has written them all, goes on); the last of the token's chunks to
 // finish merges them in chunk order, M = max_i m_i, o = (sum_i acc_i e^(m_i - M)) / (sum_i l_i e^(m_i - M)),
 // and resets the counter (zeroed by the host at the start of the step; attention_merge.glsl).
 // Which workgroup is last does not change the result: it reads the same records in the same
@@ -156,8 +160,13 @@ vec4 cluster_sum4(vec4 v, uint width) {
 void main() {
     uint tid = gl_LocalInvocationID.x;
     uint nkv = NUM_KV_HEADS, tokens_heads = meta.num_tokens * nkv;
+    // Serial grid (grids.py): a workgroup per (token, kv head) takes its token's chunks in turn,
+    // known by the grid's size (under 2 T nkv workgroups; the chunked grid has T nkv times the
+    // step's most chunks, and where that is 1 both are the same).
     uint id = linear_group();
-    uint tj = id % tokens_heads, ci = id / tokens_heads;
+    bool serial = gl_NumWorkGroups.x * gl_NumWorkGroups.y < 2u * tokens_heads;
+    uint tj = serial ? id : id % tokens_heads, ci = serial ? 0u : id / tokens_heads;
+    if (tj >= tokens_heads) return;
     uint t = tj / nkv, j = tj % nkv;
     if (token_seq[t] < 0) return;  // a prompt token on attention_flash.comp
     uint hd = HEAD_DIM, hd8 = hd / 8u, G = NUM_HEADS / nkv;
@@ -167,17 +176,14 @@ void main() {
     while (p / cs - lo / cs + 1u > MAX_CHUNKS) cs *= 2u;
     uint first = lo / cs, nchunks = p / cs - first + 1u;
     if (ci >= nchunks) return;
-    uint k0 = max(lo, (first + ci) * cs), k1 = min(p + 1u, (first + ci + 1u) * cs);
     uint table = uint(token_seq[t]) * pc.table_stride;
     uint qbase = (t * NUM_HEADS + j * G) * hd / 4u;  // vec4 index of the group's queries and outputs
 
 #ifdef QK_IN
-    heads_in(t, j, p, ci == nchunks - 1u);
+    heads_in(t, j, p, serial || ci == nchunks - 1u);
 #else
     for (uint e = tid; e < G * hd / 4u; e += WG) qs[e] = q4[qbase + e] * pc.scale;
 #endif
-    if (tid < G) { run_max[tid] = NEG; run_sum[tid] = 0.0; }
-
     // Value-pass roles: unit = (piece, heads QUAD hq .. QUAD hq + QUAD - 1), KG lanes per unit.
     uint units = (G + QUAD - 1u) / QUAD * hd8;
     uint KG = min(gl_SubgroupSize, 1u << uint(findMSB(WG / units)));
@@ -185,121 +191,132 @@ void main() {
     uint piece = unit % hd8, g0 = unit / hd8 * QUAD;
     bool valued = unit < units;
     vec4 acc[2u * QUAD];  // heads g0 + gg, elements 8 piece .. 8 piece + 7: acc[2 gg], acc[2 gg + 1]
-    [[unroll]] for (uint i = 0u; i < 2u * QUAD; i++) acc[i] = vec4(0.0);
     uint team = tid / KL, lane = tid % KL;
-    barrier();
+    bool writer = valued && kg == 0u;
+    uint rec = G * hd / 4u;  // vec4 per record of part_acc
 
-    for (uint base = k0; base < k1; base += KB) {
-        uint n = min(uint(KB), k1 - base);
-        // Scores of the pass's keys (a team's lanes share their key, so the butterfly's lanes are active).
-        for (uint k = team; k < n; k += WG / KL) {
-            uint key = base + k;
-            uint row = (uint(block_table[table + key / BLOCK_SIZE]) * BLOCK_SIZE + key % BLOCK_SIZE) * nkv + j;
-            vec4 klo[KP], khi[KP];  // the lane's pieces of the key's row, all loads issued first
-            [[unroll]] for (uint i = 0u; i < KP; i++) LOAD8(k4, row, min(lane + i * KL, hd8 - 1u), klo[i], khi[i]);
-            float s[GMAX];
-            [[unroll]] for (uint g = 0u; g < GMAX; g++) s[g] = 0.0;
-            [[unroll]] for (uint i = 0u; i < KP; i++) {
-                uint c = lane + i * KL;
-                if (c >= hd8) break;
+    for (uint c_end = serial ? nchunks : ci + 1u; ci < c_end; ci++) {
+        uint k0 = max(lo, (first + ci) * cs), k1 = min(p + 1u, (first + ci + 1u) * cs);
+        if (tid < G) { run_max[tid] = NEG; run_sum[tid] = 0.0; }
+        [[unroll]] for (uint i = 0u; i < 2u * QUAD; i++) acc[i] = vec4(0.0);
+        barrier();
+        for (uint base = k0; base < k1; base += KB) {
+            uint n = min(uint(KB), k1 - base);
+            // Scores of the pass's keys (a team's lanes share their key, so the butterfly's lanes are active).
+            for (uint k = team; k < n; k += WG / KL) {
+                uint key = base + k;
+                uint row = (uint(block_table[table + key / BLOCK_SIZE]) * BLOCK_SIZE + key % BLOCK_SIZE) * nkv + j;
+                vec4 klo[KP], khi[KP];  // the lane's pieces of the key's row, all loads issued first
+                [[unroll]] for (uint i = 0u; i < KP; i++) LOAD8(k4, row, min(lane + i * KL, hd8 - 1u), klo[i], khi[i]);
+                float s[GMAX];
+                [[unroll]] for (uint g = 0u; g < GMAX; g++) s[g] = 0.0;
+                [[unroll]] for (uint i = 0u; i < KP; i++) {
+                    uint c = lane + i * KL;
+                    if (c >= hd8) break;
+                    [[unroll]] for (uint g = 0u; g < GMAX; g++) {
+                        if (g >= G) break;
+                        s[g] += dot(qs[2u * (g * hd8 + c)], klo[i]) + dot(qs[2u * (g * hd8 + c) + 1u], khi[i]);
+                    }
+                }
                 [[unroll]] for (uint g = 0u; g < GMAX; g++) {
                     if (g >= G) break;
-                    s[g] += dot(qs[2u * (g * hd8 + c)], klo[i]) + dot(qs[2u * (g * hd8 + c) + 1u], khi[i]);
+                    s[g] = cluster_sum(s[g], KL);
+                }
+                if (lane == 0u) {
+                    [[unroll]] for (uint g = 0u; g < GMAX; g++) {
+                        if (g >= G) break;
+                        sc[g * KB + k] = s[g];
+                    }
+                    krow[k] = row;
                 }
             }
-            [[unroll]] for (uint g = 0u; g < GMAX; g++) {
-                if (g >= G) break;
-                s[g] = cluster_sum(s[g], KL);
-            }
-            if (lane == 0u) {
-                [[unroll]] for (uint g = 0u; g < GMAX; g++) {
-                    if (g >= G) break;
-                    sc[g * KB + k] = s[g];
+            barrier();
+            // Online softmax, a subgroup per head: the pass's max (exact in any order), probabilities,
+            // their sum, and the rescale of what came before.
+            for (uint g = gl_SubgroupID; g < G; g += gl_NumSubgroups) {
+                float mx = NEG;
+                for (uint k = gl_SubgroupInvocationID; k < n; k += gl_SubgroupSize) mx = max(mx, sc[g * KB + k]);
+                float m_old = run_max[g], m_new = max(m_old, subgroupMax(mx));
+                float sum = 0.0;
+                for (uint k = gl_SubgroupInvocationID; k < n; k += gl_SubgroupSize) {
+                    float e = exp(sc[g * KB + k] - m_new);
+                    sc[g * KB + k] = e;
+                    sum += e;
                 }
-                krow[k] = row;
+                sum = subgroupAdd(sum);
+                if (subgroupElect()) {
+                    float r = exp(m_old - m_new);
+                    rescale[g] = r;
+                    run_sum[g] = run_sum[g] * r + sum;
+                    run_max[g] = m_new;
+                }
             }
-        }
-        barrier();
-        // Online softmax, a subgroup per head: the pass's max (exact in any order), probabilities,
-        // their sum, and the rescale of what came before.
-        for (uint g = gl_SubgroupID; g < G; g += gl_NumSubgroups) {
-            float mx = NEG;
-            for (uint k = gl_SubgroupInvocationID; k < n; k += gl_SubgroupSize) mx = max(mx, sc[g * KB + k]);
-            float m_old = run_max[g], m_new = max(m_old, subgroupMax(mx));
-            float sum = 0.0;
-            for (uint k = gl_SubgroupInvocationID; k < n; k += gl_SubgroupSize) {
-                float e = exp(sc[g * KB + k] - m_new);
-                sc[g * KB + k] = e;
-                sum += e;
-            }
-            sum = subgroupAdd(sum);
-            if (subgroupElect()) {
-                float r = exp(m_old - m_new);
-                rescale[g] = r;
-                run_sum[g] = run_sum[g] * r + sum;
-                run_max[g] = m_new;
-            }
-        }
-        barrier();
-        // Probabilities times V rows, per key group in key order.
-        if (valued) {
-            [[unroll]] for (uint gg = 0u; gg < QUAD; gg++) {
-                if (g0 + gg >= G) break;
-                acc[2u * gg] *= rescale[g0 + gg];
-                acc[2u * gg + 1u] *= rescale[g0 + gg];
-            }
-            for (uint k0 = kg; k0 < n; k0 += VK * KG) {
-                vec4 vlo[VK], vhi[VK];  // VK keys' pieces, all loads issued first
-                [[unroll]] for (uint i = 0u; i < VK; i++) LOAD8(v4, krow[min(k0 + i * KG, n - 1u)], piece, vlo[i], vhi[i]);
-                [[unroll]] for (uint i = 0u; i < VK; i++) {
-                    uint k = k0 + i * KG;
-                    if (k >= n) break;
-                    [[unroll]] for (uint gg = 0u; gg < QUAD; gg++) {
-                        if (g0 + gg >= G) break;
-                        float w = sc[(g0 + gg) * KB + k];
-                        acc[2u * gg] += w * vlo[i];
-                        acc[2u * gg + 1u] += w * vhi[i];
+            barrier();
+            // Probabilities times V rows, per key group in key order.
+            if (valued) {
+                [[unroll]] for (uint gg = 0u; gg < QUAD; gg++) {
+                    if (g0 + gg >= G) break;
+                    acc[2u * gg] *= rescale[g0 + gg];
+                    acc[2u * gg + 1u] *= rescale[g0 + gg];
+                }
+                for (uint k0 = kg; k0 < n; k0 += VK * KG) {
+                    vec4 vlo[VK], vhi[VK];  // VK keys' pieces, all loads issued first
+                    [[unroll]] for (uint i = 0u; i < VK; i++) LOAD8(v4, krow[min(k0 + i * KG, n - 1u)], piece, vlo[i], vhi[i]);
+                    [[unroll]] for (uint i = 0u; i < VK; i++) {
+                        uint k = k0 + i * KG;
+                        if (k >= n) break;
+                        [[unroll]] for (uint gg = 0u; gg < QUAD; gg++) {
+                            if (g0 + gg >= G) break;
+                            float w = sc[(g0 + gg) * KB + k];
+                            acc[2u * gg] += w * vlo[i];
+                            acc[2u * gg + 1u] += w * vhi[i];
+                        }
                     }
                 }
             }
+            barrier();  // sc and krow are reused by the next pass
         }
-        barrier();  // sc and krow are reused by the next pass
-    }
-    [[unroll]] for (uint i = 0u; i < 2u * QUAD; i++) acc[i] = cluster_sum4(acc[i], KG);
-    bool writer = valued && kg == 0u;
+        [[unroll]] for (uint i = 0u; i < 2u * QUAD; i++) acc[i] = cluster_sum4(acc[i], KG);
 
-    if (nchunks == 1u) {
+        if (nchunks == 1u) {
+            if (writer) {
+                [[unroll]] for (uint gg = 0u; gg < QUAD; gg++) {
+                    uint g = g0 + gg;
+                    if (g >= G) break;
+                    uint e = qbase + (g * hd8 + piece) * 2u;
+                    o4[e] = acc[2u * gg] / run_sum[g];
+                    o4[e + 1u] = acc[2u * gg + 1u] / run_sum[g];
+                }
+            }
+#ifdef SPLIT_OUT
+            split_when_last(t, tokens_heads);
+#endif
+            return;
+        }
+
+        // This chunk's partial (record ci T nkv + tj), then the merge by the last of the token's
+        // chunks (serial: by this workgroup, once it has them all).
+        uint r = ci * tokens_heads + tj;
         if (writer) {
             [[unroll]] for (uint gg = 0u; gg < QUAD; gg++) {
                 uint g = g0 + gg;
                 if (g >= G) break;
-                uint e = qbase + (g * hd8 + piece) * 2u;
-                o4[e] = acc[2u * gg] / run_sum[g];
-                o4[e + 1u] = acc[2u * gg + 1u] / run_sum[g];
+                uint e = r * rec + (g * hd8 + piece) * 2u;
+                part_acc[e] = acc[2u * gg];
+                part_acc[e + 1u] = acc[2u * gg + 1u];
             }
         }
-#ifdef SPLIT_OUT
-        split_when_last(t, tokens_heads);
-#endif
-        return;
-    }
-
-    // This chunk's partial, then the merge by the last of the token's chunks.
-    uint rec = G * hd / 4u;  // vec4 per record of part_acc
-    if (writer) {
-        [[unroll]] for (uint gg = 0u; gg < QUAD; gg++) {
-            uint g = g0 + gg;
-            if (g >= G) break;
-            uint e = id * rec + (g * hd8 + piece) * 2u;
-            part_acc[e] = acc[2u * gg];
-            part_acc[e + 1u] = acc[2u * gg + 1u];
+        if (tid < G) {
+            part_ml[r * 2u * G + tid] = run_max[tid];
+            part_ml[r * 2u * G + G + tid] = run_sum[tid];
         }
     }
-    if (tid < G) {
-        part_ml[id * 2u * G + tid] = run_max[tid];
-        part_ml[id * 2u * G + G + tid] = run_sum[tid];
+    if (serial) {
+        memoryBarrierBuffer();
+        barrier();
+    } else {
+        RETURN_UNLESS_LAST(last_of_token, counters[tj], nchunks);  // of the token's chunks
     }
-    RETURN_UNLESS_LAST(last_of_token, counters[tj], nchunks);  // of the token's chunks
     merge_chunks(tj, tokens_heads, nchunks, G, hd, qbase);
 #ifdef SPLIT_OUT
     split_when_last(t, tokens_heads);

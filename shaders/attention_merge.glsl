@@ -3,8 +3,8 @@
 // written by the last of the token's kv heads to finish.
 
 // The merge (attention.comp's header): called by the last of the (t, kv head) counter's `tj`
-// chunks, after its count; the chunks' records in chunk order, then the counter reset for the
-// next layer. rec: vec4 per record of part_acc; qbase: the vec4 index of the group's outputs.
+// chunks, after its count (or by the serial grid's one workgroup of them, which never counted);
+// the chunks' records in chunk order, then the counter reset for the next layer. rec: vec4 per record of part_acc; qbase: the vec4 index of the group's outputs.
 void merge_chunks(uint tj, uint tokens_heads, uint nchunks, uint G, uint hd, uint qbase) {
     uint tid = gl_LocalInvocationID.x, rec = G * hd / 4u;
     if (tid < G) {  // record of chunk c: c * tokens_heads + tj

@@ -1,5 +1,6 @@
 """attention.comp's QK_IN variant (decode steps on the cooperative path) against the two kernels it
-replaces, bit for bit, on any Vulkan device (llvmpipe in CI).
+replaces, and its serial grid (a workgroup per token and kv head taking the token's chunks in
+turn) against a workgroup per chunk, bit for bit, on any Vulkan device (llvmpipe in CI).
 
 In a decode step the graph leaves out qkv's reduce (reduce.comp EPI_QK_ROPE: the K chunks' sums,
 QK-norm, RoPE, q out and the token's K and V rows into the pages) and attention makes its heads
@@ -37,10 +38,11 @@ def page_bytes(kv: str, rows: int, hd: int, rng) -> np.ndarray:
 
 
 def run(fused: bool, kv: str, nh: int, nkv: int, hd: int, window: int, chunks: int, seed: int,
-        gmax: int | None = None, specialize: bool = False) -> dict[str, np.ndarray]:
+        gmax: int | None = None, specialize: bool = False, serial: bool = False) -> dict[str, np.ndarray]:
     """One decode step of T = 3 tokens (3 sequences) at positions 5, 40 and 77: reduce_qk_rope and
     attention_<kv>_split, or attention_<kv>_split_qk alone (`specialize`: its sizes built into the
-    pipeline, as the graph records it); its outputs and the pages after it.
+    pipeline, as the graph records it), attention over the serial grid (`serial`: T * nkv
+    workgroups) or a workgroup per chunk; its outputs and the pages after it.
     `gmax`: attention's GMAX (Kernels' kv_group), the model's query heads per kv head unless given."""
     rng = np.random.default_rng(seed)
     T, N, G = 3, (nh + 2 * nkv) * hd, nh // nkv
@@ -77,7 +79,8 @@ def run(fused: bool, kv: str, nh: int, nkv: int, hd: int, window: int, chunks: i
             6: bufs["k"], 8: bufs["v"], 9: bufs["part_ml"], 10: bufs["counters"], 11: bufs["split"],
             12: bufs["scale"]},
             {**heads, "window": window, "block_size": BLOCK, "table_stride": width, "chunk": CHUNK,
-             "scale": hd ** -0.5, "qkv_chunks": chunks if fused else 0, "eps": EPS}, most * T * nkv, specialize)
+             "scale": hd ** -0.5, "qkv_chunks": chunks if fused else 0, "eps": EPS}, (1 if serial else most) * T * nkv,
+            specialize)
         d.run()
         assert any("@" in key for key in d.kernels.pipelines) == specialize  # (a pipeline of its own)
         out = {name: d.download(bufs[name]) for name in ("attn", "split", "scale", "k", "v", "counters")}
@@ -102,3 +105,57 @@ def test_attention_makes_its_heads_as_the_reduce_would(kv, nh, nkv, hd, window, 
         before = got[f"{name} before"]
         changed = (got[name].reshape(before.shape) != before).any(axis=1).sum()
         assert changed == 3 * nkv, name
+
+
+@pytest.mark.parametrize("kv,nh,nkv,hd,window,chunks,gmax", [
+    ("float16", 8, 4, 256, 0, 8, None),
+    ("int8", 4, 1, 64, 24, 3, None),
+    ("bfloat16", 2, 2, 32, 40, 1, 4),
+])
+@pytest.mark.parametrize("fused", [False, True])
+def test_the_serial_grid_gives_the_chunked_grids_bits(kv, nh, nkv, hd, window, chunks, gmax, fused):
+    """A workgroup per (token, kv head) taking the token's chunks in turn (grids.py, where a step's
+    pairs fill the device; the shader knows it by the grid's size) against a workgroup per chunk,
+    with the query heads read (attention_<kv>_split) or made (_split_qk): the same outputs, split,
+    pages, and counters left at zero. The tokens at positions 40 and 77 have 3 and 5 chunks of 16
+    keys (2 and 3 within the windows)."""
+    ref = run(fused, kv, nh, nkv, hd, window, chunks, seed=hd + chunks, gmax=gmax, specialize=fused)
+    got = run(fused, kv, nh, nkv, hd, window, chunks, seed=hd + chunks, gmax=gmax, specialize=fused, serial=True)
+    differ = [name for name in ("attn", "split", "scale", "k", "v") if not np.array_equal(got[name], ref[name])]
+    assert not differ, f"{differ} differ"
+    assert not got["counters"].any()
+
+
+def test_a_model_gives_the_same_logits_on_either_attention_grid(monkeypatch):
+    """The demo model end to end (its prompts' 64-token steps and decode steps; on the cooperative
+    path the decode recordings' _split_qk too), with every step's attention on the serial grid
+    (forced: the SM count decides it, and llvmpipe gives none) and on a workgroup per chunk:
+    identical logits. Prompts of 70-140 tokens: 2 or 3 chunks of 64 keys."""
+    from gemma_batch.backends.vulkan import VulkanBackend, grids
+    from gemma_batch.engine.generate import generate_greedy
+    from gemma_batch.job.spec import DEMO_MODEL
+    from gemma_batch.model.checkpoint import Checkpoint
+    from gemma_batch.model.config import Gemma3Config
+
+    cfg = Gemma3Config.from_dir(DEMO_MODEL)
+    rng = np.random.default_rng(5)
+    prompts = [rng.integers(3, cfg.vocab_size, int(n)).tolist() for n in (70, 100, 128, 140)]
+    runs = []
+    for serial in (True, False):
+        rows: dict = {}
+
+        def record(ids, batch, result, rows=rows):
+            for s, seq in enumerate(ids):
+                for t in range(batch.seq_starts[s], batch.seq_starts[s + 1]):
+                    rows[(seq, int(batch.positions[t]))] = result.logits[t].copy()
+
+        with monkeypatch.context() as patch:
+            patch.setattr(grids, "serial_grid", lambda pairs, sm_count, allowed, serial=serial: serial)
+            backend = VulkanBackend(cfg, kv_dtype="fp16")
+            backend.load_weights(Checkpoint.open(DEMO_MODEL, cfg).tensors())
+            generate_greedy(backend, prompts, 3, step_token_budget=64, on_step=record)
+            backend.close()
+        runs.append(rows)
+    assert runs[0].keys() == runs[1].keys()
+    for key in runs[0]:
+        assert np.array_equal(runs[0][key], runs[1][key]), key

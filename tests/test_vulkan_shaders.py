@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gemma_batch.backends.vulkan import pipeline_stats
-from gemma_batch.backends.vulkan.attention import MAX_CHUNKS, chunk_counts
+from gemma_batch.backends.vulkan.attention import MAX_CHUNKS, SERIAL_ENV, SERIAL_PAIRS_PER_SM, chunk_counts
 from gemma_batch.backends.vulkan.coop_tiles import (COOP_DIRECT_FOLD_ROWS, COOP_FOLD_ROWS, COOP_UNKNOWN_SMS, WIDE_DECODE_ENV,
                                                     coop_decode_rows, coop_fold_rows, coop_partial_floats)
 from gemma_batch.backends.vulkan.grids import ROWS_GROUPS_PER_SM, DispatchGrids
@@ -133,6 +133,25 @@ def test_the_decode_tiles_take_steps_up_to_their_rows(monkeypatch):
     assert coop_decode_rows(["T16", "Q4", "T8"]) == coop_decode_rows(["I8"]) == COOP_FOLD_ROWS == 64
     monkeypatch.setenv(WIDE_DECODE_ENV, "0")  # the switch keeps every decode tile at 64
     assert coop_decode_rows(["T16", "T8"]) == COOP_FOLD_ROWS
+
+
+def test_attention_takes_the_serial_grid_where_its_pairs_fill_the_device(monkeypatch):
+    """grids.py: an "attention <group>" grid has a workgroup per (token, kv head) where a step's
+    pairs number at least SERIAL_PAIRS_PER_SM an SM (4b: 4 kv heads, 132 SMs: from 66 tokens),
+    else one per chunk, T * nkv times the step's most chunks; never where the SM count is unknown
+    or the switch is off. attention.comp tells them apart by the size: under 2 T nkv is serial."""
+    cfg = shape_config("4b")
+    assert SERIAL_PAIRS_PER_SM == 2 and cfg.num_kv_heads == 4
+    for sm_count, switch in ((132, "1"), (0, "1"), (132, "0")):
+        monkeypatch.setenv(SERIAL_ENV, switch)
+        grids = DispatchGrids(cfg, 64, sm_count)
+        slot = grids.offset("attention full_attention", cfg.num_kv_heads) // 12
+        for tokens in (1, 65, 66, 128, 300):
+            positions = np.full(tokens, 100)  # 2 chunks of 64 keys each
+            groups = grids.counts(tokens, 1, positions)[slot, :2].prod()
+            serial = sm_count and switch == "1" and tokens >= 66
+            assert groups == (4 * tokens if serial else 8 * tokens), (sm_count, switch, tokens)
+            assert (groups < 2 * 4 * tokens) == bool(serial)
 
 
 def test_the_chunk_tile_takes_the_chunks_that_are_workgroups_and_the_prefill_tile_the_rest():

@@ -8,7 +8,10 @@ order; the split depends only on p and the model, never on the batch (batch inva
 
 The host needs the counts twice: the most chunks of any token of a step sizes the attention grid
 (`most_chunks` over the step's positions), and the most chunks any position a block table of the
-capacity can hold sizes the scratch (`most_chunks` over every such position).
+capacity can hold sizes the scratch (`most_chunks` over every such position). In steps whose
+(token, kv head) pairs alone fill the device (`serial_grid`), the grid has a workgroup per pair,
+which takes its token's chunks one after the other: the same sums, fewer workgroups, and no
+query heads made again per chunk (attention_heads.glsl).
 """
 
 from __future__ import annotations
@@ -17,6 +20,13 @@ import numpy as np
 
 MAX_CHUNKS = 32  # MAX_CHUNKS of shaders/attention.comp
 DEFAULT_CHUNK = 64  # keys per chunk below 32 * 64 visible positions: one pass of the shader
+# The serial grid where a step's (token, kv head) pairs number at least this many per SM. 4b on
+# the H200 (132 SMs, 4 attention workgroups an SM), decode tok/s with the serial grid against a
+# workgroup per chunk: batch 128 (512 pairs) 13,710-13,712 against 13,305-13,324, 96 (384)
+# 12,762-12,766 against 12,285-12,306; forced at 64 (256) 9,944-9,965 against 9,885-9,913, at 32
+# (128) 6,655-6,662 against 7,093-7,111 (docs/EXPERIMENTS.md, "A serial attention grid").
+SERIAL_PAIRS_PER_SM = 2
+SERIAL_ENV = "GEMMA_BATCH_VK_SERIAL_ATTENTION"  # "0": always a workgroup per chunk
 
 
 def chunk_counts(positions: np.ndarray, window: int | None, chunk: int) -> np.ndarray:
@@ -34,3 +44,9 @@ def chunk_counts(positions: np.ndarray, window: int | None, chunk: int) -> np.nd
 def most_chunks(positions: np.ndarray, window: int | None, chunk: int) -> int:
     """The most chunks of any of the positions (0 for none)."""
     return int(chunk_counts(positions, window, chunk).max(initial=0))
+
+
+def serial_grid(pairs: int, sm_count: int, allowed: bool = True) -> bool:
+    """Whether a step of `pairs` (token, kv head) pairs on attention.comp runs its serial grid on a
+    device of `sm_count` SMs (0: unknown, never) where the switch (`allowed`) lets it."""
+    return allowed and sm_count > 0 and pairs >= SERIAL_PAIRS_PER_SM * sm_count

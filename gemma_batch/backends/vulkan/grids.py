@@ -23,7 +23,8 @@ on T, R or the positions. Kinds:
                                      the same for a tile with a 32-row form: one of the two, as
                                      coop_tiles.coop_whole_small says
     "attention <group>"              T * n times the step's most chunks of a token attention.comp
-                                     serves in that KV group
+                                     serves in that KV group; T * n alone where those tokens
+                                     fill the device (attention.serial_grid)
     "flash"                          the step's flash tiles (flash.py) times n
 """
 
@@ -32,7 +33,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...model.config import Gemma3Config
-from .attention import most_chunks
+from ...switches import switched_on
+from .attention import SERIAL_ENV, most_chunks, serial_grid
 from .coop_tiles import COOP_FOLD_TILE_ROWS, COOP_ROWS, COOP_WHOLE_SMALL_ROWS, coop_whole_small
 from .variants import MATMUL_ROWS
 
@@ -51,7 +53,9 @@ class DispatchGrids:
         self.attention_chunk = attention_chunk
         self.rows_cap = ROWS_GROUPS_PER_SM * sm_count or None
         self.sm_count = sm_count
+        self.serial_allowed = switched_on(SERIAL_ENV)
         self._windows = {g.name: g.window for g in cfg.kv_groups()}
+        self.nkv = cfg.num_kv_heads
         self._specs: list[tuple[str, int]] = []  # (kind, n) of each slot
         # ... parsed once: (counts rows?, kind's first word, n, K chunks, rows up to which the prefill
         # tile's chunks are workgroups, attention window or False, capped?, "above"?)
@@ -81,6 +85,8 @@ class DispatchGrids:
         `prompt_start` on (None: none) run the prompt tile."""
         out = np.zeros((GRID_SLOTS, 3), np.uint32)
         chunked = num_tokens if prompt_start is None else prompt_start
+        # attention.comp tells the serial grid from the chunked one by its size
+        serial = serial_grid(len(positions) * self.nkv, self.sm_count, self.serial_allowed)
         for i, (rows, kind, n, chunks, fold_rows, window, capped, above) in enumerate(self._parsed):
             m = num_rows if rows else num_tokens
             if kind.startswith("matmul"):
@@ -107,7 +113,7 @@ class DispatchGrids:
                 count = flash_tiles * n
             else:
                 count = m * n
-            if window is not False:
+            if window is not False and not serial:
                 count *= most_chunks(positions, window, self.attention_chunk)
             x = min(count, MAX_GROUPS_X)
             out[i] = (x, -(-count // x) if x else 1, 1)
