@@ -18,6 +18,7 @@ import pytest
 from gemma_batch.backends.kv_formats import bf16_round, kv_int8_group
 from gemma_batch.backends.vulkan.attention import most_chunks
 from gemma_batch.backends.vulkan.coop_tiles import COOP_FOLD_ROWS
+from tests.step_logits import assert_same_logits, keep_logits
 from tests.vulkan_dispatch import Dispatches
 
 BLOCK, CHUNK, EPS = 16, 16, 1e-6  # chunks of 16 keys: tokens merge several
@@ -143,19 +144,12 @@ def test_a_model_gives_the_same_logits_on_either_attention_grid(monkeypatch):
     runs = []
     for serial in (True, False):
         rows: dict = {}
-
-        def record(ids, batch, result, rows=rows):
-            for s, seq in enumerate(ids):
-                for t in range(batch.seq_starts[s], batch.seq_starts[s + 1]):
-                    rows[(seq, int(batch.positions[t]))] = result.logits[t].copy()
-
         with monkeypatch.context() as patch:
             patch.setattr(grids, "serial_grid", lambda pairs, sm_count, allowed, serial=serial: serial)
             backend = VulkanBackend(cfg, kv_dtype="fp16")
             backend.load_weights(Checkpoint.open(DEMO_MODEL, cfg).tensors())
-            generate_greedy(backend, prompts, 3, step_token_budget=64, on_step=record)
+            generate_greedy(backend, prompts, 3, step_token_budget=64,
+                            on_step=lambda ids, batch, result, rows=rows: keep_logits(rows, ids, batch, result))
             backend.close()
         runs.append(rows)
-    assert runs[0].keys() == runs[1].keys()
-    for key in runs[0]:
-        assert np.array_equal(runs[0][key], runs[1][key]), key
+    assert_same_logits(runs[0], runs[1])

@@ -28,6 +28,7 @@ from gemma_batch.model.checkpoint import Checkpoint
 from gemma_batch.model.config import Gemma3Config
 from gemma_batch.model.quant import WeightFormat
 from gemma_batch.model.quant_cache import load_converted
+from tests.step_logits import assert_same_logits, keep_logits
 from tests.test_cpu_vs_transformers import checkpoints, cpu_backend, run_batched  # noqa: F401
 
 
@@ -145,9 +146,7 @@ def test_the_prompt_tile_gives_the_same_bits_in_any_step_and_form(monkeypatch, i
         ran: set = set()
 
         def record(ids, batch, result, rows=rows, ran=ran):
-            for s, seq in enumerate(ids):
-                for t in range(batch.seq_starts[s], batch.seq_starts[s + 1]):
-                    rows[(seq, int(batch.positions[t]))] = result.logits[t].copy()
+            keep_logits(rows, ids, batch, result)
             ran.update(backend.profile_seconds())
 
         with monkeypatch.context() as patch:
@@ -161,9 +160,7 @@ def test_the_prompt_tile_gives_the_same_bits_in_any_step_and_form(monkeypatch, i
         assert any(name.endswith("_whole_small") for name in ran) == weights_small, sorted(ran)
         runs.append(rows)
     for other in runs[1:]:
-        assert other.keys() == runs[0].keys()
-        for key in runs[0]:
-            assert np.array_equal(runs[0][key], other[key]), key
+        assert_same_logits(other, runs[0])
 
 
 @needs_coopmat
@@ -184,9 +181,7 @@ def test_decode_steps_of_any_size_make_their_heads_in_attention_with_the_same_bi
         ran: set = set()
 
         def record(ids, batch, result, rows=rows, ran=ran):
-            for s, seq in enumerate(ids):
-                for t in range(batch.seq_starts[s], batch.seq_starts[s + 1]):
-                    rows[(seq, int(batch.positions[t]))] = result.logits[t].copy()
+            keep_logits(rows, ids, batch, result)
             if batch.num_tokens == len(ids) == 100:  # a decode step of every sequence
                 ran.update(backend.profile_seconds())
 
@@ -200,9 +195,7 @@ def test_decode_steps_of_any_size_make_their_heads_in_attention_with_the_same_bi
         assert ("attention_float32_split_qk" in ran) == heads_in_attention, sorted(ran)
         assert ("reduce_qk_rope_float32" in ran) != heads_in_attention, sorted(ran)
         runs.append(rows)
-    assert runs[0].keys() == runs[1].keys()
-    for key in runs[0]:
-        assert np.array_equal(runs[0][key], runs[1][key]), key
+    assert_same_logits(runs[0], runs[1])
 
 
 @needs_coopmat

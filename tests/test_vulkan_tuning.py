@@ -11,7 +11,6 @@ import json
 import sys
 from types import SimpleNamespace
 
-import numpy as np
 from typer.testing import CliRunner
 
 from gemma_batch.backends.vulkan import tuning
@@ -24,6 +23,7 @@ from gemma_batch.bench.shapes import shape_config
 from gemma_batch.job.spec import DEMO_MODEL
 from gemma_batch.model.config import Gemma3Config
 from gemma_batch.cli import app
+from tests.step_logits import assert_same_logits, keep_logits
 from tests.test_vulkan_coopmat import _device_has_coopmat, needs_coopmat
 
 
@@ -201,17 +201,13 @@ def test_every_form_gives_the_prompt_tiles_bits(monkeypatch):
 
         def record(ids, batch, result, rows=rows, ran=ran, backend=backend):
             ran.update(backend.profile_seconds())
-            for s, seq in enumerate(ids):
-                for t in range(batch.seq_starts[s], batch.seq_starts[s + 1]):
-                    rows[(seq, int(batch.positions[t]))] = result.logits[t].copy()
+            keep_logits(rows, ids, batch, result)
         generate_greedy(backend, [list(range(3, 300)), list(range(7, 200))], 3, step_token_budget=512, on_step=record)
         backend.close()
         assert {coop_variant(g, "T16", "wide", whole=True, form=form) for g in ((), ("GATED",))} <= ran, form
         runs[form] = rows
     for form, rows in runs.items():
-        assert rows.keys() == runs[DEFAULT_PROMPT_FORM].keys()
-        for key, logits in rows.items():
-            assert np.array_equal(logits, runs[DEFAULT_PROMPT_FORM][key]), (form, key)
+        assert_same_logits(rows, runs[DEFAULT_PROMPT_FORM], form)
 
 
 @needs_coopmat
