@@ -16,6 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Container
 
+# Decode steps of up to GATED_PIECES_MAX_TOKENS tokens (the "decode" recording) run gate/up's
+# reduce in pieces of a row (reduce_gated_split); the others a workgroup of 1,024 invocations per
+# row (reduce_gated_split_rows). The same bits either way. 4b on the H100, median decode step, pieces
+# in decode steps against rows everywhere: batch 1 5.08-5.10 against 5.22-5.23 ms, 8 5.21-5.23
+# against 5.28-5.30; rows against pieces: 16 5.52-5.55 against 5.67, 32 6.11-6.14 against
+# 6.35-6.39, and in decode steps with heads made in attention 5.74-5.75 against 6.14-6.16 at 32.
+GATED_PIECES_MAX_TOKENS = 8
 # Decode steps (each token its sequence's only one) up to the decode tiles' rows make their heads
 # in attention, its sizes specialised in (the "decode" and "decode_rows" recordings); the same bits
 # either way (tests/test_vulkan_attention.py, tests/test_vulkan_coopmat.py), so the choice may
@@ -24,13 +31,6 @@ from collections.abc import Container
 # 32 (docs/EXPERIMENTS.md, "Code size"). On the H200 (bf16, 2026-11-30) above 32 too: decode tok/s
 # at batch 48 / 96 / 128 7,810-7,821 / 12,380-12,382 / 13,404-13,413 against 7,608-7,627 /
 # 12,052-12,083 / 13,056-13,078 ("Heads made in attention at every decode step").
-# Decode steps of up to GATED_PIECES_MAX_TOKENS tokens (the "decode" recording) run gate/up's
-# reduce in pieces of a row (reduce_gated_split); the others a workgroup of 1,024 invocations per
-# row (reduce_gated_split_rows). The same bits either way. 4b on the H100, median decode step, pieces
-# in decode steps against rows everywhere: batch 1 5.08-5.10 against 5.22-5.23 ms, 8 5.21-5.23
-# against 5.28-5.30; rows against pieces: 16 5.52-5.55 against 5.67, 32 6.11-6.14 against
-# 6.35-6.39, and in decode steps with heads made in attention 5.74-5.75 against 6.14-6.16 at 32.
-GATED_PIECES_MAX_TOKENS = 8
 DECODE_MODES = ("decode", "decode_rows")  # up to GATED_PIECES_MAX_TOKENS tokens, and more
 # Other steps without prompt tokens, up to the decode tiles' rows ("chunked"): "small" without the
 # prompt tile's dispatches, which such steps give no workgroups (8 a layer: 272 at 4b). 4b bf16
@@ -39,7 +39,6 @@ DECODE_MODES = ("decode", "decode_rows")  # up to GATED_PIECES_MAX_TOKENS tokens
 CHUNKED = "chunked"
 PROMPTLESS_MODES = (*DECODE_MODES, CHUNKED)  # recordings without the prompt tile
 FLASH = "+flash"  # suffix of the recordings of steps with prompt tokens on attention_flash.comp
-
 
 
 def recording_modes(coop: bool, flash: bool, heads_in_attention: bool) -> tuple[str, ...]:
