@@ -160,9 +160,8 @@ vec4 cluster_sum4(vec4 v, uint width) {
 void main() {
     uint tid = gl_LocalInvocationID.x;
     uint nkv = NUM_KV_HEADS, tokens_heads = meta.num_tokens * nkv;
-    // Serial grid (grids.py): a workgroup per (token, kv head) takes its token's chunks in turn,
-    // known by the grid's size (under 2 T nkv workgroups; the chunked grid has T nkv times the
-    // step's most chunks, and where that is 1 both are the same).
+    // The serial grid (the header) has under 2 T nkv workgroups; the chunked grid T nkv times the
+    // step's most chunks (where that is 1, the two are the same).
     uint id = linear_group();
     bool serial = gl_NumWorkGroups.x * gl_NumWorkGroups.y < 2u * tokens_heads;
     uint tj = serial ? id : id % tokens_heads, ci = serial ? 0u : id / tokens_heads;

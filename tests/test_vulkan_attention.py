@@ -89,12 +89,16 @@ def run(fused: bool, kv: str, nh: int, nkv: int, hd: int, window: int, chunks: i
         return out
 
 
-@pytest.mark.parametrize("kv,nh,nkv,hd,window,chunks,gmax", [
+# (kv dtype, query heads, kv heads, head_dim, window, qkv's K chunks, attention's GMAX or None)
+CASES = [
     ("float16", 8, 4, 256, 0, 8, None),  # the 4b model's heads, qkv's 8 chunks
     ("int8", 4, 1, 64, 24, 3, None),     # 4 query heads a kv head (the 1b's), a sliding window
     ("float32", 2, 1, 128, 0, 11, None),  # more chunks than one round of loads (SUM_LOADS = 8)
     ("bfloat16", 2, 2, 32, 40, 1, 4),    # a pipeline built for more query heads than the model has
-])
+]
+
+
+@pytest.mark.parametrize("kv,nh,nkv,hd,window,chunks,gmax", CASES)
 @pytest.mark.parametrize("specialize", [False, True])
 def test_attention_makes_its_heads_as_the_reduce_would(kv, nh, nkv, hd, window, chunks, gmax, specialize):
     ref = run(False, kv, nh, nkv, hd, window, chunks, seed=hd + chunks, gmax=gmax)
@@ -108,18 +112,14 @@ def test_attention_makes_its_heads_as_the_reduce_would(kv, nh, nkv, hd, window, 
         assert changed == 3 * nkv, name
 
 
-@pytest.mark.parametrize("kv,nh,nkv,hd,window,chunks,gmax", [
-    ("float16", 8, 4, 256, 0, 8, None),
-    ("int8", 4, 1, 64, 24, 3, None),
-    ("bfloat16", 2, 2, 32, 40, 1, 4),
-])
+@pytest.mark.parametrize("kv,nh,nkv,hd,window,chunks,gmax", CASES)
 @pytest.mark.parametrize("fused", [False, True])
 def test_the_serial_grid_gives_the_chunked_grids_bits(kv, nh, nkv, hd, window, chunks, gmax, fused):
     """A workgroup per (token, kv head) taking the token's chunks in turn (grids.py, where a step's
     pairs fill the device; the shader knows it by the grid's size) against a workgroup per chunk,
     with the query heads read (attention_<kv>_split) or made (_split_qk): the same outputs, split,
     pages, and counters left at zero. The tokens at positions 40 and 77 have 3 and 5 chunks of 16
-    keys (2 and 3 within the windows)."""
+    keys (fewer within the windows)."""
     ref = run(fused, kv, nh, nkv, hd, window, chunks, seed=hd + chunks, gmax=gmax, specialize=fused)
     got = run(fused, kv, nh, nkv, hd, window, chunks, seed=hd + chunks, gmax=gmax, specialize=fused, serial=True)
     differ = [name for name in ("attn", "split", "scale", "k", "v") if not np.array_equal(got[name], ref[name])]
