@@ -180,6 +180,36 @@ def test_the_engine_sizes_the_step_buffers_once_for_its_plan(checkpoints):
     assert len(grown) >= 2  # the first step, then the 200-token prompt's wider block tables
 
 
+def test_a_profiled_step_times_each_dispatch_in_recorded_order(checkpoints):
+    """With `profile`, a step's GPU time comes per dispatch in the order recorded
+    (`profile_timeline`): the embedding first, then each layer's dispatches with its attention
+    (attention.comp; prompt tokens' flash attention aside) once, the sampler last;
+    `profile_seconds` is the same times summed per kernel. Without
+    `profile`, one "step"."""
+    model_dir = checkpoints["bf16"][0]
+    cfg = Gemma3Config.from_dir(model_dir)
+    backend = VulkanBackend(cfg, kv_dtype="fp16", profile=True)
+    backend.load_weights(Checkpoint.open(model_dir, cfg).tensors())
+    seen = []
+    run_batched(backend, step_token_budget=7, after_step=lambda _: seen.append((backend.profile_timeline(), backend.profile_seconds())))
+    assert len(seen) > 1
+    for timeline, per_kernel in seen:
+        names = [name for name, _ in timeline]
+        assert names[0].startswith("embed") and names[-1] == "sample"
+        starts = [i for i, name in enumerate(names) if name.startswith("attention") and "flash" not in name]
+        assert len(starts) == cfg.num_layers
+        layers = {tuple(names[a:b]) for a, b in zip(starts, starts[1:])}
+        assert len(layers) == 1 and len(next(iter(layers))) > 2  # every layer the same kernels, in the same order
+        summed = {}
+        for name, seconds in timeline:
+            assert seconds >= 0.0
+            summed[name] = summed.get(name, 0.0) + seconds
+        assert summed == per_kernel
+    plain = vulkan_backend(model_dir, "fp16")
+    run_batched(plain, step_token_budget=7)
+    assert [name for name, _ in plain.profile_timeline()] == ["step"]
+
+
 def test_a_new_engine_with_the_same_kv_plan_keeps_the_pages_and_the_recorded_steps(checkpoints, cpu_runs):
     """A second engine on one backend with the same KV plan keeps the pages and the recorded steps
     (recording them again takes about 2 s on a real model, with the GPU idle). Every page is filled

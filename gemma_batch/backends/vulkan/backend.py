@@ -35,7 +35,7 @@ from .attention import DEFAULT_CHUNK
 from .bandwidth import measure_read_bandwidth
 from . import coop_tiles, coopmat, flash, fragment_order, tuning
 from .device import Device
-from .graph import StepGraph
+from .graph import StepGraph, kernel_seconds
 from .grids import DispatchGrids
 from .in_flight import InFlight, StepRows, read_result, step_rows, write_step
 from .kernels import Kernels
@@ -96,6 +96,7 @@ class VulkanBackend(Backend):
         self._in_flight: deque[InFlight] = deque()  # submitted steps, oldest first
         self._next_slot = 0  # the input set the next step writes
         self._last_profile: dict[str, float] = {}  # GPU seconds of the last step `wait` returned
+        self._last_timeline: list[tuple[str, float]] = []  # ... a dispatch, in order
         self.inv_freq = {  # the CPU reference's fp32 inv_freq, bit for bit
             name: self.mem.uploaded(rope_inv_freq(cfg.head_dim, spec).astype(np.float32), f"{name} RoPE frequencies")
             for name, spec in cfg.rope.items()}
@@ -215,7 +216,7 @@ class VulkanBackend(Backend):
             self.discard()
             raise RuntimeError("wait() before allow(): the step's grammar masks were never given")
         step = self._finish(self._in_flight.popleft())
-        self._last_ids, self._last_profile = step.result.token_ids, step.profile
+        self._last_ids, self._last_profile, self._last_timeline = step.result.token_ids, step.profile, step.timeline
         return step.result
 
     def discard(self) -> None:
@@ -230,7 +231,8 @@ class VulkanBackend(Backend):
             step.masks_due = False
         self.device.wait(step.slot)
         step.result = read_result(step, self.buffers.inputs[step.slot], self._logits)
-        step.profile = self.graphs[step.slot].profile_seconds()  # one read of the timestamps: per kernel, or "step"
+        step.timeline = self.graphs[step.slot].profile_timeline()  # one read of the timestamps: per dispatch, or "step"
+        step.profile = kernel_seconds(step.timeline)
         return step
 
     def _logits(self, first: int, n: int) -> np.ndarray:
@@ -245,6 +247,11 @@ class VulkanBackend(Backend):
         """GPU seconds of the last step `wait` returned, per kernel (all in "step" unless built
         with `profile`)."""
         return dict(self._last_profile)
+
+    def profile_timeline(self) -> list[tuple[str, float]]:
+        """GPU seconds of each dispatch of the last step `wait` returned, in order (one "step"
+        unless built with `profile`)."""
+        return list(self._last_timeline)
 
     def peak_memory(self) -> int:
         return self.mem.peak

@@ -170,13 +170,14 @@ class StepGraph(CoopMatmul):
         self.stamped.append(name)
         self.stamps.write(self.cb, len(self.stamped))
 
+    def profile_timeline(self) -> list[tuple[str, float]]:
+        """GPU seconds of each dispatch of the last replay, in recorded order (with `profile`; else
+        one ("step", seconds)), from its first timestamp to its last."""
+        return [(name, float(sec)) for name, sec in zip(self.stamped, self.stamps.seconds(len(self.stamped) + 1))]
+
     def profile_seconds(self) -> dict[str, float]:
-        """GPU seconds of the last replay per kernel name (with `profile`; else just "step"), from
-        its first timestamp to its last."""
-        out: dict[str, float] = {}
-        for name, sec in zip(self.stamped, self.stamps.seconds(len(self.stamped) + 1)):
-            out[name] = out.get(name, 0.0) + float(sec)
-        return out
+        """`profile_timeline` summed per kernel name."""
+        return kernel_seconds(self.profile_timeline())
 
     def _matmul(self, kind: str, layer: int, key: str, x: Buffer, y: Buffer, N: int, K: int,
                 norm: Buffer | None = None, extra: dict[int, Buffer] | None = None,
@@ -289,3 +290,11 @@ class StepGraph(CoopMatmul):
         self.masks_ready.free()
         for cb, _ in self._recorded.values():
             self.kernels.vk.vkFreeCommandBuffers(self.kernels.dev.device, self.kernels.dev.command_pool, 1, [cb])
+
+
+def kernel_seconds(timeline: list[tuple[str, float]]) -> dict[str, float]:
+    """A `profile_timeline` summed per kernel name, in the order each first ran."""
+    out: dict[str, float] = {}
+    for name, sec in timeline:
+        out[name] = out.get(name, 0.0) + sec
+    return out

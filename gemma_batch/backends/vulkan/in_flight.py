@@ -19,7 +19,7 @@ from .step_buffers import SCORES_PER_ROW, Capacity, StepBuffers, StepInputs
 @dataclass
 class InFlight:
     """A submitted step: its input set, its logits rows, the ids row of each sequence's sampled
-    token, and once waited for, its result and GPU seconds per kernel."""
+    token, and once waited for, its result and GPU seconds per kernel and per dispatch."""
 
     slot: int
     batch: StepBatch
@@ -30,6 +30,7 @@ class InFlight:
     score_order: np.ndarray | None = None  # where each of `score_tokens`' pairs is among row_scores.comp's
     result: StepResult | None = None
     profile: dict[str, float] = field(default_factory=dict)
+    timeline: list[tuple[str, float]] = field(default_factory=list)  # GPU seconds a dispatch, in order
 
 
 def logits_rows(batch: StepBatch, scored: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
