@@ -1,7 +1,7 @@
 """The Gemma 3 step as a sequence of dispatches, recorded once into a command buffer and replayed.
 
 GPU timestamps bracket the step; with `profile` one more follows each dispatch
-(`profile_seconds`: time per kernel name, or the whole step as "step").
+(`profile_timeline`: time per dispatch in order, or the whole step as "step").
 
 Nothing in the recording depends on the step's size: kernels read T, S and R from the step
 header and every dispatch takes its grid from the indirect buffer, which the host fills per step
@@ -134,7 +134,7 @@ class StepGraph(CoopMatmul):
 
     def command_buffer(self, num_tokens: int, num_seqs: int, prompt: bool = False):
         """The recording to submit for a step of `num_tokens` tokens of `num_seqs` sequences, with
-        prompt tokens or none (`profile_seconds` then reads its timestamps). Each recording is made
+        prompt tokens or none (`profile_timeline` then reads its timestamps). Each recording is made
         when a step first needs it: a job records the modes its steps use, not all (at 4b on the
         H200, about 0.1 s a recording; a 32-row job of long prompts uses two of the seven)."""
         mode = recording_for(num_tokens, num_seqs, prompt, self.modes, self.plan.decode_rows)
@@ -174,10 +174,6 @@ class StepGraph(CoopMatmul):
         """GPU seconds of each dispatch of the last replay, in recorded order (with `profile`; else
         one ("step", seconds)), from its first timestamp to its last."""
         return [(name, float(sec)) for name, sec in zip(self.stamped, self.stamps.seconds(len(self.stamped) + 1))]
-
-    def profile_seconds(self) -> dict[str, float]:
-        """`profile_timeline` summed per kernel name."""
-        return kernel_seconds(self.profile_timeline())
 
     def _matmul(self, kind: str, layer: int, key: str, x: Buffer, y: Buffer, N: int, K: int,
                 norm: Buffer | None = None, extra: dict[int, Buffer] | None = None,
