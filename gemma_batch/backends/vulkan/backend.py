@@ -36,22 +36,19 @@ from .bandwidth import measure_read_bandwidth
 from . import coop_tiles, coopmat, flash, fragment_order, tuning
 from .device import Device
 from .graph import StepGraph, kernel_seconds
-from .grids import DispatchGrids
 from .in_flight import InFlight, StepRows, read_result, step_rows, write_step
 from .kernels import Kernels
 from .kv_pages import allocate_pages, max_page_blocks, page_sizes
 from .memory import Memory
-from .step_buffers import (PREFILL_STEP_TOKENS, ROWS_PER_SEQ, STEP_MEMORY_SHARE, Capacity, StepBuffers, first_capacity,
-                           fitting_step_tokens)
+from .step_buffers import PREFILL_STEP_TOKENS, ROWS_PER_SEQ, STEP_MEMORY_SHARE, Capacity, StepBuffers, fitting_step_tokens
+from .step_graphs import KV_VARIANTS, StepGraphs
 from .supported import check_supported
 from .weights import DeviceWeights
 
-# --kv-dtype -> suffix of the KV-page kernel variants (variants.KV_DEFINES)
-KV_VARIANTS = {"fp16": "float16", "fp32": "float32", "bf16": "bfloat16", "int8": "int8"}
 SCRATCH_RESERVE = 0.1  # share of free device memory left out of `available_memory` for step buffers
 
 
-class VulkanBackend(Backend):
+class VulkanBackend(StepGraphs, Backend):
     name = "vulkan"
     overlaps = True
     weight_formats = FORMATS
@@ -95,8 +92,7 @@ class VulkanBackend(Backend):
         self.graphs: list[StepGraph] = []  # one per input set of `buffers`
         self._in_flight: deque[InFlight] = deque()  # submitted steps, oldest first
         self._next_slot = 0  # the input set the next step writes
-        self._last_profile: dict[str, float] = {}  # GPU seconds of the last step `wait` returned
-        self._last_timeline: list[tuple[str, float]] = []  # ... a dispatch, in order
+        self._last_timeline: list[tuple[str, float]] = []  # GPU seconds a dispatch of the last step `wait` returned
         self.inv_freq = {  # the CPU reference's fp32 inv_freq, bit for bit
             name: self.mem.uploaded(rope_inv_freq(cfg.head_dim, spec).astype(np.float32), f"{name} RoPE frequencies")
             for name, spec in cfg.rope.items()}
@@ -216,7 +212,7 @@ class VulkanBackend(Backend):
             self.discard()
             raise RuntimeError("wait() before allow(): the step's grammar masks were never given")
         step = self._finish(self._in_flight.popleft())
-        self._last_ids, self._last_profile, self._last_timeline = step.result.token_ids, step.profile, step.timeline
+        self._last_ids, self._last_timeline = step.result.token_ids, step.timeline
         return step.result
 
     def discard(self) -> None:
@@ -232,7 +228,6 @@ class VulkanBackend(Backend):
         self.device.wait(step.slot)
         step.result = read_result(step, self.buffers.inputs[step.slot], self._logits)
         step.timeline = self.graphs[step.slot].profile_timeline()  # one read of the timestamps: per dispatch, or "step"
-        step.profile = kernel_seconds(step.timeline)
         return step
 
     def _logits(self, first: int, n: int) -> np.ndarray:
@@ -241,12 +236,12 @@ class VulkanBackend(Backend):
         return self.mem.download(self.buffers.logits, 4 * n * V, 4 * first * V).view(np.float32).reshape(n, V)
 
     def last_step_device_seconds(self) -> float | None:
-        return sum(self._last_profile.values()) if self._last_profile else None
+        return sum(seconds for _, seconds in self._last_timeline) if self._last_timeline else None
 
     def profile_seconds(self) -> dict[str, float]:
         """GPU seconds of the last step `wait` returned, per kernel (all in "step" unless built
         with `profile`)."""
-        return dict(self._last_profile)
+        return kernel_seconds(self._last_timeline)
 
     def profile_timeline(self) -> list[tuple[str, float]]:
         """GPU seconds of each dispatch of the last step `wait` returned, in order (one "step"
@@ -258,44 +253,6 @@ class VulkanBackend(Backend):
 
     def measure_read_bandwidth(self, nbytes: int) -> float:
         return measure_read_bandwidth(self.kernels, self.mem, nbytes)
-
-    def _outgrown(self, need: Capacity) -> bool:
-        """Whether a step of `need` does not fit the step buffers (or there are none yet)."""
-        return self.buffers is None or not self.buffers.capacity.covers(need)
-
-    def _ensure(self, need: Capacity) -> None:
-        """Grow the step buffers (and record the graphs again) for a step that does not fit (no
-        step may be running: `submit` finishes the one before first)."""
-        if not self.block_size:
-            raise RuntimeError("allocate_kv must be called before step")
-        capacity = (self.buffers.capacity if self.buffers is not None else first_capacity(need.widths)).grown_to(need)
-        self._drop_graph()
-        self._build(capacity, self.coop_min_chunk if self.device.coopmat else None)
-
-    def _build(self, capacity: Capacity, coop: int | None) -> None:
-        """The step buffers: an input set and a graph per step in flight, one layout of grids (graph.py)."""
-        self.buffers = StepBuffers(self.cfg, self.mem, capacity, self.block_size, self.attention_chunk, coop,
-                                   sets=self.MAX_IN_FLIGHT, sm_count=self.device.info.sm_count)
-        grids = DispatchGrids(self.cfg, self.attention_chunk, self.device.info.sm_count)
-        self.graphs = [self._graph(coop, slot, grids) for slot in range(self.MAX_IN_FLIGHT)]
-
-    def _graph(self, coop: int | None, slot: int, grid_slots: DispatchGrids, **options) -> StepGraph:
-        """The recordings of input set `slot` (`options`: StepGraph's segment)."""
-        return StepGraph(self.cfg, self.kernels, self.weights, self.buffers, self.k_pages, self.v_pages, self.inv_freq,
-                         KV_VARIANTS[self.kv_dtype], self.block_size, self.attention_chunk, grid_slots, self.profile,
-                         coop, slot, self.flash, **options)
-
-    def _drop_graph(self) -> None:
-        """Free the recorded steps and their buffers; the next step records them again."""
-        if self.buffers is not None:
-            for step in self._in_flight:  # (read before their buffers go; a held one released)
-                self._finish(step)
-            self.device.vk.vkDeviceWaitIdle(self.device.device)
-            for graph in self.graphs:
-                graph.free()
-            self.buffers.free()
-            self.kernels.reset_sets()
-            self.graphs, self.buffers = [], None
 
     def close(self) -> None:
         """Release every device resource (also done at interpreter exit by the driver)."""

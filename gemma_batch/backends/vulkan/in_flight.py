@@ -19,7 +19,7 @@ from .step_buffers import SCORES_PER_ROW, Capacity, StepBuffers, StepInputs
 @dataclass
 class InFlight:
     """A submitted step: its input set, its logits rows, the ids row of each sequence's sampled
-    token, and once waited for, its result and GPU seconds per kernel and per dispatch."""
+    token, and once waited for, its result and GPU seconds per dispatch."""
 
     slot: int
     batch: StepBatch
@@ -29,7 +29,6 @@ class InFlight:
     score_rows: int = 0  # logits rows of its score tokens, the last ones
     score_order: np.ndarray | None = None  # where each of `score_tokens`' pairs is among row_scores.comp's
     result: StepResult | None = None
-    profile: dict[str, float] = field(default_factory=dict)
     timeline: list[tuple[str, float]] = field(default_factory=list)  # GPU seconds a dispatch, in order
 
 

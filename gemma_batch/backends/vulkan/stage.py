@@ -22,7 +22,6 @@ from ...model.config import Gemma3Config
 from ..base import StepBatch, StepResult
 from ..placement import Segment
 from .backend import VulkanBackend
-from .graph import kernel_seconds
 from .grids import DispatchGrids
 from .in_flight import read_result, step_rows
 from .step_buffers import Capacity, StepBuffers
@@ -62,7 +61,7 @@ class VulkanStage(VulkanBackend):
             for graph in self.graphs:  # (their recordings made before the step's grids are counted: graph.py)
                 graph.command_buffer(batch.num_tokens, batch.num_seqs, self._prompt)
             self._step = self._write_step(batch, batch.token_ids, layout, 0)
-            self._batch, self._last_profile, self._last_timeline = batch, {}, []
+            self._batch, self._last_timeline = batch, []
 
     def run_segment(self, index: int, batch: StepBatch, x: np.ndarray | None,
                     out: np.ndarray | None = None) -> np.ndarray | StepResult:
@@ -76,10 +75,7 @@ class VulkanStage(VulkanBackend):
             x_in[:] = x.reshape(-1)
         self.device.submit(graph.command_buffer(T, batch.num_seqs, self._prompt), 0)
         self.device.wait(0)
-        timeline = graph.profile_timeline()  # (the step's device time: its segments')
-        self._last_timeline += timeline
-        for name, seconds in kernel_seconds(timeline).items():
-            self._last_profile[name] = self._last_profile.get(name, 0.0) + seconds
+        self._last_timeline += graph.profile_timeline()  # (the step's device time: its segments')
         if not head:
             x_out = StepBuffers.view(inputs.x_out, np.float32, T * self.cfg.hidden_size).reshape(T, -1)
             if out is None:
