@@ -20,9 +20,8 @@
 // workgroup c's, and reduce.comp adds the chunks in order. X_LO false (kernels.Kernels' x_lo):
 // x's hi halves only, neither staged nor multiplied lo.
 //
-// Tile: a workgroup owns BN = 128 outputs (4 subgroups of 2 x 16) x BM = 32 rows, or in the tall
-// tile (decode steps of many rows) 128 outputs (8 subgroups of 1 x 16) x 64 rows, so each weight
-// tile is read by half as many workgroups; a subgroup whose outputs lie past N only helps stage x. Rows past M read row M - 1 and are written only
+// Tile: a workgroup owns BN = 128 outputs (4 subgroups of 2 x 16) x BM = 32 rows; a subgroup
+// whose outputs lie past N only helps stage x. Rows past M read row M - 1 and are written only
 // into the padding of partial; row tiles past M are skipped.
 // Variants: W_T16 (the default) | W_T8; GATED (N = 2 I: outputs [0, I) from W at binding 0, [I, 2 I) from binding 4; I is a
 // multiple of 32, so a subgroup's outputs are all gate or all up); ROWS (M = meta.num_rows).
@@ -33,15 +32,13 @@
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 
-#ifndef SG_N  // the default tile; the tall tile (coop_tiles.COOP_TALL_DEFINES) sets all three
 #define SG_N 4
 #define TN 2                    // 16-output tiles per subgroup
 #define TM 2                    // 16-row tiles per workgroup
-#endif
 #define KS 4                    // 16-wide k blocks per stage (64 k: coop_tiles.COOP_KU)
 #define WG (32 * SG_N)
 #define BN (16 * SG_N * TN)     // coop_tiles.COOP_DIRECT_COLS
-#define BM (16 * TM)            // coop_tiles.COOP_ROWS (the tall tile's COOP_TALL_ROWS)
+#define BM (16 * TM)            // coop_tiles.COOP_ROWS
 #define XV (2 * KS)             // uvec4 of one x row per stage
 #define PAD (XV + 1)            // against bank conflicts
 #define X_LOADS (2 * BM * XV / WG)
@@ -170,7 +167,7 @@ void main() {
             }
         }
         if (live) {
-            uint base = c * chunk_slot_rows(M) * pc.N;
+            uint base = c * m_groups * BM * pc.N;
             [[unroll]] for (uint tn = 0; tn < TN; tn++) {
                 [[unroll]] for (uint tm = 0; tm < TM; tm++) {
                     if (tm >= live_tm) break;
