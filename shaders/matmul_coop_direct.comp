@@ -20,9 +20,8 @@
 // workgroup c's, and reduce.comp adds the chunks in order. X_LO false (kernels.Kernels' x_lo):
 // x's hi halves only, neither staged nor multiplied lo.
 //
-// Tile: a workgroup owns BN = 128 outputs (4 subgroups of 2 x 16) x BM = 32 rows, or in the tall
-// tile (decode steps of many rows) 128 outputs (8 subgroups of 1 x 16) x 64 rows, so each weight
-// tile is read by half as many workgroups; a subgroup whose outputs lie past N only helps stage x. Rows past M read row M - 1 and are written only
+// Tile: a workgroup owns BN = 128 outputs (4 subgroups of 2 x 16) x BM = 32 rows; a subgroup
+// whose outputs lie past N only helps stage x. Rows past M read row M - 1 and are written only
 // into the padding of partial; row tiles past M are skipped.
 // Variants: W_T16 (the default) | W_T8; GATED (N = 2 I: outputs [0, I) from W at binding 0, [I, 2 I) from binding 4; I is a
 // multiple of 32, so a subgroup's outputs are all gate or all up); ROWS (M = meta.num_rows).
@@ -33,15 +32,13 @@
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 
-#ifndef SG_N  // the default tile; the tall tile (coop_tiles.COOP_TALL_DEFINES) sets all three
 #define SG_N 4
 #define TN 2                    // 16-output tiles per subgroup
 #define TM 2                    // 16-row tiles per workgroup
-#endif
 #define KS 4                    // 16-wide k blocks per stage (64 k: coop_tiles.COOP_KU)
 #define WG (32 * SG_N)
 #define BN (16 * SG_N * TN)     // coop_tiles.COOP_DIRECT_COLS
-#define BM (16 * TM)            // coop_tiles.COOP_ROWS (the tall tile's COOP_TALL_ROWS)
+#define BM (16 * TM)            // coop_tiles.COOP_ROWS
 #define XV (2 * KS)             // uvec4 of one x row per stage
 #define PAD (XV + 1)            // against bank conflicts
 #define X_LOADS (2 * BM * XV / WG)
@@ -109,87 +106,68 @@ void main() {
         // of its rows' scales (lane l = 4 g + t: rows g and g + 8, fragment_order.py).
         uvec2 wq[KS * TN];
         uint wsw[TN * KS / 2];
-#ifdef W_AHEAD2
-        uvec2 wq2[KS * TN];
-        uint wsw2[TN * KS / 2];
-#endif
         uint kg = pc.K / 32, scale_base = ((tile0 / KB) * 8 + gl_SubgroupInvocationID / 4) * kg;
 #ifdef GATED
         scale_base += (pc.N / 2) * pc.K / 4;  // (words of the codes)
 #else
         scale_base += pc.N * pc.K / 4;
 #endif
-#define LOAD_TILES(A, B, buf, sbuf, kb) [[unroll]] for (uint u = 0; u < KS; u++) [[unroll]] for (uint tn = 0; tn < TN; tn++) { \
-            A[u * TN + tn] = buf[(tile0 + tn * KB + (kb) + u) * 32 + gl_SubgroupInvocationID]; \
-            if (u % 2 == 0) B[tn * KS / 2 + u / 2] = sbuf[scale_base + tn * 8 * kg + ((kb) + u) / 2]; }
-#define LOAD_W(A, B, kb) if (up) { LOAD_TILES(A, B, u8, u_scales, kb) } else { LOAD_TILES(A, B, w8, w_scales, kb) }
-#define CONVERT(A, B) [[unroll]] for (uint u = 0; u < KS; u++) [[unroll]] for (uint tn = 0; tn < TN; tn++) { \
-                    vec2 s = unpackHalf2x16(B[tn * KS / 2 + u / 2]); \
-                    cur[u * TN + tn] = fragment_of(int8_fp16_8(A[u * TN + tn], s)); }
-#define WA wq
-#define WB wsw
-#define WA2 wq2
-#define WB2 wsw2
+#define LOAD_TILES(buf, sbuf, kb) [[unroll]] for (uint u = 0; u < KS; u++) [[unroll]] for (uint tn = 0; tn < TN; tn++) { \
+            wq[u * TN + tn] = buf[(tile0 + tn * KB + (kb) + u) * 32 + gl_SubgroupInvocationID]; \
+            if (u % 2 == 0) wsw[tn * KS / 2 + u / 2] = sbuf[scale_base + tn * 8 * kg + ((kb) + u) / 2]; }
+#define LOAD_W(kb) if (up) { LOAD_TILES(u8, u_scales, kb) } else { LOAD_TILES(w8, w_scales, kb) }
 #else
         uvec4 wf[KS * TN];
         MAT_A wm[KS * TN];
-#ifdef W_AHEAD2
-        uvec4 wf2[KS * TN];
-        MAT_A wm2[KS * TN];
-#endif
-#define LOAD_TILES(A, B, buf, kb) [[unroll]] for (uint u = 0; u < KS; u++) [[unroll]] for (uint tn = 0; tn < TN; tn++) { \
+#define LOAD_TILES(buf, kb) [[unroll]] for (uint u = 0; u < KS; u++) [[unroll]] for (uint tn = 0; tn < TN; tn++) { \
             uint at_ = (tile0 + tn * KB + (kb) + u) * 32; \
-            if (FRAGMENT_LOADS) A[u * TN + tn] = buf[at_ + gl_SubgroupInvocationID]; \
-            else coopMatLoad(B[u * TN + tn], buf, at_, 2, gl_CooperativeMatrixLayoutRowMajor); }
-#define LOAD_W(A, B, kb) if (up) { LOAD_TILES(A, B, u4, kb) } else { LOAD_TILES(A, B, w4, kb) }
-#define CONVERT(A, B) [[unroll]] for (uint i = 0; i < KS * TN; i++) cur[i] = FRAGMENT_LOADS ? fragment_of(A[i]) : B[i];
-#define WA wf
-#define WB wm
-#define WA2 wf2
-#define WB2 wm2
+            if (FRAGMENT_LOADS) wf[u * TN + tn] = buf[at_ + gl_SubgroupInvocationID]; \
+            else coopMatLoad(wm[u * TN + tn], buf, at_, 2, gl_CooperativeMatrixLayoutRowMajor); }
+#define LOAD_W(kb) if (up) { LOAD_TILES(u4, kb) } else { LOAD_TILES(w4, kb) }
 #endif
         uint kb0 = c * (pc.kchunk / 16), kb1 = kb0 + pc.kchunk / 16;
         uvec4 xr[X_LOADS];
 #define LOAD_X(kb) [[unroll]] for (uint i = 0; i < X_LOADS; i++) { \
             uint e = tid + WG * i, row = e / (2 * XV), half_ = (e / XV) % 2; \
             if (row < live_rows && (X_LO || half_ == 0u)) xr[i] = xs4[min(m0 + row, M - 1) * xrow + half_ * K8 + 2 * (kb) + e % XV]; }
-        // One stage: x into shared memory, the next stage's x in flight, this stage's W tiles
-        // (A, B) made fragments and W `ahead` stages on loaded into them, then the multiplies.
-#define STAGE(kb, A, B, ahead) { \
-            barrier(); \
-            [[unroll]] for (uint i = 0; i < X_LOADS; i++) { \
-                uint e = tid + WG * i, row = e / (2 * XV), half_ = (e / XV) % 2; \
-                if (row < live_rows && (X_LO || half_ == 0u)) xsh[(half_ * BM + row) * PAD + e % XV] = xr[i]; } \
-            barrier(); \
-            if ((kb) + KS < kb1) LOAD_X((kb) + KS); \
-            if (live) { \
-                MAT_A cur[KS * TN]; \
-                CONVERT(A, B) \
-                if ((kb) + (ahead) * KS < kb1) LOAD_W(A, B, (kb) + (ahead) * KS); \
-                [[unroll]] for (uint u = 0; u < KS; u++) { \
-                    [[unroll]] for (uint tm = 0; tm < TM; tm++) { \
-                        if (tm >= live_tm) break; \
-                        MAT_B hi; \
-                        coopMatLoad(hi, xsh, (tm * 16) * PAD + 2 * u, PAD, gl_CooperativeMatrixLayoutColumnMajor); \
-                        [[unroll]] for (uint tn = 0; tn < TN; tn++) acc[tn * TM + tm] = coopMatMulAdd(cur[u * TN + tn], hi, acc[tn * TM + tm]); \
-                        if (X_LO) { \
-                            MAT_B lo; \
-                            coopMatLoad(lo, xsh, (BM + tm * 16) * PAD + 2 * u, PAD, gl_CooperativeMatrixLayoutColumnMajor); \
-                            [[unroll]] for (uint tn = 0; tn < TN; tn++) acc[tn * TM + tm] = coopMatMulAdd(cur[u * TN + tn], lo, acc[tn * TM + tm]); } } } } }
-        if (live) LOAD_W(WA, WB, kb0);
-#ifdef W_AHEAD2  // W two stages ahead: stages in pairs, each with its own registers
-        if (live && kb0 + KS < kb1) LOAD_W(WA2, WB2, kb0 + KS);
+        if (live) LOAD_W(kb0);
         LOAD_X(kb0);
-        for (uint kb = kb0; kb < kb1; kb += 2 * KS) {
-            STAGE(kb, WA, WB, 2)
-            if (kb + KS < kb1) STAGE(kb + KS, WA2, WB2, 2)
-        }
+        for (uint kb = kb0; kb < kb1; kb += KS) {
+            barrier();  // the last stage's multiplies are done with shared memory
+            [[unroll]] for (uint i = 0; i < X_LOADS; i++) {
+                uint e = tid + WG * i, row = e / (2 * XV), half_ = (e / XV) % 2;
+                if (row < live_rows && (X_LO || half_ == 0u)) xsh[(half_ * BM + row) * PAD + e % XV] = xr[i];
+            }
+            barrier();
+            if (kb + KS < kb1) LOAD_X(kb + KS);  // the next stage's x in flight during the multiplies
+            if (live) {  // (no early exit: every subgroup takes part in the next stage's barriers)
+                MAT_A cur[KS * TN];
+#ifdef W_T8
+                [[unroll]] for (uint u = 0; u < KS; u++) [[unroll]] for (uint tn = 0; tn < TN; tn++) {
+                    vec2 s = unpackHalf2x16(wsw[tn * KS / 2 + u / 2]);  // rows g, g + 8
+                    cur[u * TN + tn] = fragment_of(int8_fp16_8(wq[u * TN + tn], s));
+                }
 #else
-        LOAD_X(kb0);
-        for (uint kb = kb0; kb < kb1; kb += KS) STAGE(kb, WA, WB, 1)
+                [[unroll]] for (uint i = 0; i < KS * TN; i++) cur[i] = FRAGMENT_LOADS ? fragment_of(wf[i]) : wm[i];
 #endif
+                if (kb + KS < kb1) LOAD_W(kb + KS);  // in flight during the multiplies
+                [[unroll]] for (uint u = 0; u < KS; u++) {
+                    [[unroll]] for (uint tm = 0; tm < TM; tm++) {
+                        if (tm >= live_tm) break;
+                        MAT_B hi;
+                        coopMatLoad(hi, xsh, (tm * 16) * PAD + 2 * u, PAD, gl_CooperativeMatrixLayoutColumnMajor);
+                        [[unroll]] for (uint tn = 0; tn < TN; tn++) acc[tn * TM + tm] = coopMatMulAdd(cur[u * TN + tn], hi, acc[tn * TM + tm]);
+                        if (X_LO) {
+                            MAT_B lo;
+                            coopMatLoad(lo, xsh, (BM + tm * 16) * PAD + 2 * u, PAD, gl_CooperativeMatrixLayoutColumnMajor);
+                            [[unroll]] for (uint tn = 0; tn < TN; tn++) acc[tn * TM + tm] = coopMatMulAdd(cur[u * TN + tn], lo, acc[tn * TM + tm]);
+                        }
+                    }
+                }
+            }
+        }
         if (live) {
-            uint base = c * chunk_slot_rows(M) * pc.N;
+            uint base = c * m_groups * BM * pc.N;
             [[unroll]] for (uint tn = 0; tn < TN; tn++) {
                 [[unroll]] for (uint tm = 0; tm < TM; tm++) {
                     if (tm >= live_tm) break;

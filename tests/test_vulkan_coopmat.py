@@ -187,48 +187,13 @@ def test_decode_steps_of_any_size_make_their_heads_in_attention_with_the_same_bi
 
         with monkeypatch.context() as patch:
             if not heads_in_attention:
-                patch.setattr(graph, "recording_for", lambda *args: {mode: "chunked" for mode in recordings.DECODE_MODES}.get(
+                patch.setattr(graph, "recording_for", lambda *args: {"decode": "chunked", "decode_rows": "chunked"}.get(
                     mode := recordings.recording_for(*args), mode))
             backend = backend_for(DEMO_MODEL, weights, coop_min_chunk=64)
             generate_greedy(backend, prompts, 4, step_token_budget=4096, on_step=record)
             backend.close()
         assert ("attention_float32_split_qk" in ran) == heads_in_attention, sorted(ran)
         assert ("reduce_qk_rope_float32" in ran) != heads_in_attention, sorted(ran)
-        runs.append(rows)
-    assert_same_logits(runs[0], runs[1])
-
-
-@needs_coopmat
-@pytest.mark.parametrize("weights", ["bf16", "int8"])
-def test_the_tall_decode_tile_gives_the_same_bits(monkeypatch, weights):
-    """Decode steps of more than coop_tiles.COOP_TALL_MIN_ROWS rows run the direct decode tile's
-    tall form (64-row workgroups; here 100 rows: a whole tile and a partial one whose last 16-row
-    tile holds 4 rows); with the switch off, the 32-row tile. Identical logits either way."""
-    from gemma_batch.backends.vulkan.coop_tiles import COOP_TALL_MIN_ROWS, TALL_TILE_ENV
-    from gemma_batch.engine.generate import generate_greedy
-
-    assert COOP_TALL_MIN_ROWS < 100
-    rng = np.random.default_rng(11)
-    prompts = [rng.integers(3, 4000, int(rng.integers(2, 40))).tolist() for _ in range(100)]
-    runs = []
-    for tall in (True, False):
-        rows: dict = {}
-        ran: set = set()
-
-        def record(ids, batch, result, rows=rows, ran=ran):
-            keep_logits(rows, ids, batch, result)
-            if batch.num_tokens == len(ids) == 100:  # a decode step of every sequence
-                ran.update(backend.profile_seconds())
-
-        with monkeypatch.context() as patch:
-            patch.setenv(TALL_TILE_ENV, "1" if tall else "0")
-            backend = backend_for(DEMO_MODEL, weights, coop_min_chunk=64)
-            generate_greedy(backend, prompts, 4, step_token_budget=4096, on_step=record)
-            backend.close()
-        dtype = "t8" if weights == "int8" else "t16"
-        assert (f"coop_gated_{dtype}_tall" in ran) == tall, sorted(ran)
-        assert (f"coop_gated_{dtype}" in ran) != tall, sorted(ran)
-        assert (f"coop_rows_{dtype}_tall" in ran) == tall, sorted(ran)
         runs.append(rows)
     assert_same_logits(runs[0], runs[1])
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ...model.config import Gemma3Config
-from .coop_tiles import COOP_DTYPES, coop_decode_rows, coop_fits, coop_tall_rows
+from .coop_tiles import COOP_DTYPES, coop_decode_rows, coop_fits
 from .variants import GATED_SPLIT_MAX_ROW
 from .weights import DeviceWeights
 
@@ -43,11 +43,6 @@ class CoopPlan:
         matmuls this plan's weights (loaded by the first step) hold."""
         return coop_decode_rows(dtype for (layer, _), dtype in self.w.dtypes.items()
                                 if 0 <= layer < self.cfg.num_layers and dtype in COOP_DTYPES)
-
-    @cached_property
-    def tall_rows(self) -> int | None:
-        """Rows above which decode steps take the direct decode tile's tall form (coop_tiles.coop_tall_rows)."""
-        return coop_tall_rows(self.decode_rows)
 
     def on_coop(self, layer: int, key: str, N: int, K: int) -> bool:
         """Whether matmul `key` of `layer` (N outputs per weight; -1: the LM head, no layer past

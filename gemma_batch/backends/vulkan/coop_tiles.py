@@ -9,7 +9,6 @@ own constants are named beside each value here; `variants.py` lists a variant pe
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 
 from ...switches import switched_on
@@ -65,13 +64,6 @@ COOP_FOLD_ROWS = 64  # the most rows of a step on the decode tiles (pc.fold_rows
 # (7,142 against 7,591), so it keeps 64 (docs/EXPERIMENTS.md, "The decode tiles up to 128 rows").
 COOP_DIRECT_FOLD_ROWS = 128
 WIDE_DECODE_ENV = "GEMMA_BATCH_VK_WIDE_DECODE"  # "0": the direct decode tile too takes at most COOP_FOLD_ROWS rows
-# The tall tile: matmul_coop_direct.comp with 8 subgroups of 1 x 4 tiles, 128 outputs x 64 rows a
-# workgroup, for decode steps of more than COOP_TALL_MIN_ROWS rows: at 128 rows each weight tile is
-# read by 2 workgroups, not 4. The same sums in the same order, so the same bits.
-COOP_TALL_DEFINES = ("W_AHEAD2",)
-COOP_TALL_ROWS = 32
-COOP_TALL_MIN_ROWS = int(os.environ.get("GEMMA_BATCH_VK_TALL_FROM", "64"))  # EXPERIMENT
-TALL_TILE_ENV = "GEMMA_BATCH_VK_TALL_TILE"  # "0": decode steps keep the 32-row direct tile
 COOP_TARGET_GROUPS = 512  # K is cut into chunks until a decode matmul has this many workgroups
 COOP_MIN_CHUNK = 256  # ... or until a chunk would be shorter than this
 # A prefill tile's workgroup sums its K chunks itself (and writes one partial) only where the
@@ -153,22 +145,15 @@ def coop_partial_floats(max_rows: int, N: int, chunks: int, fold_rows: int) -> i
     return (padded(max_rows) + chunks * padded(min(max_rows, fold_rows))) * N
 
 
-def coop_tall_rows(decode_rows: int) -> int | None:
-    """Rows above which decode steps take the tall tile, where the decode tiles are the direct
-    ones (`decode_rows`: coop_decode_rows) and the user's switch allows; None: never."""
-    return COOP_TALL_MIN_ROWS if decode_rows == COOP_DIRECT_FOLD_ROWS and switched_on(TALL_TILE_ENV) else None
-
-
 def coop_variant(defines: tuple[str, ...], dtype: str, fold: bool | str = False, whole: bool = False,
-                 small: bool = False, chunk: bool = False, form: str = DEFAULT_PROMPT_FORM, tall: bool = False) -> str:
+                 small: bool = False, chunk: bool = False, form: str = DEFAULT_PROMPT_FORM) -> str:
     """The cooperative matmul variant for weights of `dtype` with `defines` (GATED, ROWS or none),
     with the decode tile (matmul_coop_direct.comp's for COOP_DIRECT_DTYPES) or (`fold`)
     matmul_coop.comp's tile for steps of more than COOP_FOLD_ROWS rows (`fold="wide"` or
     "wide_split": the COOP_WIDE_DEFINES or COOP_WIDE_SPLIT_DEFINES tile); `whole`: that prefill
     tile as the prompt tile (WHOLE_K, `coop_tile_defines`), `small`: its 32-row form; `chunk`: as
-    the chunk tile (CHUNK_K); `form`: the prompt tile's form (PROMPT_FORMS; "wide" only); `tall`:
-    the direct decode tile's tall form (COOP_TALL_DEFINES)."""
-    return "_".join(["coop", *(d.lower() for d in defines), dtype.lower(), *(["tall"] if tall else []), *(["fold"] if fold else []),
+    the chunk tile (CHUNK_K); `form`: the prompt tile's form (PROMPT_FORMS; "wide" only)."""
+    return "_".join(["coop", *(d.lower() for d in defines), dtype.lower(), *(["fold"] if fold else []),
                      *([fold] if isinstance(fold, str) else []), *(["whole"] if whole else []), *(["small"] if small else []),
                      *(["chunk"] if chunk else []), *([f"f{form}"] if form != DEFAULT_PROMPT_FORM else [])])
 

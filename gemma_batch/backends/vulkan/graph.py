@@ -137,7 +137,7 @@ class StepGraph(CoopMatmul):
         prompt tokens or none (`profile_timeline` then reads its timestamps). Each recording is made
         when a step first needs it: a job records the modes its steps use, not all (at 4b on the
         H200, about 0.1 s a recording; a 32-row job of long prompts uses two of the seven)."""
-        mode = recording_for(num_tokens, num_seqs, prompt, self.modes, self.plan.decode_rows, self.plan.tall_rows)
+        mode = recording_for(num_tokens, num_seqs, prompt, self.modes, self.plan.decode_rows)
         if mode not in self._recorded:
             self.mode = mode.removesuffix(FLASH)  # which one `_record` is recording
             self.flash = mode.endswith(FLASH)

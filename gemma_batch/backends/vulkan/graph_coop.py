@@ -4,8 +4,6 @@ the step."""
 
 from __future__ import annotations
 
-import os
-
 from .coop_tiles import (COOP_DIRECT_DTYPES, DEFAULT_PROMPT_FORM, coop_chunks, coop_cols, coop_fold,
                          coop_fold_rows, coop_variant, has_small_form)
 from .memory import Buffer
@@ -47,16 +45,13 @@ class CoopMatmul:
         for fold in folds:
             tiles = -(-cols // coop_cols(dtype, fold))
             loop = " loop" if rows and not fold and dtype in COOP_DIRECT_DTYPES else ""  # (grids.py)
-            tall = (self.mode == "decode_tall" and not fold and dtype in COOP_DIRECT_DTYPES
-                    and (rows or os.environ.get("GEMMA_BATCH_VK_TALL_LAYERS", "1") == "1"))  # (coop_tiles.COOP_TALL_DEFINES)
             above = ""
             if fold and chunk_tile:  # its chunks that are workgroups; the prefill tile takes the rows above
                 self._dispatch(coop_variant(gemm, dtype, fold, chunk=True), {**weights, 1: b.split, 2: b.partial}, push,
                                (f"coopchunk_{count} {chunks} {fold_rows}", tiles))
                 above = " above"
-            grid = ((f"coopfold_{count} {chunks} {fold_rows}{above}", tiles) if fold else
-                    (f"coop_{count} {chunks} {decode_rows}{loop}{' tall' if tall else ''}", tiles))
-            self._dispatch(coop_variant(gemm, dtype, fold, tall=tall), {**weights, 1: b.split, 2: b.partial}, push, grid)
+            grid = (f"coopfold_{count} {chunks} {fold_rows}{above}", tiles) if fold else (f"coop_{count} {chunks} {decode_rows}{loop}", tiles)
+            self._dispatch(coop_variant(gemm, dtype, fold), {**weights, 1: b.split, 2: b.partial}, push, grid)
         if not rows and self.mode not in PROMPTLESS_MODES:  # the prompt tokens' rows (none in those steps)
             tiles = -(-cols // coop_cols(dtype, prefill_tile))
             forms = ((False, "coopwhole_big"), (True, "coopwhole_small")) if has_small_form(prefill_tile) else ((False, "coopwhole"),)

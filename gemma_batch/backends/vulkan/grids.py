@@ -9,7 +9,6 @@ on T, R or the positions. Kinds:
     "coop_tokens C F" / "coop_rows C F"  the cooperative decode tiles of the chunked rows (D: the
                                      step's tokens before its prompt tokens, or R) times their C
                                      chunks of K; none above F rows (coop_tiles.coop_decode_rows); with a last word
-                                     "tall" (the direct tile's tall form: COOP_TALL_ROWS-row tiles) or
                                      "loop" (the LM head on matmul_coop_direct.comp, whose
                                      workgroups loop over the tiles) at most ROWS_GROUPS_PER_SM
                                      workgroups an SM where the device says how many SMs it has
@@ -31,14 +30,12 @@ on T, R or the positions. Kinds:
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from ...model.config import Gemma3Config
 from ...switches import switched_on
 from .attention import SERIAL_ENV, most_chunks, serial_grid
-from .coop_tiles import COOP_FOLD_TILE_ROWS, COOP_ROWS, COOP_TALL_ROWS, COOP_WHOLE_SMALL_ROWS, coop_whole_small
+from .coop_tiles import COOP_FOLD_TILE_ROWS, COOP_ROWS, COOP_WHOLE_SMALL_ROWS, coop_whole_small
 from .variants import MATMUL_ROWS
 
 GRID_SLOTS = 80  # distinct indirect grids (3 uint32 each)
@@ -61,8 +58,8 @@ class DispatchGrids:
         self.nkv = cfg.num_kv_heads
         self._specs: list[tuple[str, int]] = []  # (kind, n) of each slot
         # ... parsed once: (counts rows?, kind's first word, n, K chunks, rows up to which the prefill
-        # tile's chunks are workgroups, attention window or False, capped?, "above"?, the decode tile's rows)
-        self._parsed: list[tuple[bool, str, int, int, int, int | None | bool, bool, bool, int]] = []
+        # tile's chunks are workgroups, attention window or False, capped?, "above"?)
+        self._parsed: list[tuple[bool, str, int, int, int, int | None | bool, bool, bool]] = []
 
     def offset(self, kind: str, n: int) -> int:
         """Byte offset of the slot for grid (`kind`, `n`) in the grids buffer."""
@@ -75,11 +72,9 @@ class DispatchGrids:
             window = self._windows[words[1]] if words[0] == "attention" else False
             chunks = int(words[1]) if words[0].startswith("coop") and len(words) > 1 else 1
             fold_rows = int(words[2]) if words[0].startswith(("coop_", "coopfold", "coopchunk")) else 0  # (coop_: decode rows)
-            capped = "loop" in words[3:] and self.rows_cap is not None
+            capped = words[-1] == "loop" and self.rows_cap is not None
             above = words[-1] == "above"
-            tall = "tall" in words[3:]
-            tile_rows = COOP_TALL_ROWS if tall else COOP_ROWS  # (the decode tile's)
-            self._parsed.append((words[0].endswith("rows"), words[0], n, chunks, fold_rows, window, capped, above, tile_rows, tall))
+            self._parsed.append((words[0].endswith("rows"), words[0], n, chunks, fold_rows, window, capped, above))
         return 12 * self._specs.index(spec)
 
     def counts(self, num_tokens: int, num_rows: int, positions: np.ndarray, flash_tiles: int = 0,
@@ -92,7 +87,7 @@ class DispatchGrids:
         chunked = num_tokens if prompt_start is None else prompt_start
         # attention.comp tells the serial grid from the chunked one by its size
         serial = serial_grid(len(positions) * self.nkv, self.sm_count, self.serial_allowed)
-        for i, (rows, kind, n, chunks, fold_rows, window, capped, above, tile_rows, tall) in enumerate(self._parsed):
+        for i, (rows, kind, n, chunks, fold_rows, window, capped, above) in enumerate(self._parsed):
             m = num_rows if rows else num_tokens
             if kind.startswith("matmul"):
                 count = -(-m // MATMUL_ROWS) * n
@@ -111,9 +106,9 @@ class DispatchGrids:
                 count = -(-m // COOP_FOLD_TILE_ROWS) * n * chunks if m <= fold_rows else 0
             elif kind.startswith("coop"):  # the decode tile: none above the fold
                 m = m if rows else chunked
-                count = -(-m // tile_rows) * n * chunks if m <= fold_rows else 0
+                count = -(-m // COOP_ROWS) * n * chunks if m <= fold_rows else 0
                 if capped:
-                    count = min(count, self.rows_cap * int(os.environ.get('GEMMA_BATCH_VK_TALL_CAP', '4')) // 4 if tall else self.rows_cap)
+                    count = min(count, self.rows_cap)
             elif kind == "flash":
                 count = flash_tiles * n
             else:

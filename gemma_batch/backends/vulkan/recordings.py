@@ -31,7 +31,7 @@ GATED_PIECES_MAX_TOKENS = 8
 # 32 (docs/EXPERIMENTS.md, "Code size"). On the H200 (bf16, 2026-11-30) above 32 too: decode tok/s
 # at batch 48 / 96 / 128 7,810-7,821 / 12,380-12,382 / 13,404-13,413 against 7,608-7,627 /
 # 12,052-12,083 / 13,056-13,078 ("Heads made in attention at every decode step").
-DECODE_MODES = ("decode", "decode_rows", "decode_tall")  # up to GATED_PIECES_MAX_TOKENS tokens, more, and on the tall tile
+DECODE_MODES = ("decode", "decode_rows")  # up to GATED_PIECES_MAX_TOKENS tokens, and more
 # Other steps without prompt tokens, up to the decode tiles' rows ("chunked"): "small" without the
 # prompt tile's dispatches, which such steps give no workgroups (8 a layer: 272 at 4b). 4b bf16
 # on the H200, decode at batch 64 / 128: 9,407-9,439 / 12,599-12,621 tok/s against 8,917-8,982 /
@@ -50,19 +50,16 @@ def recording_modes(coop: bool, flash: bool, heads_in_attention: bool) -> tuple[
     return modes + (DECODE_MODES if heads_in_attention else ())
 
 
-def recording_for(num_tokens: int, num_seqs: int, prompt: bool, recorded: Container[str], decode_rows: int,
-                  tall_rows: int | None = None) -> str:
+def recording_for(num_tokens: int, num_seqs: int, prompt: bool, recorded: Container[str], decode_rows: int) -> str:
     """The recording a step of `num_tokens` tokens of `num_seqs` sequences replays, with prompt
     tokens (`prompt`: on the flash kernel where its recordings were made; never in the decode
     recordings, which have no prompt tile) or none, among the `recorded` ones; "small" up to
-    `decode_rows` tokens (the decode tiles', coop_tiles.coop_decode_rows); decode steps of more
-    than `tall_rows` tokens (None: none) on the direct decode tile's tall form (coop_tiles.coop_tall_rows)."""
+    `decode_rows` tokens (the decode tiles', coop_tiles.coop_decode_rows)."""
     mode = "small"
     if num_tokens > decode_rows and "prefill" in recorded:
         mode = "prefill"
     elif num_tokens == num_seqs and "decode" in recorded and not prompt:
-        mode = ("decode" if num_tokens <= GATED_PIECES_MAX_TOKENS else
-                "decode_tall" if tall_rows is not None and num_tokens > tall_rows else "decode_rows")
+        mode = "decode" if num_tokens <= GATED_PIECES_MAX_TOKENS else "decode_rows"
     elif not prompt and CHUNKED in recorded:
         mode = CHUNKED
     return mode + FLASH if prompt and mode + FLASH in recorded else mode

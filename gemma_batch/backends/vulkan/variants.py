@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .coop_tiles import (COOP_DIRECT_DTYPES, COOP_DTYPES, COOP_TALL_DEFINES, COOP_WIDE_DTYPES, DEFAULT_PROMPT_FORM, PROMPT_FORMS,
+from .coop_tiles import (COOP_DIRECT_DTYPES, COOP_DTYPES, COOP_WIDE_DTYPES, DEFAULT_PROMPT_FORM, PROMPT_FORMS,
                          coop_tile_defines, coop_variant, has_small_form)
 
 SPV_DIR = Path(__file__).resolve().parent / "spv"
@@ -112,8 +112,6 @@ def _variants() -> dict[str, Variant]:
         for gemm in dict.fromkeys(defines for _, defines, _ in COOP_KINDS.values()):
             if dtype in COOP_DIRECT_DTYPES:
                 out.append(Variant(coop_variant(gemm, dtype), "matmul_coop_direct", (WEIGHT_DEFINES[dtype], *gemm), "glslang"))
-                out.append(Variant(coop_variant(gemm, dtype, tall=True), "matmul_coop_direct",
-                                   (WEIGHT_DEFINES[dtype], *gemm, *COOP_TALL_DEFINES), "glslang"))
             else:
                 out.append(Variant(coop_variant(gemm, dtype), "matmul_coop", (WEIGHT_DEFINES[dtype], *gemm), "glslang"))
             folds = (True, "wide", "wide_split") if dtype in COOP_WIDE_DTYPES and "ROWS" not in gemm else (True,)
