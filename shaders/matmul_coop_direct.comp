@@ -24,7 +24,10 @@
 // whose outputs lie past N only helps stage x. Rows past M read row M - 1 and are written only
 // into the padding of partial; row tiles past M are skipped.
 // Variants: W_T16 (the default) | W_T8; GATED (N = 2 I: outputs [0, I) from W at binding 0, [I, 2 I) from binding 4; I is a
-// multiple of 32, so a subgroup's outputs are all gate or all up); ROWS (M = meta.num_rows).
+// multiple of 32, so a subgroup's outputs are all gate or all up); ROWS (M = meta.num_rows); with
+// ROWS, Y_OUT (a matrix of one K chunk: the LM head): y[m, n] = sum * scale[m] into binding 2 [M, N]
+// itself, as reduce.comp's ROWS would write it (a chunk's sum times a power of two: the same bits),
+// through shared memory a tile at a time, so no reduce follows.
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -48,6 +51,10 @@ layout(constant_id = 0) const bool X_LO = true;  // matmul_coop.comp's switch
 layout(std430, binding = 0) readonly buffer Wb { uvec4 w4[]; };   // fp16 tiles, 32 uvec4 each
 layout(std430, binding = 1) readonly buffer Xb { uvec4 xs4[]; };  // split rows [hi K | lo K], fp16
 layout(std430, binding = 2) writeonly buffer Pb { float part[]; };  // [chunks, Mpad, N]
+#ifdef Y_OUT
+layout(std430, binding = 2) writeonly buffer Yb { vec4 y4[]; };  // [M, N]: the logits
+layout(std430, binding = 5) readonly buffer Sb { float scale[]; };  // split.comp's, a row
+#endif
 layout(std430, binding = 4) readonly buffer W2b { uvec4 u4[]; };
 #ifdef W_T8  // codes [N / 16, K / 16] tiles of 32 uvec2, then the scales' words [N / 16, 8, K / 32] (aliases)
 layout(std430, binding = 0) readonly buffer W8b { uvec2 w8[]; };
@@ -166,6 +173,30 @@ void main() {
                 }
             }
         }
+#ifdef Y_OUT
+        // Each subgroup stages its tiles in its own 1 KiB of the x stage, once every subgroup is done
+        // multiplying: (n, m) at m * 16 + n floats; then a lane writes 8 outputs of one row.
+        barrier();
+        if (live) {
+            uint at = gl_SubgroupID * 64u, lane = gl_SubgroupInvocationID, ml = lane / 2u, nl = (lane % 2u) * 8u;
+            [[unroll]] for (uint tn = 0; tn < TN; tn++) {
+                [[unroll]] for (uint tm = 0; tm < TM; tm++) {
+                    if (tm >= live_tm) break;
+                    coopMatStore(acc[tn * TM + tm], xsh, at, 4, gl_CooperativeMatrixLayoutColumnMajor);
+                    subgroupMemoryBarrierShared();
+                    subgroupBarrier();
+                    uint m = m0 + tm * 16u + ml;
+                    uvec4 a = xsh[at + ml * 4u + nl / 4u], b = xsh[at + ml * 4u + nl / 4u + 1u];
+                    if (m < M) {
+                        uint o = (m * pc.N + n0 + tn * 16u + nl) / 4u;
+                        y4[o] = uintBitsToFloat(a) * scale[m];
+                        y4[o + 1u] = uintBitsToFloat(b) * scale[m];
+                    }
+                    subgroupBarrier();  // read before the next tile's store
+                }
+            }
+        }
+#else
         if (live) {
             uint base = c * m_groups * BM * pc.N;
             [[unroll]] for (uint tn = 0; tn < TN; tn++) {
@@ -177,5 +208,6 @@ void main() {
                 }
             }
         }
-    }  // the next tile's first barrier waits for this one's multiplies
+#endif
+    }  // the next tile's first barrier waits for this one's multiplies (and reads of its staged outputs)
 }

@@ -66,7 +66,9 @@ def test_cooperative_matmuls_match_the_cpu_backend(checkpoints, model, min_chunk
     completions, logits = run_batched(backend, step_token_budget=7, after_step=lambda _: ran.update(backend.profile_seconds()))
     assert {"split_norm", "coop_t16", "reduce_qk_rope_float32"} <= ran  # the fast path ran (qkv fits both)
     if model == "demo":  # every matmul fits; the tiny model's others (64, 96, 300 wide) stay on matmul.comp
-        assert {"coop_gated_t16", "reduce_gated_split", "reduce_post_norm_split", "reduce_post_norm", "coop_rows_t16"} <= ran
+        # the LM head: of one K chunk it writes its logits itself (Y_OUT), of several the reduce sums them
+        lm_head = {"coop_rows_y_out_t16"} if min_chunk == 256 else {"coop_rows_t16", "reduce_rows"}
+        assert {"coop_gated_t16", "reduce_gated_split", "reduce_post_norm_split", "reduce_post_norm", *lm_head} <= ran
         assert "attention_float32_split_qk" in ran  # decode steps made their heads in attention (o on the path too)
     ref_completions, ref_logits = run_batched(cpu_backend(model_dir), step_token_budget=7)
     assert completions == ref_completions
@@ -194,6 +196,40 @@ def test_decode_steps_of_any_size_make_their_heads_in_attention_with_the_same_bi
             backend.close()
         assert ("attention_float32_split_qk" in ran) == heads_in_attention, sorted(ran)
         assert ("reduce_qk_rope_float32" in ran) != heads_in_attention, sorted(ran)
+        runs.append(rows)
+    assert_same_logits(runs[0], runs[1])
+
+
+@needs_coopmat
+@pytest.mark.parametrize("weights", ["bf16", "int8"])
+def test_the_lm_head_writes_its_logits_itself_with_the_reduce_s_bits(monkeypatch, weights):
+    """Outside the prefill recordings the LM head's direct tile (one K chunk: the demo model's 256)
+    writes the logits itself (matmul_coop_direct.comp Y_OUT) and no reduce_rows follows; with the
+    switch off, the reduce writes them. Every token's logits bit for bit either way, here 21 rows a
+    decode step (a partial 16-row tile) after a first step of every prompt on the prefill recording."""
+    from gemma_batch.backends.vulkan.coop_tiles import LOGITS_IN_TILE_ENV
+    from gemma_batch.engine.generate import generate_greedy
+
+    rng = np.random.default_rng(5)
+    prompts = [rng.integers(3, 4000, int(rng.integers(2, 40))).tolist() for _ in range(21)]
+    dtype = "t8" if weights == "int8" else "t16"
+    runs = []
+    for in_tile in (True, False):
+        rows: dict = {}
+        ran: set = set()
+
+        def record(ids, batch, result, rows=rows, ran=ran):
+            keep_logits(rows, ids, batch, result)
+            if batch.num_tokens == len(ids) == 21:  # a decode step of every sequence
+                ran.update(backend.profile_seconds())
+
+        with monkeypatch.context() as patch:
+            patch.setenv(LOGITS_IN_TILE_ENV, "1" if in_tile else "0")
+            backend = backend_for(DEMO_MODEL, weights)
+            generate_greedy(backend, prompts, 4, step_token_budget=4096, on_step=record)
+            backend.close()
+        assert (f"coop_rows_y_out_{dtype}" in ran) == in_tile, sorted(ran)
+        assert ("reduce_rows" in ran) != in_tile, sorted(ran)
         runs.append(rows)
     assert_same_logits(runs[0], runs[1])
 

@@ -64,6 +64,7 @@ COOP_FOLD_ROWS = 64  # the most rows of a step on the decode tiles (pc.fold_rows
 # (7,142 against 7,591), so it keeps 64 (docs/EXPERIMENTS.md, "The decode tiles up to 128 rows").
 COOP_DIRECT_FOLD_ROWS = 128
 WIDE_DECODE_ENV = "GEMMA_BATCH_VK_WIDE_DECODE"  # "0": the direct decode tile too takes at most COOP_FOLD_ROWS rows
+LOGITS_IN_TILE_ENV = "GEMMA_BATCH_VK_LOGITS_IN_TILE"  # "0": the LM head's direct tile writes partial sums and a reduce the logits
 COOP_TARGET_GROUPS = 512  # K is cut into chunks until a decode matmul has this many workgroups
 COOP_MIN_CHUNK = 256  # ... or until a chunk would be shorter than this
 # A prefill tile's workgroup sums its K chunks itself (and writes one partial) only where the
@@ -206,3 +207,8 @@ def prompt_tile_wanted() -> bool:
 def chunk_tile_wanted() -> bool:
     """The user's switch (GEMMA_BATCH_VK_CHUNK_TILE=0: no chunk tile)."""
     return switched_on(CHUNK_TILE_ENV)
+
+
+def logits_in_tile_wanted() -> bool:
+    """The user's switch (GEMMA_BATCH_VK_LOGITS_IN_TILE=0: the LM head's logits from a reduce)."""
+    return switched_on(LOGITS_IN_TILE_ENV)

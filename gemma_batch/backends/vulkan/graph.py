@@ -54,7 +54,8 @@ themselves (reduce.comp SPLIT_NEXT), and attention writes o's (attention.comp SP
 layer is 9 dispatches: qkv, reduce, attention, o, reduce, gate/up, reduce, down, reduce (and the
 first layer's split before them). In decode steps (recordings.py) it is 8:
 attention sums qkv's chunks and runs its epilogue itself (attention.comp QK_IN; which layers may,
-coop_plan.py). Fewer is faster at small batches: on the H100 a dependent dispatch costs about
+coop_plan.py). Outside the prefill recordings the LM head of one K chunk writes its logits itself
+(matmul_coop_direct.comp Y_OUT), with no reduce. Fewer is faster at small batches: on the H100 a dependent dispatch costs about
 9 us at 4b batch 1, whatever its work, most of it the first memory round trips of the kernel
 after the barrier (an empty dispatch costs about 1.6 us; docs/EXPERIMENTS.md, "The post-norm reduce in two stages").
 """
@@ -65,7 +66,7 @@ import numpy as np
 
 from ...model.config import Gemma3Config
 from .coop_plan import CoopPlan
-from .coop_tiles import chunk_tile_wanted, coop_chunks
+from .coop_tiles import chunk_tile_wanted, coop_chunks, logits_in_tile_wanted
 from .graph_coop import CoopMatmul
 from .grids import DispatchGrids
 from .host_event import HostEvent
@@ -121,6 +122,7 @@ class StepGraph(CoopMatmul):
         self.block_size = block_size
         self.plan = CoopPlan(cfg, weights, coop_min_chunk)  # (holds coop_min_chunk)
         self.chunk_tile = chunk_tile_wanted()  # the chunk tile for prefill tiles' K chunks (coop_tiles)
+        self.logits_in_tile = logits_in_tile_wanted()  # the LM head's direct tile writes the logits (graph_coop.py)
         self.grid_slots = grid_slots
         self.profile = profile
         self.segment = (0, 2 * cfg.num_layers + 1) if segment is None else segment

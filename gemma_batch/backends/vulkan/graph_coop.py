@@ -42,6 +42,9 @@ class CoopMatmul:
             -(-cols // coop_cols(dtype, prefill_tile)), chunks, self.kernels.dev.info.sm_count, decode_rows)
         push = {"N": cols, "K": K, "kchunk": K // chunks, "group": self.w.group(layer, key), "fold_rows": fold_rows}
         chunk_tile = self.chunk_tile and not rows  # chunks that are workgroups take the chunk tile (coop_tiles)
+        # The LM head of one K chunk on the direct tile writes the logits itself (Y_OUT), so no
+        # reduce follows; not in the prefill recordings, whose prefill tile may take its rows.
+        y_out = rows and chunks == 1 and self.mode != "prefill" and dtype in COOP_DIRECT_DTYPES and self.logits_in_tile
         for fold in folds:
             tiles = -(-cols // coop_cols(dtype, fold))
             loop = " loop" if rows and not fold and dtype in COOP_DIRECT_DTYPES else ""  # (grids.py)
@@ -51,7 +54,8 @@ class CoopMatmul:
                                (f"coopchunk_{count} {chunks} {fold_rows}", tiles))
                 above = " above"
             grid = (f"coopfold_{count} {chunks} {fold_rows}{above}", tiles) if fold else (f"coop_{count} {chunks} {decode_rows}{loop}", tiles)
-            self._dispatch(coop_variant(gemm, dtype, fold), {**weights, 1: b.split, 2: b.partial}, push, grid)
+            out = {2: y, 5: b.split_scale} if y_out else {2: b.partial}
+            self._dispatch(coop_variant((*gemm, "Y_OUT") if y_out else gemm, dtype, fold), {**weights, 1: b.split, **out}, push, grid)
         if not rows and self.mode not in PROMPTLESS_MODES:  # the prompt tokens' rows (none in those steps)
             tiles = -(-cols // coop_cols(dtype, prefill_tile))
             forms = ((False, "coopwhole_big"), (True, "coopwhole_small")) if has_small_form(prefill_tile) else ((False, "coopwhole"),)
@@ -60,7 +64,7 @@ class CoopMatmul:
                 self._dispatch(coop_variant(gemm, dtype, prefill_tile, whole=True, small=small,
                                             form=DEFAULT_PROMPT_FORM if small else form),
                                {**weights, 1: b.split, 2: b.partial}, push, (kind, tiles))
-        if not reduce_chunks:
+        if not reduce_chunks or y_out:
             return
         epilogue = {} if gated or rows else (extra or {})  # the post-norm's or QK-norm/RoPE/KV buffers
         groups = {"reduce_post_norm": 1, "reduce_gated": -(-N // COOP_REDUCE_WG),  # (post-norm: a workgroup a row)

@@ -112,6 +112,9 @@ def _variants() -> dict[str, Variant]:
         for gemm in dict.fromkeys(defines for _, defines, _ in COOP_KINDS.values()):
             if dtype in COOP_DIRECT_DTYPES:
                 out.append(Variant(coop_variant(gemm, dtype), "matmul_coop_direct", (WEIGHT_DEFINES[dtype], *gemm), "glslang"))
+                if "ROWS" in gemm:  # the LM head writing its logits itself (graph_coop.py)
+                    out.append(Variant(coop_variant((*gemm, "Y_OUT"), dtype), "matmul_coop_direct",
+                                       (WEIGHT_DEFINES[dtype], *gemm, "Y_OUT"), "glslang"))
             else:
                 out.append(Variant(coop_variant(gemm, dtype), "matmul_coop", (WEIGHT_DEFINES[dtype], *gemm), "glslang"))
             folds = (True, "wide", "wide_split") if dtype in COOP_WIDE_DTYPES and "ROWS" not in gemm else (True,)
