@@ -165,6 +165,31 @@ def test_the_prompt_tile_gives_the_same_bits_in_any_step_and_form(monkeypatch, i
         assert_same_logits(other, runs[0])
 
 
+def greedy_both_ways(monkeypatch, weights: str, prompts: list[list[int]], configure, **kwargs) -> list[tuple[dict, set]]:
+    """For each of True and False, `configure(patch, it)`, then the demo model's greedy run of
+    `prompts` (4 new tokens, steps of up to 4,096 tokens): every token's logits, and the kernels
+    that a decode step of every sequence ran."""
+    from gemma_batch.engine.generate import generate_greedy
+
+    runs = []
+    for flag in (True, False):
+        rows: dict = {}
+        ran: set = set()
+
+        def record(ids, batch, result, rows=rows, ran=ran):
+            keep_logits(rows, ids, batch, result)
+            if batch.num_tokens == len(ids) == len(prompts):  # a decode step of every sequence
+                ran.update(backend.profile_seconds())
+
+        with monkeypatch.context() as patch:
+            configure(patch, flag)
+            backend = backend_for(DEMO_MODEL, weights, **kwargs)
+            generate_greedy(backend, prompts, 4, step_token_budget=4096, on_step=record)
+            backend.close()
+        runs.append((rows, ran))
+    return runs
+
+
 @needs_coopmat
 @pytest.mark.parametrize("weights", ["bf16", "int8"])
 def test_decode_steps_of_any_size_make_their_heads_in_attention_with_the_same_bits(monkeypatch, weights):
@@ -173,31 +198,18 @@ def test_decode_steps_of_any_size_make_their_heads_in_attention_with_the_same_bi
     the 128-row direct decode tiles (fp16 and int8 tiles). The same steps on the "chunked"
     recording (qkv's reduce, then attention) give identical logits."""
     from gemma_batch.backends.vulkan import graph, recordings
-    from gemma_batch.engine.generate import generate_greedy
+
+    def configure(patch, heads_in_attention):
+        if not heads_in_attention:
+            patch.setattr(graph, "recording_for", lambda *args: {"decode": "chunked", "decode_rows": "chunked"}.get(
+                mode := recordings.recording_for(*args), mode))
 
     rng = np.random.default_rng(7)
     prompts = [rng.integers(3, 4000, int(rng.integers(2, 40))).tolist() for _ in range(100)]
-    runs = []
-    for heads_in_attention in (True, False):
-        rows: dict = {}
-        ran: set = set()
-
-        def record(ids, batch, result, rows=rows, ran=ran):
-            keep_logits(rows, ids, batch, result)
-            if batch.num_tokens == len(ids) == 100:  # a decode step of every sequence
-                ran.update(backend.profile_seconds())
-
-        with monkeypatch.context() as patch:
-            if not heads_in_attention:
-                patch.setattr(graph, "recording_for", lambda *args: {"decode": "chunked", "decode_rows": "chunked"}.get(
-                    mode := recordings.recording_for(*args), mode))
-            backend = backend_for(DEMO_MODEL, weights, coop_min_chunk=64)
-            generate_greedy(backend, prompts, 4, step_token_budget=4096, on_step=record)
-            backend.close()
-        assert ("attention_float32_split_qk" in ran) == heads_in_attention, sorted(ran)
-        assert ("reduce_qk_rope_float32" in ran) != heads_in_attention, sorted(ran)
-        runs.append(rows)
-    assert_same_logits(runs[0], runs[1])
+    (ours, ran), (ref, ran_ref) = greedy_both_ways(monkeypatch, weights, prompts, configure, coop_min_chunk=64)
+    assert "attention_float32_split_qk" in ran and "reduce_qk_rope_float32" not in ran, sorted(ran)
+    assert "attention_float32_split_qk" not in ran_ref and "reduce_qk_rope_float32" in ran_ref, sorted(ran_ref)
+    assert_same_logits(ours, ref)
 
 
 @needs_coopmat
@@ -208,30 +220,15 @@ def test_the_lm_head_writes_its_logits_itself_with_the_reduce_s_bits(monkeypatch
     switch off, the reduce writes them. Every token's logits bit for bit either way, here 21 rows a
     decode step (a partial 16-row tile) after a first step of every prompt on the prefill recording."""
     from gemma_batch.backends.vulkan.coop_tiles import LOGITS_IN_TILE_ENV
-    from gemma_batch.engine.generate import generate_greedy
 
     rng = np.random.default_rng(5)
     prompts = [rng.integers(3, 4000, int(rng.integers(2, 40))).tolist() for _ in range(21)]
-    dtype = "t8" if weights == "int8" else "t16"
-    runs = []
-    for in_tile in (True, False):
-        rows: dict = {}
-        ran: set = set()
-
-        def record(ids, batch, result, rows=rows, ran=ran):
-            keep_logits(rows, ids, batch, result)
-            if batch.num_tokens == len(ids) == 21:  # a decode step of every sequence
-                ran.update(backend.profile_seconds())
-
-        with monkeypatch.context() as patch:
-            patch.setenv(LOGITS_IN_TILE_ENV, "1" if in_tile else "0")
-            backend = backend_for(DEMO_MODEL, weights)
-            generate_greedy(backend, prompts, 4, step_token_budget=4096, on_step=record)
-            backend.close()
-        assert (f"coop_rows_y_out_{dtype}" in ran) == in_tile, sorted(ran)
-        assert ("reduce_rows" in ran) != in_tile, sorted(ran)
-        runs.append(rows)
-    assert_same_logits(runs[0], runs[1])
+    (ours, ran), (ref, ran_ref) = greedy_both_ways(
+        monkeypatch, weights, prompts, lambda patch, in_tile: patch.setenv(LOGITS_IN_TILE_ENV, "1" if in_tile else "0"))
+    kernel = f"coop_rows_y_out_{'t8' if weights == 'int8' else 't16'}"
+    assert kernel in ran and "reduce_rows" not in ran, sorted(ran)
+    assert kernel not in ran_ref and "reduce_rows" in ran_ref, sorted(ran_ref)
+    assert_same_logits(ours, ref)
 
 
 @needs_coopmat
