@@ -27,7 +27,7 @@
 // multiple of 32, so a subgroup's outputs are all gate or all up); ROWS (M = meta.num_rows); with
 // ROWS, Y_OUT (a matrix of one K chunk: the LM head): y[m, n] = sum * scale[m] into binding 2 [M, N]
 // itself, as reduce.comp's ROWS would write it (a chunk's sum times a power of two: the same bits),
-// through shared memory a tile at a time, so no reduce follows.
+// through shared memory a tile at a time, rows past M not at all, so no reduce follows.
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require

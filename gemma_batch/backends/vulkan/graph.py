@@ -55,9 +55,10 @@ layer is 9 dispatches: qkv, reduce, attention, o, reduce, gate/up, reduce, down,
 first layer's split before them). In decode steps (recordings.py) it is 8:
 attention sums qkv's chunks and runs its epilogue itself (attention.comp QK_IN; which layers may,
 coop_plan.py). Outside the prefill recordings the LM head of one K chunk writes its logits itself
-(matmul_coop_direct.comp Y_OUT), with no reduce. Fewer is faster at small batches: on the H100 a dependent dispatch costs about
-9 us at 4b batch 1, whatever its work, most of it the first memory round trips of the kernel
-after the barrier (an empty dispatch costs about 1.6 us; docs/EXPERIMENTS.md, "The post-norm reduce in two stages").
+(matmul_coop_direct.comp Y_OUT), with no reduce. Fewer is faster at small batches: on the H100 a
+dependent dispatch costs about 9 us at 4b batch 1, whatever its work, most of it the first memory
+round trips of the kernel after the barrier (an empty dispatch costs about 1.6 us;
+docs/EXPERIMENTS.md, "The post-norm reduce in two stages").
 """
 
 from __future__ import annotations
