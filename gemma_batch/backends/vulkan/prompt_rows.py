@@ -4,7 +4,6 @@ it; and what the step's grids and inputs need to know of that."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,9 +26,6 @@ def prompt_rows(batch: StepBatch, cfg: Gemma3Config, on_flash: bool, prompt_tile
     prompt = batch.prompt_mask()
     has = bool(prompt.any())
     start = batch.prompt_start(prompt) if prompt_tile and has else None
-    if on_flash and os.environ.get("GB_FLASH_ALL") == "1":  # EXPERIMENT: every token on the flash kernel
-        every = np.ones(batch.num_tokens, bool)
-        return PromptRows(start, every, flash.step_tiles(batch, cfg, every), batch.positions[:0])
     if not (on_flash and has):
         return PromptRows(start, None, None, batch.positions)
     return PromptRows(start, prompt, flash.step_tiles(batch, cfg, prompt), batch.positions[~prompt])

@@ -14,7 +14,6 @@ to the decode tiles' rows: "small" without the prompt tile ("chunked"). The port
 
 from __future__ import annotations
 
-import os
 from collections.abc import Container
 
 # Decode steps of up to GATED_PIECES_MAX_TOKENS tokens (the "decode" recording) run gate/up's
@@ -56,9 +55,6 @@ def recording_for(num_tokens: int, num_seqs: int, prompt: bool, recorded: Contai
     tokens (`prompt`: on the flash kernel where its recordings were made; never in the decode
     recordings, which have no prompt tile) or none, among the `recorded` ones; "small" up to
     `decode_rows` tokens (the decode tiles', coop_tiles.coop_decode_rows)."""
-    if os.environ.get("GB_FLASH_ALL") == "1" and "small" + FLASH in recorded:  # EXPERIMENT
-        base = "prefill" if num_tokens > decode_rows and "prefill" in recorded else ("small" if prompt else CHUNKED)
-        return base + FLASH
     mode = "small"
     if num_tokens > decode_rows and "prefill" in recorded:
         mode = "prefill"
