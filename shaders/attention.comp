@@ -145,9 +145,6 @@ const float NEG = -1.0e30;
 #include "attention_heads.glsl"
 #endif
 #include "attention_merge.glsl"
-#ifdef WARP_KEYS
-#include "attention_warp.glsl"
-#endif
 
 // Sum over clusters of `width` adjacent lanes (a power of two, at most the subgroup size) by xor
 // butterfly: every lane of a cluster gets the same value.
@@ -197,28 +194,6 @@ void main() {
     bool writer = valued && kg == 0u;
     uint rec = G * hd / 4u;  // vec4 per record of part_acc
 
-#ifdef WARP_KEYS
-    for (uint c_end = serial ? nchunks : ci + 1u; ci < c_end; ci++) {
-        uint k0 = max(lo, (first + ci) * cs), k1 = min(p + 1u, (first + ci + 1u) * cs);
-        warp_chunk(table, j, k0, k1, G, hd8);  // run_max, run_sum, wacc: the chunk's m, l and acc
-        uint r = ci * tokens_heads + tj;
-        for (uint e = tid; e < rec; e += WG) {
-            uint g = e / (hd / 4u);
-            if (nchunks == 1u) o4[qbase + e] = wacc[e] / run_sum[g];
-            else part_acc[r * rec + e] = wacc[e];
-        }
-        if (nchunks == 1u) {
-#ifdef SPLIT_OUT
-            split_when_last(t, tokens_heads);
-#endif
-            return;
-        }
-        if (tid < G) {
-            part_ml[r * 2u * G + tid] = run_max[tid];
-            part_ml[r * 2u * G + G + tid] = run_sum[tid];
-        }
-    }
-#else
     for (uint c_end = serial ? nchunks : ci + 1u; ci < c_end; ci++) {
         uint k0 = max(lo, (first + ci) * cs), k1 = min(p + 1u, (first + ci + 1u) * cs);
         if (tid < G) { run_max[tid] = NEG; run_sum[tid] = 0.0; }
@@ -335,7 +310,6 @@ void main() {
             part_ml[r * 2u * G + G + tid] = run_sum[tid];
         }
     }
-#endif
     if (serial) {
         memoryBarrierBuffer();
         barrier();
