@@ -45,6 +45,7 @@ class CoopMatmul:
         # The LM head of one K chunk on the direct tile writes the logits itself (Y_OUT), so no
         # reduce follows; not in the prefill recordings, whose prefill tile may take its rows.
         y_out = rows and chunks == 1 and self.mode != "prefill" and dtype in COOP_DIRECT_DTYPES and self.logits_in_tile
+        out_gemm, out = ((*gemm, "Y_OUT"), {2: y, 5: b.split_scale}) if y_out else (gemm, {2: b.partial})
         for fold in folds:
             tiles = -(-cols // coop_cols(dtype, fold))
             loop = " loop" if rows and not fold and dtype in COOP_DIRECT_DTYPES else ""  # (grids.py)
@@ -54,8 +55,7 @@ class CoopMatmul:
                                (f"coopchunk_{count} {chunks} {fold_rows}", tiles))
                 above = " above"
             grid = (f"coopfold_{count} {chunks} {fold_rows}{above}", tiles) if fold else (f"coop_{count} {chunks} {decode_rows}{loop}", tiles)
-            out = {2: y, 5: b.split_scale} if y_out else {2: b.partial}
-            self._dispatch(coop_variant((*gemm, "Y_OUT") if y_out else gemm, dtype, fold), {**weights, 1: b.split, **out}, push, grid)
+            self._dispatch(coop_variant(out_gemm, dtype, fold), {**weights, 1: b.split, **out}, push, grid)
         if not rows and self.mode not in PROMPTLESS_MODES:  # the prompt tokens' rows (none in those steps)
             tiles = -(-cols // coop_cols(dtype, prefill_tile))
             forms = ((False, "coopwhole_big"), (True, "coopwhole_small")) if has_small_form(prefill_tile) else ((False, "coopwhole"),)
